@@ -1,0 +1,1 @@
+"""Generic conformance checks that run against every adapter; no check names a subject."""

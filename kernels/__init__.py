@@ -1,0 +1,1 @@
+"""Adapters: one module per attention implementation under test (see ``kernels.base``)."""

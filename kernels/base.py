@@ -1,0 +1,154 @@
+"""The adapter contract: how any attention implementation plugs into the suite.
+
+An adapter *describes* one implementation (its declared capabilities, its
+availability on this machine and JAX version) and *translates* canonical inputs
+(``reference.spec`` layout and semantics, NumPy arrays already cast to the
+subject's dtype) into the implementation's own call. Checks in ``conformance/``
+consume adapters generically and never name a subject.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
+
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+FullyMaskedConvention = Literal["zeros", "mean_v", "nan", "unspecified"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeConstraint:
+    """A limit on shapes or options, with the sentence that explains it.
+
+    ``holds(shape, spec)`` is True when a case satisfies the constraint. When it
+    does not, ``raises=True`` declares that the implementation itself rejects the
+    case with an exception (the suite asserts that it does); ``raises=False``
+    means the case is simply skipped with ``reason``.
+    """
+
+    name: str
+    reason: str
+    holds: Callable[[AttentionShape, AttentionSpec], bool]
+    raises: bool = False
+    applies_to: Literal["forward", "backward", "both"] = "both"
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What an implementation declares it supports. Case generation draws only from this."""
+
+    dtypes: tuple[str, ...]
+    causal_alignments: tuple[Alignment, ...] = ()
+    window: bool = False
+    segment_ids: bool = False
+    lengths: bool = False
+    bool_mask: bool = False
+    gqa: bool = False
+    bias: bool = False
+    bias_broadcast: bool = False
+    softcap: bool = False
+    distinct_v_dim: bool = False
+    backward: bool = False
+    bias_grad: bool = False
+    lse: bool = False
+    fully_masked_rows: FullyMaskedConvention = "unspecified"
+    constraints: tuple[ShapeConstraint, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.dtypes) - set(DTYPES)
+        if unknown:
+            raise ValueError(f"unknown dtypes {sorted(unknown)}; choose from {DTYPES}")
+
+    def unsupported_reason(self, inputs: AttentionInputs, spec: AttentionSpec, dtype: str) -> str | None:
+        """Why this case is outside the declared capabilities, or None if it is inside.
+
+        Shape constraints are not consulted here; see ``violated_constraints``.
+        """
+        shape = inputs.shape
+        checks = [
+            (dtype not in self.dtypes, f"dtype {dtype} not in {self.dtypes}"),
+            (spec.causal and spec.alignment not in self.causal_alignments,
+             f"causal alignment {spec.alignment} not supported"),
+            (spec.window is not None and not self.window, "local window not supported"),
+            (inputs.q_segment_ids is not None and not self.segment_ids, "segment ids not supported"),
+            ((inputs.q_lengths is not None or inputs.kv_lengths is not None) and not self.lengths,
+             "per-batch valid lengths not supported"),
+            (inputs.mask is not None and not self.bool_mask, "boolean mask not supported"),
+            (shape.group_size != 1 and not self.gqa, "GQA/MQA not supported"),
+            (inputs.bias is not None and not self.bias, "bias not supported"),
+            (inputs.bias is not None and self.bias and not self.bias_broadcast
+             and inputs.bias.shape != (shape.batch, shape.q_heads, shape.q_len, shape.kv_len),
+             "broadcast bias not supported (needs full [B, Hq, Sq, Sk])"),
+            (spec.softcap is not None and not self.softcap, "softcap not supported"),
+            (shape.v_head_dim != shape.head_dim and not self.distinct_v_dim, "Dv != D not supported"),
+        ]
+        for failed, reason in checks:
+            if failed:
+                return reason
+        return None
+
+    def violated_constraints(
+        self, shape: AttentionShape, spec: AttentionSpec, direction: Literal["forward", "backward"]
+    ) -> tuple[ShapeConstraint, ...]:
+        return tuple(
+            c for c in self.constraints
+            if c.applies_to in (direction, "both") and not c.holds(shape, spec)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Availability:
+    """Whether the subject can run here, and if not, why (one sentence)."""
+
+    available: bool
+    reason: str = ""
+    versions: tuple[tuple[str, str], ...] = ()  # e.g. (("jax", "0.10.2"),)
+    execution: str = ""  # e.g. "pallas TPU interpret mode on CPU", "native"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SubjectOutput:
+    """What one forward call returned, converted to NumPy.
+
+    out: [B, Hq, Sq, Dv]; lse: [B, Hq, Sq] or None when not exposed.
+    ran: what actually executed (e.g. "pallas_call"), so a silent fallback shows.
+    """
+
+    out: np.ndarray
+    lse: np.ndarray | None = None
+    ran: str = ""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SubjectGrads:
+    """Gradients of sum(out * dout), converted to NumPy, in canonical layout."""
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dbias: np.ndarray | None = None
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """One implementation under test. Instances may cache compiled functions."""
+
+    name: str
+    description: str
+
+    def availability(self) -> Availability: ...
+
+    def capabilities(self) -> Capabilities: ...
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """Canonical inputs (already in the subject's dtype) -> canonical outputs."""
+        ...
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        """Only called when ``capabilities().backward`` is True."""
+        ...

@@ -1,0 +1,202 @@
+"""Float64 attention: the oracle every subject is judged against.
+
+Semantics are those of ``reference.spec`` (prose: ``docs/semantics.md``).
+The work is done per (batch, kv head) over chunks of query rows, so the
+largest temporary is ``[G, chunk, Sk]`` rather than ``[Hq, Sq, Sk]``: a 32k x 32k
+forward stays far below 1 GiB. Queries of one GQA group share a single GEMM
+against their kv head, which is also how the kv heads are never repeated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from reference.masks import visible
+from reference.spec import AttentionInputs, AttentionShape, AttentionSpec, validate
+
+# Elements per [G, chunk, Sk] logits block: 2^19 float64 = 4 MiB, sized so a
+# block and its exp stay cache-friendly; measured with ``python -m reference.bench``.
+CHUNK_ELEMENTS = 1 << 19
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ReferenceOutput:
+    """out: [B, Hq, Sq, Dv]; lse: [B, Hq, Sq] (-inf on fully masked rows);
+    fully_masked: [B, Hq, Sq] bool, rows that may attend to no key (out is 0 there)."""
+
+    out: np.ndarray
+    lse: np.ndarray
+    fully_masked: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ReferenceGrads:
+    """Gradients of ``sum(out * dout)``. dk, dv are summed over each GQA group;
+    dbias has the bias's own (possibly broadcast) shape, or is None."""
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dbias: np.ndarray | None
+
+
+def _as64(x: np.ndarray | None) -> np.ndarray | None:
+    return None if x is None else np.asarray(x).astype(np.float64, copy=False)
+
+
+def _upcast(inputs: AttentionInputs) -> AttentionInputs:
+    return dataclasses.replace(
+        inputs, q=_as64(inputs.q), k=_as64(inputs.k), v=_as64(inputs.v), bias=_as64(inputs.bias)
+    )
+
+
+def _chunk_rows(shape: AttentionShape) -> int:
+    return max(1, CHUNK_ELEMENTS // (shape.group_size * shape.kv_len))
+
+
+def _pick(arr: np.ndarray, axis_index: int | slice, size: int, axis: int) -> np.ndarray:
+    """Index a broadcastable operand along one axis, keeping size-1 axes as they are."""
+    if arr.shape[axis] == 1 and size != 1:
+        return arr
+    index = [slice(None)] * arr.ndim
+    index[axis] = axis_index
+    return arr[tuple(index)]
+
+
+class _Blocks:
+    """Logit blocks for one (batch, kv head): shared by forward and backward."""
+
+    def __init__(self, spec: AttentionSpec, inputs: AttentionInputs, b: int, hk: int):
+        shape = inputs.shape
+        g = shape.group_size
+        self.spec, self.inputs, self.b, self.shape = spec, inputs, b, shape
+        self.heads = slice(hk * g, (hk + 1) * g)
+        self.scale = spec.resolved_scale(shape.head_dim)
+        self.q = inputs.q[b, self.heads]  # [G, Sq, D]
+        self.k = inputs.k[b, hk]  # [Sk, D]
+        self.v = inputs.v[b, hk]  # [Sk, Dv]
+
+    def logits(self, rows: slice) -> tuple[np.ndarray, np.ndarray | None]:
+        """Masked logits [G, c, Sk] after scale, bias and softcap, plus tanh(z/c) for softcap's derivative."""
+        g = self.shape.group_size
+        q = self.q[:, rows]
+        c = q.shape[1]
+        s = (q.reshape(g * c, -1) @ self.k.T).reshape(g, c, -1)
+        s *= self.scale
+        if self.inputs.bias is not None:
+            bias = self.inputs.bias
+            bias = bias[self.b if bias.shape[0] > 1 else 0]  # [Hb, Sqb, Skb]
+            bias = _pick(bias, self.heads, self.shape.q_heads, 0)
+            s += _pick(bias, rows, self.shape.q_len, 1)
+        tanh = None
+        if self.spec.softcap is not None:
+            s /= self.spec.softcap
+            np.tanh(s, out=s)
+            tanh = s.copy()
+            s *= self.spec.softcap
+        vis = visible(self.spec, self.inputs, self.b, rows)
+        if vis is not None:
+            vis = _pick(vis, self.heads, self.shape.q_heads, 0)
+            np.copyto(s, -np.inf, where=~vis)
+        return s, tanh
+
+
+def _row_chunks(shape: AttentionShape):
+    step = _chunk_rows(shape)
+    for start in range(0, shape.q_len, step):
+        yield slice(start, min(start + step, shape.q_len))
+
+
+def attention_forward(inputs: AttentionInputs, spec: AttentionSpec = AttentionSpec()) -> ReferenceOutput:
+    """Float64 forward pass. See ``ReferenceOutput`` for shapes."""
+    shape = validate(inputs)
+    inputs = _upcast(inputs)
+    out = np.zeros((shape.batch, shape.q_heads, shape.q_len, shape.v_head_dim))
+    lse = np.full((shape.batch, shape.q_heads, shape.q_len), -np.inf)
+    g = shape.group_size
+    for b in range(shape.batch):
+        for hk in range(shape.kv_heads):
+            blocks = _Blocks(spec, inputs, b, hk)
+            for rows in _row_chunks(shape):
+                s, _ = blocks.logits(rows)
+                m = s.max(axis=-1, keepdims=True)
+                live = np.isfinite(m)
+                m = np.where(live, m, 0.0)
+                s -= m
+                np.exp(s, out=s)
+                denom = s.sum(axis=-1, keepdims=True)
+                c = s.shape[1]
+                o = (s.reshape(g * c, -1) @ blocks.v).reshape(g, c, -1)
+                live &= denom > 0
+                safe = np.where(live, denom, 1.0)
+                out[b, blocks.heads, rows] = np.where(live, o / safe, 0.0)
+                lse[b, blocks.heads, rows] = np.where(live, m + np.log(safe), -np.inf)[..., 0]
+    return ReferenceOutput(out=out, lse=lse, fully_masked=~np.isfinite(lse))
+
+
+def attention_backward(
+    inputs: AttentionInputs,
+    dout: np.ndarray,
+    spec: AttentionSpec = AttentionSpec(),
+    forward: ReferenceOutput | None = None,
+) -> ReferenceGrads:
+    """Float64 gradients of ``sum(out * dout)``; ``dout: [B, Hq, Sq, Dv]``.
+
+    Pass the matching ``forward`` to avoid recomputing it. Fully masked rows
+    have out = 0 by definition, so they contribute no gradient.
+    """
+    shape = validate(inputs)
+    inputs = _upcast(inputs)
+    dout = np.asarray(dout).astype(np.float64, copy=False)
+    if dout.shape != (shape.batch, shape.q_heads, shape.q_len, shape.v_head_dim):
+        raise ValueError(f"dout must have out's shape {(shape.batch, shape.q_heads, shape.q_len, shape.v_head_dim)}, got {dout.shape}")
+    fwd = forward if forward is not None else attention_forward(inputs, spec)
+    g = shape.group_size
+    dq = np.zeros_like(inputs.q)
+    dk = np.zeros_like(inputs.k)
+    dv = np.zeros_like(inputs.v)
+    bias = inputs.bias
+    dbias = None if bias is None else np.zeros_like(bias)
+    for b in range(shape.batch):
+        for hk in range(shape.kv_heads):
+            blocks = _Blocks(spec, inputs, b, hk)
+            for rows in _row_chunks(shape):
+                s, tanh = blocks.logits(rows)
+                c = s.shape[1]
+                lse = fwd.lse[b, blocks.heads, rows][..., None]
+                live = np.isfinite(lse)
+                s -= np.where(live, lse, 0.0)
+                np.exp(s, out=s)
+                s *= live  # p: [G, c, Sk]
+                do = dout[b, blocks.heads, rows]  # [G, c, Dv]
+                p2 = s.reshape(g * c, -1)
+                do2 = do.reshape(g * c, -1)
+                dv[b, hk] += p2.T @ do2
+                dp = (do2 @ blocks.v.T).reshape(g, c, -1)
+                delta = np.sum(do * fwd.out[b, blocks.heads, rows], axis=-1, keepdims=True)
+                dp -= delta
+                dp *= s  # d loss / d (capped logits)
+                if tanh is not None:
+                    dp *= 1.0 - tanh * tanh
+                dz = dp.reshape(g * c, -1)
+                dq[b, blocks.heads, rows] = (dz @ blocks.k).reshape(g, c, -1) * blocks.scale
+                dk[b, hk] += (dz.T @ blocks.q[:, rows].reshape(g * c, -1)) * blocks.scale
+                if dbias is not None:
+                    _accumulate_bias_grad(dbias, dp, b, blocks.heads, rows)
+    return ReferenceGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
+
+
+def _accumulate_bias_grad(dbias: np.ndarray, dz: np.ndarray, b: int, heads: slice, rows: slice) -> None:
+    """Add a [G, c, Sk] block of d(logits) into dbias, summing over its broadcast axes."""
+    if dbias.shape[3] == 1:
+        dz = dz.sum(axis=2, keepdims=True)
+    if dbias.shape[2] == 1:
+        dz = dz.sum(axis=1, keepdims=True)
+        rows = slice(None)
+    if dbias.shape[1] == 1:
+        dz = dz.sum(axis=0, keepdims=True)
+        heads = slice(None)
+    bi = 0 if dbias.shape[0] == 1 else b
+    dbias[bi, heads, rows] += dz

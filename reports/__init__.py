@@ -1,0 +1,1 @@
+"""Result records, review reports, the version matrix and the upgrade gate."""
