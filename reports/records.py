@@ -1,0 +1,234 @@
+"""The results file format: one JSON object per line, appended and flushed per case.
+
+``results.jsonl`` in a session's report folder holds, in order:
+  * one ``{"kind": "run", ...}`` header (schema version, subjects, profile, seed),
+  * one ``{"kind": "case", ...}`` record per (case, check) as soon as it finishes,
+  * one ``{"kind": "end", ...}`` footer when the run finished normally.
+A file without the footer is *incomplete* (the run was killed) but still valid:
+every line before the cut is usable. A torn final line is dropped and reported;
+a bad line anywhere else is corruption and raises ``ResultsFileError`` naming the
+file and line. Nothing here is ever unpickled: plain JSON only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+RESULTS_FILE = "results.jsonl"
+SUMMARY_FILE = "summary.json"
+
+Verdict = Literal["pass", "fail", "unsupported", "unavailable", "error"]
+VERDICTS: tuple[str, ...] = ("pass", "fail", "unsupported", "unavailable", "error")
+
+
+class ResultsFileError(ValueError):
+    """A results file that cannot be read; the message names the file, the line and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseDescription:
+    """Everything needed to rebuild a case: shapes, dtype, semantics, masks, input kind, seed."""
+
+    case_id: str
+    subject: str
+    dtype: str
+    batch: int
+    q_heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    v_head_dim: int
+    scale: float | None = None
+    softcap: float | None = None
+    causal: bool = False
+    alignment: str = "top_left"
+    window: tuple[int | None, int | None] | None = None
+    masks: tuple[str, ...] = ()  # e.g. ("segment_ids", "lengths", "mask")
+    bias_shape: tuple[int, ...] | None = None
+    input_kind: str = "normal"
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMetrics:
+    """Error of one output tensor against float64, next to the same-dtype baseline's error."""
+
+    tensor: str  # "out", "lse", "dq", "dk", "dv", "dbias"
+    max_abs: float
+    mean_abs: float
+    baseline_max_abs: float
+    baseline_mean_abs: float
+    ratio: float  # max_abs / baseline_max_abs: the headline number
+    mean_ratio: float  # mean_abs / baseline_mean_abs: catches systematic drift
+    k: float
+    floor: float
+    tolerance: float  # k * baseline_max_abs + floor
+    worst_index: tuple[int, ...]
+    worst_subject: float
+    worst_reference: float
+    fraction_out_of_tolerance: float
+    passed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseResult:
+    case: CaseDescription
+    check: str  # "forward", "lse", "backward", "fully_masked", "shape_dtype", ...
+    verdict: Verdict
+    reason: str = ""
+    metrics: tuple[TensorMetrics, ...] = ()
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    availability: dict[str, Any] = dataclasses.field(default_factory=dict)
+    features: tuple[str, ...] = ()  # grid columns this result counts towards, e.g. ("forward", "causal", "bfloat16")
+    repro: str = ""  # standalone Python script that reproduces the case
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.case.subject, self.case.case_id, self.check)
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def case_result_to_json(result: CaseResult) -> dict[str, Any]:
+    return {"kind": "case", "schema": SCHEMA_VERSION, **dataclasses.asdict(result)}
+
+
+def case_result_from_json(obj: dict[str, Any]) -> CaseResult:
+    case = CaseDescription(**{k: _tuples(v) for k, v in obj["case"].items()})
+    metrics = tuple(TensorMetrics(**{k: _tuples(v) for k, v in m.items()}) for m in obj.get("metrics", ()))
+    fields = {f.name for f in dataclasses.fields(CaseResult)} - {"case", "metrics"}
+    rest = {k: _tuples(v) if k == "features" else v for k, v in obj.items() if k in fields}
+    return CaseResult(case=case, metrics=metrics, **rest)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResultsFile:
+    path: Path
+    header: dict[str, Any]
+    results: tuple[CaseResult, ...]
+    footer: dict[str, Any] | None
+    torn_last_line: bool
+
+    @property
+    def complete(self) -> bool:
+        return self.footer is not None and not self.torn_last_line
+
+
+class ResultsWriter:
+    """Appends records to ``results.jsonl``, flushing and fsyncing each one so a
+    ``kill -9`` loses at most the case in flight."""
+
+    def __init__(self, folder: Path, header: dict[str, Any], *, append: bool = False):
+        self.path = Path(folder) / RESULTS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        resuming = append and self.path.exists() and self.path.stat().st_size > 0
+        self._file = self.path.open("a" if resuming else "w", encoding="utf-8")
+        if resuming:
+            _drop_torn_tail(self.path, self._file)
+        self._write({"kind": "run", "schema": SCHEMA_VERSION, "resumed": resuming, **header})
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        self._file.write(json.dumps(obj, sort_keys=True, allow_nan=True) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def append(self, result: CaseResult) -> None:
+        self._write(case_result_to_json(result))
+
+    def finish(self, footer: dict[str, Any] | None = None) -> None:
+        self._write({"kind": "end", "schema": SCHEMA_VERSION, **(footer or {})})
+        self._file.close()
+
+    def close(self) -> None:
+        """Close without a footer (the run stays marked incomplete)."""
+        if not self._file.closed:
+            self._file.close()
+
+
+def _drop_torn_tail(path: Path, handle) -> None:
+    """On resume, cut a half-written last line so the next record starts on its own line."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        handle.truncate(data.rfind(b"\n") + 1)
+        handle.seek(0, os.SEEK_END)
+
+
+def read_results(path: Path) -> ResultsFile:
+    """Read a results.jsonl (or the folder holding one). Raises ResultsFileError on
+    a missing, empty, corrupt or wrong-schema file; a torn last line is tolerated."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    if not path.exists():
+        raise ResultsFileError(f"{path}: no results file; run `nox -s conformance` to produce one, or pass the right folder")
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    torn = lines[-1] != ""
+    if not torn:
+        lines = lines[:-1]
+    if not any(line.strip() for line in lines):
+        raise ResultsFileError(f"{path}: the results file is empty; the run wrote nothing, rerun it")
+    header: dict[str, Any] | None = None
+    footer: dict[str, Any] | None = None
+    results: dict[tuple[str, str, str], CaseResult] = {}
+    for number, line in enumerate(lines, start=1):
+        is_last = number == len(lines)
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            if is_last and torn:
+                break  # a run killed mid-write: everything before it stands
+            raise ResultsFileError(f"{path}:{number}: corrupt line ({exc}); delete that line or rerun the case with --resume") from None
+        if obj.get("schema") != SCHEMA_VERSION:
+            raise ResultsFileError(
+                f"{path}:{number}: schema version {obj.get('schema')!r}, this tool reads {SCHEMA_VERSION}; "
+                "regenerate the results with this version of the suite"
+            )
+        kind = obj.get("kind")
+        try:
+            if kind == "run":
+                header = header or obj
+                footer = None  # a resumed run must finish again to count as complete
+            elif kind == "end":
+                footer = obj
+            elif kind == "case":
+                result = case_result_from_json(obj)
+                results[result.key] = result  # a resumed rerun of a case supersedes the old record
+            else:
+                raise ValueError(f"unknown record kind {kind!r}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultsFileError(f"{path}:{number}: malformed {kind} record ({exc}); regenerate the results") from None
+    if header is None:
+        raise ResultsFileError(f"{path}:1: no run header; this is not a results file written by the suite")
+    return ResultsFile(path=path, header=header, results=tuple(results.values()), footer=footer, torn_last_line=torn)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON via a temporary file and rename, so readers never see half a file."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def completed_keys(results: Iterable[CaseResult]) -> set[tuple[str, str, str]]:
+    """Keys already recorded, for ``--resume``."""
+    return {r.key for r in results}
