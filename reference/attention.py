@@ -85,17 +85,22 @@ class _Blocks:
         c = q.shape[1]
         s = (q.reshape(g * c, -1) @ self.k.T).reshape(g, c, -1)
         s *= self.scale
+        bias = None
         if self.inputs.bias is not None:
             bias = self.inputs.bias
             bias = bias[self.b if bias.shape[0] > 1 else 0]  # [Hb, Sqb, Skb]
             bias = _pick(bias, self.heads, self.shape.q_heads, 0)
-            s += _pick(bias, rows, self.shape.q_len, 1)
+            bias = _pick(bias, rows, self.shape.q_len, 1)
+            s += bias
         tanh = None
         if self.spec.softcap is not None:
             s /= self.spec.softcap
             np.tanh(s, out=s)
             tanh = s.copy()
             s *= self.spec.softcap
+            if bias is not None:
+                # A -inf bias is a mask (docs/semantics.md); softcap would turn it into -c.
+                np.copyto(s, -np.inf, where=np.isneginf(bias))
         vis = visible(self.spec, self.inputs, self.b, rows)
         if vis is not None:
             vis = _pick(vis, self.heads, self.shape.q_heads, 0)
