@@ -15,7 +15,9 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 NEWEST_JAX = "0.10.2"
 
 
-def install_project(session: nox.Session, jax_version: str = NEWEST_JAX, groups: tuple[str, ...] = ("test",)) -> None:
+def install_project(
+    session: nox.Session, jax_version: str = NEWEST_JAX, groups: tuple[str, ...] = ("test",)
+) -> None:
     """Install the project's dependencies (not the project: it runs from the checkout)."""
     requirements = [r for r in PYPROJECT["project"]["dependencies"] if not r.startswith("jax")]
     for group in groups:

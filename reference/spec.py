@@ -87,7 +87,7 @@ class AttentionInputs:
     mask: np.ndarray | None = None
 
     @property
-    def shape(self) -> "AttentionShape":
+    def shape(self) -> AttentionShape:
         b, hq, sq, d = self.q.shape
         _, hkv, sk, dv = self.v.shape
         return AttentionShape(b, hq, hkv, sq, sk, d, dv)
