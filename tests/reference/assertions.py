@@ -30,6 +30,7 @@ def assert_close(
     actual: np.ndarray, expected: np.ndarray, rtol: float, name: str, floor: float = 1.0
 ) -> None:
     """Assert ``actual`` matches ``expected`` (either float or an mpf object array) under the rule above."""
+    assert actual is not None and expected is not None, f"{name}: missing ({actual!r} vs {expected!r})"
     exact_actual = np.asarray(actual)
     actual = exact_actual.astype(np.float64)
     expected = np.asarray(expected)
