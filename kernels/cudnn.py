@@ -1,0 +1,94 @@
+"""cuDNN attention: ``jax.nn.dot_product_attention(implementation='cudnn')``.
+
+Needs an NVIDIA GPU with cuDNN; elsewhere ``availability()`` says so and the suite
+skips it. The declarations below come from JAX's ``jax/_src/cudnn/fused_attention_stablehlo.py``
+(read, not run here, when no GPU is attached):
+
+* dtypes float16 and bfloat16 only (``check_layout`` raises NotImplementedError for float32);
+* head dim at most 128 (256 from Hopper on) and a multiple of 8 (``check_is_flash_attention``);
+* a window only as a left window with causal (``cuDNN doesn't support right window``),
+  exclusive of its edge inside cuDNN; jax.nn converts, but we leave windows undeclared
+  until they are checked on a GPU;
+* Dv != D only on Hopper with cuDNN >= 9.10 (MLA), so undeclared;
+* the bias gradient only for some bias shapes (``should_export_dbias``), so undeclared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
+from kernels.jax_runtime import default_backend, jax_versions
+from reference.spec import AttentionInputs, AttentionSpec
+
+CONSTRAINTS = (
+    ShapeConstraint(
+        name="head_dim_multiple_of_8_at_most_128",
+        reason="cuDNN flash attention needs D a multiple of 8 and at most 128 (256 on Hopper); "
+        "check_is_flash_attention raises NotImplementedError otherwise",
+        holds=lambda shape, spec: shape.head_dim % 8 == 0 and shape.head_dim <= 128,
+        raises=True,
+    ),
+    ShapeConstraint(
+        name="even_lengths_with_bias_backward",
+        reason="with a bias, cuDNN's backward needs even Sq and Sk (NotImplementedError otherwise)",
+        holds=lambda shape, spec: shape.q_len % 2 == 0 and shape.kv_len % 2 == 0,
+        raises=False,
+        applies_to="backward",
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CudnnAdapter:
+    """``jax.nn.dot_product_attention`` with ``implementation='cudnn'``. Canonical ``[B, H, S, D]``."""
+
+    name: str = "cudnn"
+    description: str = "jax.nn.dot_product_attention(implementation='cudnn')"
+    _runner: JaxNnRunner = dataclasses.field(default_factory=lambda: JaxNnRunner("cudnn"), repr=False)
+
+    def availability(self) -> Availability:
+        api = api_availability("cuDNN fused attention on an NVIDIA GPU")
+        if not api.available:
+            return api
+        try:
+            backend = default_backend()
+        except Exception as error:
+            return Availability(False, f"JAX has no usable backend: {error}", jax_versions())
+        if backend != "gpu":
+            return Availability(
+                False,
+                f"cuDNN attention needs an NVIDIA GPU with cuDNN; JAX's backend here is {backend!r}",
+                jax_versions(),
+            )
+        try:
+            from jax._src.cudnn.fused_attention_stablehlo import check_cudnn_version
+
+            check_cudnn_version()
+        except Exception as error:
+            return Availability(False, f"cuDNN is not usable from JAX here: {error}", jax_versions())
+        return api
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            dtypes=("bfloat16", "float16"),
+            causal_alignments=("top_left",),
+            lengths=True,
+            bool_mask=True,
+            gqa=True,
+            bias=True,
+            bias_broadcast=True,
+            backward=True,
+            lse=api_has_lse(),
+            fully_masked_rows="unspecified",
+            constraints=CONSTRAINTS,
+        )
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        return self._runner.forward(inputs, spec, lse=api_has_lse())
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        return self._runner.gradients(inputs, spec, dout)

@@ -1,0 +1,150 @@
+"""What every JAX-based adapter needs: the installed version, lazy imports, array
+conversion, a per-adapter cache of compiled functions, and a check of what ran.
+
+Nothing here imports JAX at module import time: an adapter module must import
+cleanly on a machine without JAX so that ``availability()`` can say why it is
+unavailable instead of crashing the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import re
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+from kernels.base import Availability
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version string of ``distribution``, or None when it is missing."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"0.4.38"`` -> ``(0, 4, 38)``; suffixes such as ``.dev20250101`` or ``+cpu`` are dropped."""
+    parts = []
+    for piece in version.split("+")[0].split("."):
+        match = re.match(r"\d+", piece)
+        if match is None:
+            break
+        parts.append(int(match.group()))
+    return tuple(parts)
+
+
+def jax_version() -> tuple[int, ...]:
+    """The installed JAX version as a tuple; ``()`` when JAX is not installed."""
+    version = installed_version("jax")
+    return () if version is None else version_tuple(version)
+
+
+def jax_versions() -> tuple[tuple[str, str], ...]:
+    """(("jax", ...), ("jaxlib", ...)) for ``Availability.versions``."""
+    return tuple((name, installed_version(name) or "missing") for name in ("jax", "jaxlib"))
+
+
+def import_modules(*names: str) -> list[Any]:
+    """Import each module by name; the caller turns an ImportError into an Availability."""
+    return [importlib.import_module(name) for name in names]
+
+
+def unavailable_because(error: BaseException, what: str) -> Availability:
+    """An Availability that names the failing import or call in one sentence."""
+    message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return Availability(
+        available=False,
+        reason=f"{what} failed on this installation: {type(error).__name__}: {message}",
+        versions=jax_versions(),
+    )
+
+
+def default_backend() -> str:
+    """``"cpu"``, ``"gpu"`` or ``"tpu"``: the platform JAX runs on here."""
+    import jax
+
+    return jax.default_backend()
+
+
+def to_jax(x: np.ndarray | None) -> Any:
+    """A NumPy array (any dtype, including ml_dtypes' bfloat16) as a JAX array; None stays None."""
+    if x is None:
+        return None
+    import jax.numpy as jnp
+
+    return jnp.asarray(x)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A JAX array as a NumPy array of the same dtype."""
+    return np.asarray(x)
+
+
+def count_primitives(fn: Callable[..., Any], args: tuple[Any, ...], name_prefix: str) -> int:
+    """How many equations whose primitive name starts with ``name_prefix`` tracing
+    ``fn(*args)`` produces, nested jaxprs included.
+
+    Used to report what actually ran: an adapter whose jaxpr holds no
+    ``pallas_call`` has fallen back to something else, and must say so.
+    """
+    import jax
+
+    closed = jax.make_jaxpr(fn)(*args)
+    return sum(1 for eqn in _iter_equations(closed.jaxpr) if eqn.primitive.name.startswith(name_prefix))
+
+
+def _iter_equations(jaxpr: Any):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in _sub_jaxprs(value):
+                yield from _iter_equations(sub)
+
+
+def _sub_jaxprs(value: Any):
+    """Jaxprs hidden in an equation's params (pjit, custom_vjp, cond branches, scan bodies)."""
+    values = value if isinstance(value, tuple | list) else (value,)
+    for item in values:
+        inner = getattr(item, "jaxpr", None)
+        if inner is not None and hasattr(inner, "eqns"):
+            yield inner
+        elif hasattr(item, "eqns"):
+            yield item
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """A jitted function and the sentence that says what it runs (``SubjectOutput.ran``)."""
+
+    fn: Callable[..., Any]
+    ran: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CompiledCache:
+    """Compiled functions of one adapter instance, keyed by shapes, dtypes and static options.
+
+    It lives on the adapter (never at module level), so two adapters never share
+    or evict each other's entries, and dropping the adapter frees its compilations.
+    """
+
+    entries: dict[Hashable, Compiled] = dataclasses.field(default_factory=dict)
+
+    def get(self, key: Hashable, build: Callable[[], Compiled]) -> Compiled:
+        if key not in self.entries:
+            self.entries[key] = build()
+        return self.entries[key]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+def array_key(*arrays: np.ndarray | None) -> tuple[Hashable, ...]:
+    """Shapes and dtypes of the arrays (None for absent ones): the traced part of a cache key."""
+    return tuple(None if a is None else (a.shape, str(a.dtype)) for a in arrays)

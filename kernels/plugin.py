@@ -1,0 +1,177 @@
+"""Plugging in a plain function: the canonical signature and the adapter that wraps it.
+
+A function reached by dotted path (``--impl package.module:function``) needs no
+adapter code. It must look like this::
+
+    def attention(q, k, v, *, scale, causal=False, alignment="top_left", window=None,
+                  softcap=None, bias=None, mask=None, q_segment_ids=None,
+                  kv_segment_ids=None, q_lengths=None, kv_lengths=None):
+        ...
+        return out            # or (out, lse)
+
+* ``q: [B, Hq, Sq, D]``, ``k: [B, Hkv, Sk, D]``, ``v: [B, Hkv, Sk, Dv]``: NumPy arrays in
+  the canonical layout, already in the subject's dtype.
+* Keywords mean exactly what ``reference.spec.AttentionSpec`` and ``AttentionInputs``
+  say (``docs/semantics.md``). ``scale`` always arrives resolved (a float, never None);
+  every other keyword is passed only when the case uses it, so a function need only
+  accept the keywords of the features it declares (or ``**kwargs``).
+* Returns ``out: [B, Hq, Sq, Dv]`` (array-like), or ``(out, lse)`` with ``lse: [B, Hq, Sq]``
+  when it declares ``lse=True``.
+
+Capabilities are declared on the function itself::
+
+    attention.attention_capabilities = Capabilities(dtypes=("float32", "bfloat16"),
+                                                    causal_alignments=("top_left",))
+
+Without that attribute the conservative ``DEFAULT_CAPABILITIES`` apply: float32,
+no masks, no bias, no GQA, forward only. Functions are forward-only (``backward``
+must stay False); gradients need an adapter of your own (see ``kernels.registry``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from reference.spec import AttentionInputs, AttentionSpec
+
+CAPABILITIES_ATTRIBUTE = "attention_capabilities"
+DEFAULT_CAPABILITIES = Capabilities(dtypes=("float32",))
+
+
+class PluginSignatureError(TypeError):
+    """A plug-in function whose signature or declaration does not fit the canonical one."""
+
+
+def required_keywords(capabilities: Capabilities) -> tuple[str, ...]:
+    """The keywords a function must accept to support what ``capabilities`` declares."""
+    needed = ["scale"]
+    features = [
+        (bool(capabilities.causal_alignments), ("causal", "alignment")),
+        (capabilities.window, ("window",)),
+        (capabilities.softcap, ("softcap",)),
+        (capabilities.bias, ("bias",)),
+        (capabilities.bool_mask, ("mask",)),
+        (capabilities.segment_ids, ("q_segment_ids", "kv_segment_ids")),
+        (capabilities.lengths, ("q_lengths", "kv_lengths")),
+    ]
+    for declared, names in features:
+        if declared:
+            needed.extend(names)
+    return tuple(needed)
+
+
+def check_signature(fn: Callable[..., Any], capabilities: Capabilities, where: str) -> None:
+    """Raise PluginSignatureError (naming the fix) unless ``fn`` can be called canonically."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError) as error:
+        raise PluginSignatureError(f"{where}: cannot read the signature of {fn!r} ({error})") from None
+    kinds = inspect.Parameter
+    positional = [p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    var_positional = any(p.kind == kinds.VAR_POSITIONAL for p in params)
+    var_keyword = any(p.kind == kinds.VAR_KEYWORD for p in params)
+    if len(positional) < 3 and not var_positional:
+        raise PluginSignatureError(
+            f"{where}: takes {len(positional)} positional parameters; the canonical signature is "
+            f"fn(q, k, v, *, scale, ...) (see kernels/plugin.py)"
+        )
+    accepted = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
+    missing = [n for n in required_keywords(capabilities) if n not in accepted and not var_keyword]
+    if missing:
+        raise PluginSignatureError(
+            f"{where}: does not accept keyword(s) {missing} that its capabilities imply; "
+            f"add them (or **kwargs) to its signature"
+        )
+    extra = [
+        p.name for p in list(params)[3:]
+        if p.default is inspect.Parameter.empty
+        and p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+        and p.name not in required_keywords(capabilities)
+    ]
+    if extra:
+        raise PluginSignatureError(
+            f"{where}: required parameter(s) {extra} are never passed; give them defaults"
+        )
+
+
+def declared_capabilities(fn: Callable[..., Any], where: str) -> Capabilities:
+    """``fn.attention_capabilities``, or ``DEFAULT_CAPABILITIES`` when the function declares none."""
+    declared = getattr(fn, CAPABILITIES_ATTRIBUTE, DEFAULT_CAPABILITIES)
+    if not isinstance(declared, Capabilities):
+        raise PluginSignatureError(
+            f"{where}: {CAPABILITIES_ATTRIBUTE} must be a kernels.base.Capabilities, "
+            f"got {type(declared).__name__}"
+        )
+    if declared.backward or declared.bias_grad:
+        raise PluginSignatureError(
+            f"{where}: plain functions are forward-only; set backward=False, or write an adapter "
+            f"with gradients() and register it in the 'attention_conformance.adapters' entry-point group"
+        )
+    return declared
+
+
+def canonical_keywords(inputs: AttentionInputs, spec: AttentionSpec) -> dict[str, Any]:
+    """The keywords for one case: ``scale`` always, every other one only when the case uses it."""
+    kwargs: dict[str, Any] = {"scale": spec.resolved_scale(inputs.q.shape[-1])}
+    if spec.causal:
+        kwargs.update(causal=True, alignment=spec.alignment)
+    if spec.window is not None:
+        kwargs["window"] = spec.window
+    if spec.softcap is not None:
+        kwargs["softcap"] = spec.softcap
+    for name in ("bias", "mask", "q_segment_ids", "kv_segment_ids", "q_lengths", "kv_lengths"):
+        value = getattr(inputs, name)
+        if value is not None:
+            kwargs[name] = value
+    return kwargs
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FunctionAdapter:
+    """Adapter around a function with the canonical signature (module docstring)."""
+
+    fn: Callable[..., Any]
+    name: str
+    description: str
+    declared: Capabilities
+
+    @classmethod
+    def wrap(cls, fn: Callable[..., Any], name: str) -> FunctionAdapter:
+        """Check ``fn`` and its declaration; raise PluginSignatureError with the fix if they do not fit."""
+        capabilities = declared_capabilities(fn, name)
+        check_signature(fn, capabilities, name)
+        doc = (inspect.getdoc(fn) or "").strip().splitlines()
+        description = doc[0] if doc else f"user function {name}"
+        return cls(fn=fn, name=name, description=description, declared=capabilities)
+
+    def availability(self) -> Availability:
+        return Availability(True, "", (), "user function, called in this process")
+
+    def capabilities(self) -> Capabilities:
+        return self.declared
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """Calls ``fn(q, k, v, **keywords)``; ``out`` keeps the dtype the function returned."""
+        result = self.fn(inputs.q, inputs.k, inputs.v, **canonical_keywords(inputs, spec))
+        if isinstance(result, tuple):
+            if len(result) != 2:
+                raise PluginSignatureError(
+                    f"{self.name}: returned a {len(result)}-tuple; return out or (out, lse)"
+                )
+            out, lse = result
+            lse = None if lse is None else np.asarray(lse)
+            return SubjectOutput(out=np.asarray(out), lse=lse, ran=self.name)
+        if self.declared.lse:
+            raise PluginSignatureError(
+                f"{self.name}: declares lse=True but returned only out; return (out, lse)"
+            )
+        return SubjectOutput(out=np.asarray(result), ran=self.name)
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        raise NotImplementedError(f"{self.name} is a plain function: forward only (backward=False)")

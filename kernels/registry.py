@@ -1,0 +1,162 @@
+"""Subject names -> adapters: built-ins, dotted paths, and entry-point plug-ins.
+
+``resolve(name)`` accepts
+
+* a built-in subject name (``subject_names()``: ``tpu_flash``, ``splash``, ``pallas_gpu``,
+  ``xla``, ``cudnn``, ``torch_sdpa``);
+* a dotted path ``package.module:attribute`` to a function with the canonical
+  signature (``kernels.plugin``), or to an adapter class or instance;
+* the name of an adapter registered by an installed distribution in the entry-point
+  group ``attention_conformance.adapters``. In ``pyproject.toml``::
+
+      [project.entry-points."attention_conformance.adapters"]
+      my_flash = "my_package.adapter:MyFlashAdapter"
+
+  The entry point may name an adapter instance or a zero-argument callable (a
+  class, a factory) that returns one. Built-in names win over entry points.
+
+Anything else raises ``UnknownSubjectError`` with one line naming the problem and
+the fix. Adapter modules are imported lazily, so a missing JAX or PyTorch surfaces
+as ``availability()``, never as an import error here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kernels.base import Adapter
+from kernels.plugin import FunctionAdapter, PluginSignatureError
+
+ENTRY_POINT_GROUP = "attention_conformance.adapters"
+
+# name -> "module:factory". Lazy strings: importing the registry imports no JAX.
+BUILTIN: dict[str, str] = {
+    "tpu_flash": "kernels.tpu_flash:TpuFlashAdapter",
+    "xla": "kernels.xla:XlaAdapter",
+    "cudnn": "kernels.cudnn:CudnnAdapter",
+}
+
+
+class UnknownSubjectError(ValueError):
+    """A subject name, dotted path or entry point that does not resolve to a usable adapter."""
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def subject_names() -> tuple[str, ...]:
+    """Built-in subjects, then entry-point subjects (sorted), without duplicates."""
+    plugins = sorted(n for n in _entry_points() if n not in BUILTIN)
+    return (*BUILTIN, *plugins)
+
+
+def resolve(name: str, **options: Any) -> Adapter:
+    """The adapter for ``name`` (see module docstring); ``options`` go to a built-in's constructor,
+    e.g. ``resolve("tpu_flash", interpreter="tpu")``."""
+    name = name.strip()
+    if name in BUILTIN:
+        return _check_adapter(_import_attribute(BUILTIN[name], name)(**options), name)
+    if options:
+        raise UnknownSubjectError(
+            f"options {sorted(options)} only apply to built-in subjects {tuple(BUILTIN)}"
+        )
+    if ":" in name:
+        return _resolve_path(name)
+    plugins = _entry_points()
+    if name in plugins:
+        return _resolve_entry_point(plugins[name])
+    raise UnknownSubjectError(
+        f"unknown subject {name!r}; use one of {subject_names()}, 'all', "
+        f"or a dotted path 'package.module:function'"
+    )
+
+
+def resolve_many(names: str | Iterable[str]) -> tuple[Adapter, ...]:
+    """Several subjects: ``"all"``, a comma-separated string, or an iterable of names."""
+    if isinstance(names, str):
+        names = [n for n in names.split(",") if n.strip()]
+    names = list(names)
+    if any(n.strip() == "all" for n in names):
+        names = list(subject_names())
+    if not names:
+        raise UnknownSubjectError(f"no subject given; use one of {subject_names()} or 'all'")
+    return tuple(resolve(n) for n in names)
+
+
+def _import_attribute(path: str, what: str) -> Any:
+    """``"package.module:attr.sub"`` -> the object; UnknownSubjectError with the fix otherwise."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise UnknownSubjectError(f"{what!r}: a dotted path must look like 'package.module:function'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UnknownSubjectError(
+            f"{what!r}: cannot import module {module_name!r} ({error}); "
+            f"check the spelling and that it is on sys.path"
+        ) from error
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UnknownSubjectError(
+                f"{what!r}: module {module_name!r} has no attribute {attribute!r}; check the name after ':'"
+            ) from None
+    return obj
+
+
+def _resolve_path(path: str) -> Adapter:
+    obj = _import_attribute(path, path)
+    if isinstance(obj, Adapter):
+        return obj
+    if isinstance(obj, type):
+        return _check_adapter(_instantiate(obj, path), path)
+    if not callable(obj):
+        raise UnknownSubjectError(f"{path!r}: is a {type(obj).__name__}, not a function or adapter")
+    try:
+        return FunctionAdapter.wrap(obj, path)
+    except PluginSignatureError as error:
+        raise UnknownSubjectError(str(error)) from error
+
+
+def _resolve_entry_point(ep: importlib.metadata.EntryPoint) -> Adapter:
+    where = f"entry point {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP!r}"
+    try:
+        obj = ep.load()
+    except Exception as error:
+        raise UnknownSubjectError(
+            f"{where} failed to load: {type(error).__name__}: {error}; "
+            f"fix or uninstall the distribution providing it"
+        ) from error
+    if not isinstance(obj, Adapter):
+        if not callable(obj):
+            raise UnknownSubjectError(
+                f"{where} is a {type(obj).__name__}; point it at an adapter class or instance"
+            )
+        obj = _instantiate(obj, where)
+    return _check_adapter(obj, where)
+
+
+def _instantiate(factory: Callable[[], Any], where: str) -> Any:
+    try:
+        return factory()
+    except Exception as error:
+        raise UnknownSubjectError(
+            f"{where}: calling it with no arguments failed ({type(error).__name__}: {error}); "
+            f"it must be an adapter class or factory taking no arguments"
+        ) from error
+
+
+def _check_adapter(obj: Any, where: str) -> Adapter:
+    if not isinstance(obj, Adapter):
+        missing = [m for m in ("name", "description", "availability", "capabilities", "forward", "gradients")
+                   if not hasattr(obj, m)]
+        raise UnknownSubjectError(
+            f"{where}: {type(obj).__name__} is not an adapter (missing {missing}); "
+            f"implement kernels.base.Adapter"
+        )
+    return obj

@@ -1,0 +1,272 @@
+"""TPU flash attention (``jax.experimental.pallas.ops.tpu.flash_attention``): the primary subject.
+
+Translation from canonical semantics (``docs/semantics.md``):
+
+* Layout is already ``[B, H, S, D]``; there is no GQA (one kv head per query head).
+* ``sm_scale`` defaults to 1.0 in the kernel; we always pass the canonical scale.
+* The kernel adds its bias ``ab`` *before* scaling: ``logits = (q.k + ab) * sm_scale``.
+  Canonical adds the bias after scaling, so we pass ``ab = bias / scale``
+  (computed in float32: the kernel reads ``ab`` as float32 anyway). ``ab`` must be
+  the full ``[B, H, Sq, Sk]``; a broadcastable canonical bias is broadcast here,
+  and JAX's autodiff sums ``dbias`` back over the broadcast axes.
+* Segment ids map to ``SegmentIds(q, kv)``; causal is top-left (``col <= row``).
+* Masked logits get ``DEFAULT_MASK_VALUE = -0.7 * float32 max`` *added*, which in
+  float32 swamps the logit. A row that sees no key therefore averages V over the
+  kv blocks the kernel visits: all of them without causal, only those up to the
+  diagonal block with causal. That depends on block sizes, so the convention is
+  declared ``unspecified``.
+
+Forward runs ``_flash_attention_impl(..., save_residuals=True)``, the function that
+the public ``flash_attention`` wraps (through its custom VJP), so ``out`` and the
+softmax statistics ``l`` and ``m`` come from one ``pallas_call``; ``lse = m + log(l)``.
+Gradients go through the public ``flash_attention`` and its custom VJP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import numpy as np
+
+from kernels.base import (
+    Availability,
+    Capabilities,
+    ShapeConstraint,
+    SubjectGrads,
+    SubjectOutput,
+)
+from kernels.jax_runtime import (
+    Compiled,
+    CompiledCache,
+    array_key,
+    count_primitives,
+    jax_versions,
+    to_jax,
+    to_numpy,
+    unavailable_because,
+)
+from kernels.tpu_interpret import (
+    Interpreter,
+    TpuExecution,
+    choose_execution,
+    interpreted_copy,
+    tpu_interpret_mode_missing,
+)
+from reference.spec import AttentionInputs, AttentionSpec
+
+MODULE = "jax.experimental.pallas.ops.tpu.flash_attention"
+# The kernel's default BlockSizes.get_default(): every block is 128 (one TPU lane width).
+BLOCK = 128
+
+CONSTRAINTS = (
+    ShapeConstraint(
+        name="kv_len_multiple_of_128",
+        reason="the default block_k_major = block_k = 128 must divide kv_len "
+        "(_verify_block raises ValueError otherwise)",
+        holds=lambda shape, spec: shape.kv_len % BLOCK == 0,
+        raises=True,
+    ),
+    ShapeConstraint(
+        name="q_len_at_least_128",
+        reason="the default block_q = 128 must not exceed q_len (_verify_block raises ValueError)",
+        holds=lambda shape, spec: shape.q_len >= BLOCK,
+        raises=True,
+    ),
+    ShapeConstraint(
+        name="head_dim_lane_multiple",
+        reason="with more than one kv block the kernel tiles its softmax statistics over D in "
+        "lanes of 128, so D above 128 must be a multiple of 128 (NotImplementedError otherwise)",
+        holds=lambda shape, spec: (
+            shape.kv_len <= BLOCK or shape.head_dim <= BLOCK or shape.head_dim % BLOCK == 0
+        ),
+        raises=True,
+        applies_to="forward",
+    ),
+    ShapeConstraint(
+        name="backward_q_len_multiple_of_128",
+        reason="the backward kernels' block_q_major_dkv = block_q_dq = 128 must divide q_len "
+        "(_verify_block raises ValueError)",
+        holds=lambda shape, spec: shape.q_len % BLOCK == 0,
+        raises=True,
+        applies_to="backward",
+    ),
+)
+
+
+# --- version compatibility: everything that differs between JAX versions --------------
+# The kernel's API is the same from 0.4.35 to 0.10.2; what differs is how it can be
+# interpreted on CPU (kernels/tpu_interpret.py) and whether the private
+# _flash_attention_impl keeps the signature we call for lse.
+
+_IMPL_PARAMS = (
+    "q", "k", "v", "ab", "segment_ids", "save_residuals", "causal", "sm_scale",
+    "block_b", "block_q", "block_k_major", "block_k", "debug",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Api:
+    flash_attention: Any
+    impl: Any | None  # _flash_attention_impl when its signature matches _IMPL_PARAMS, else None
+    block_sizes: Any
+    segment_ids: Any
+
+
+def _load_api(execution: TpuExecution) -> _Api:
+    """The kernel module's entry points: the real module natively, else an interpreting copy."""
+    if execution.mode == "native":
+        import importlib
+
+        module = importlib.import_module(MODULE)
+    else:
+        module = interpreted_copy(MODULE)
+    impl = getattr(module, "_flash_attention_impl", None)
+    if impl is not None and tuple(inspect.signature(impl).parameters) != _IMPL_PARAMS:
+        impl = None
+    return _Api(module.flash_attention, impl, module.BlockSizes, module.SegmentIds)
+
+
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TpuFlashAdapter:
+    """Pallas TPU flash attention. Canonical ``[B, H, S, D]`` in, ``[B, H, Sq, D]`` out.
+
+    interpreter: ``"generic"`` (fast, every JAX version) or ``"tpu"`` (TPU interpret
+    mode, JAX >= 0.7.0); ignored on a real TPU, where the kernel runs natively.
+    """
+
+    interpreter: Interpreter = "generic"
+    name: str = "tpu_flash"
+    description: str = "Pallas TPU flash attention (jax.experimental.pallas.ops.tpu.flash_attention)"
+    _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
+
+    def availability(self) -> Availability:
+        try:
+            execution = choose_execution(self.interpreter)
+            if execution.mode == "tpu":
+                missing = tpu_interpret_mode_missing()
+                if missing is not None:
+                    return Availability(False, missing, jax_versions())
+            _load_api(execution)
+        except Exception as error:  # any import/API failure means "unavailable", never a crash
+            return unavailable_because(error, f"importing {MODULE}")
+        return Availability(True, "", jax_versions(), execution.description)
+
+    def capabilities(self) -> Capabilities:
+        try:
+            has_lse = _load_api(choose_execution(self.interpreter)).impl is not None
+        except Exception:
+            has_lse = False
+        return Capabilities(
+            dtypes=("float32", "bfloat16"),
+            causal_alignments=("top_left",),
+            segment_ids=True,
+            bias=True,
+            bias_broadcast=True,
+            backward=True,
+            bias_grad=True,
+            lse=has_lse,
+            fully_masked_rows="unspecified",
+            constraints=CONSTRAINTS,
+        )
+
+    # -- forward ---------------------------------------------------------------------
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32."""
+        execution = choose_execution(self.interpreter)
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        arrays = (inputs.q, inputs.k, inputs.v, inputs.bias, inputs.q_segment_ids, inputs.kv_segment_ids)
+        key = ("forward", execution.mode, array_key(*arrays), scale, spec.causal)
+        with execution.context():
+            args = tuple(to_jax(a) for a in arrays)
+            compiled = self._cache.get(key, lambda: self._build_forward(execution, scale, spec.causal, args))
+            out, lse = compiled.fn(*args)
+            out, lse = to_numpy(out), None if lse is None else to_numpy(lse)
+        return SubjectOutput(out=out, lse=lse, ran=compiled.ran)
+
+    def _build_forward(self, execution: TpuExecution, scale: float, causal: bool, args: tuple) -> Compiled:
+        import jax
+        import jax.numpy as jnp
+
+        api = _load_api(execution)
+
+        def forward(q, k, v, bias, q_seg, kv_seg):
+            ab = _kernel_bias(bias, q, k, scale)
+            segment_ids = None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32),
+                                                                     kv_seg.astype(jnp.int32))
+            if api.impl is None:
+                return api.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale), None
+            b, h, sq, d = q.shape
+            blocks = api.block_sizes.get_default(b, h, sq, k.shape[2], d)
+            out, denominator, row_max = api.impl(
+                q, k, v, ab, segment_ids, True, causal, scale,
+                blocks.block_b, blocks.block_q, blocks.block_k_major, blocks.block_k, False,
+            )
+            return out, row_max + jnp.log(denominator)
+
+        return Compiled(jax.jit(forward), _ran(forward, args, execution))
+
+    # -- backward --------------------------------------------------------------------
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        """Gradients of ``sum(out * dout)`` through the kernel's custom VJP, canonical layout."""
+        execution = choose_execution(self.interpreter)
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        arrays = (inputs.q, inputs.k, inputs.v, inputs.bias, inputs.q_segment_ids, inputs.kv_segment_ids)
+        key = ("backward", execution.mode, array_key(*arrays), scale, spec.causal)
+        with execution.context():
+            args = tuple(to_jax(a) for a in arrays)
+            compiled = self._cache.get(
+                key, lambda: self._build_gradients(execution, scale, spec.causal, args)
+            )
+            grads = compiled.fn(*args, to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
+            dq, dk, dv, dbias = (None if g is None else to_numpy(g) for g in grads)
+        return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
+
+    def _build_gradients(self, execution: TpuExecution, scale: float, causal: bool, args: tuple) -> Compiled:
+        import jax
+        import jax.numpy as jnp
+
+        api = _load_api(execution)
+
+        def attention(q, k, v, bias, q_seg, kv_seg):
+            segment_ids = None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32),
+                                                                     kv_seg.astype(jnp.int32))
+            ab = _kernel_bias(bias, q, k, scale)
+            return api.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale)
+
+        def grads(q, k, v, bias, q_seg, kv_seg, dout):
+            if bias is None:
+                _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, None, q_seg, kv_seg), q, k, v)
+                return (*vjp(dout), None)
+            _, vjp = jax.vjp(lambda q, k, v, b: attention(q, k, v, b, q_seg, kv_seg), q, k, v, bias)
+            return vjp(dout)
+
+        dout = jnp.zeros(args[0].shape, args[0].dtype)
+        return Compiled(jax.jit(grads), _ran(grads, (*args, dout), execution))
+
+
+def _kernel_bias(bias: Any, q: Any, k: Any, scale: float) -> Any:
+    """Canonical bias (added after scaling) -> the kernel's ``ab`` (added before): ``bias / scale``,
+    broadcast to the full ``[B, H, Sq, Sk]`` the kernel requires, in float32."""
+    if bias is None:
+        return None
+    import jax.numpy as jnp
+
+    b, h, sq, _ = q.shape
+    full = (b, h, sq, k.shape[2])
+    return jnp.broadcast_to(bias.astype(jnp.float32) / jnp.float32(scale), full)
+
+
+def _ran(fn: Any, args: tuple, execution: TpuExecution) -> str:
+    """``"pallas_call x2 (...)"``; a trace without one says so instead of passing silently."""
+    n = count_primitives(fn, args, "pallas_call")
+    if n == 0:
+        return f"no pallas_call traced: fell back to plain attention ({execution.description})"
+    return f"pallas_call x{n} ({execution.description})"
+

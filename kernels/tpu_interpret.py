@@ -1,0 +1,154 @@
+"""How a Pallas TPU kernel runs on this machine, per JAX version: the one place for it.
+
+Three executions exist:
+
+* ``native``  - a TPU is attached: the kernel is compiled by Mosaic as shipped.
+* ``generic`` - Pallas's generic interpreter (``pallas_call(..., interpret=True)``):
+  the kernel body runs as a jitted scan over the grid on CPU. Fast (a few ms per
+  call at S=256 once compiled). Available on every supported JAX version.
+* ``tpu``     - TPU interpret mode (``pltpu.force_tpu_interpret_mode(InterpretParams())``):
+  also models TPU memory (uninitialised buffers are NaN, DMAs, semaphores), about
+  30-50x slower. Only from JAX 0.7.0, where the context manager appeared.
+
+The TPU flash kernel module calls ``pl.pallas_call`` without an ``interpret``
+argument, so the generic route needs it forced. We do that without touching JAX:
+``interpreted_copy`` executes the kernel module's own source file a second time,
+as a private module whose ``pl`` name is a namespace where ``pallas_call`` has
+``interpret=True``. The kernel code that runs is byte for byte the installed one.
+
+Before JAX 0.6 that module indexes refs with ``pl.load``/``pl.store`` and Python
+ints (``ref[(0, 0)]``-style batch indices); the generic interpreter's discharge
+rule for ``load`` then crashes with ``'int' object has no attribute 'shape'``.
+The private namespace's ``load``/``store`` turn those ints into int32 scalars
+first (``_int_indexer_shim``). The shim is gated to ``jax < 0.6`` and tested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import importlib.util
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from kernels.jax_runtime import default_backend, jax_version
+
+Interpreter = Literal["generic", "tpu"]
+INTERPRETERS: tuple[Interpreter, ...] = ("generic", "tpu")
+
+# First JAX version with pltpu.force_tpu_interpret_mode (TPU interpret mode as a context).
+TPU_INTERPRET_MODE_SINCE = (0, 7, 0)
+# Last JAX minor whose TPU flash kernel indexes refs through pl.load/pl.store with Python ints.
+INT_INDEXER_SHIM_BEFORE = (0, 6, 0)
+
+# Private module names under which interpreted copies are registered; a name
+# outside any real package so it can never shadow or be mistaken for JAX's module.
+_COPY_PREFIX = "_attention_conformance_interpreted."
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuExecution:
+    """How TPU kernels run in this process: ``native``, ``generic`` or ``tpu`` (see module doc)."""
+
+    mode: Literal["native", "generic", "tpu"]
+
+    @property
+    def description(self) -> str:
+        return {
+            "native": "native Mosaic on TPU",
+            "generic": "Pallas generic interpreter (interpret=True) on CPU",
+            "tpu": "Pallas TPU interpret mode (force_tpu_interpret_mode) on CPU",
+        }[self.mode]
+
+    @contextlib.contextmanager
+    def context(self) -> Iterator[None]:
+        """Wrap tracing *and* execution in this; the TPU interpret mode is a tracing-time setting."""
+        if self.mode != "tpu":
+            yield
+            return
+        from jax.experimental.pallas import tpu as pltpu
+
+        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+            yield
+
+
+def tpu_interpret_mode_missing() -> str | None:
+    """Why TPU interpret mode cannot run on this JAX, or None when it can."""
+    if jax_version() < TPU_INTERPRET_MODE_SINCE:
+        return (
+            "TPU interpret mode (pltpu.force_tpu_interpret_mode) arrived in JAX 0.7.0; "
+            "use interpreter='generic' on this version"
+        )
+    from jax.experimental.pallas import tpu as pltpu
+
+    if not hasattr(pltpu, "force_tpu_interpret_mode") or not hasattr(pltpu, "InterpretParams"):
+        return "this JAX has no pltpu.force_tpu_interpret_mode/InterpretParams; use interpreter='generic'"
+    return None
+
+
+def choose_execution(interpreter: Interpreter) -> TpuExecution:
+    """Native on a TPU; otherwise the requested interpreter (the caller checked it is available)."""
+    if interpreter not in INTERPRETERS:
+        raise ValueError(f"unknown interpreter {interpreter!r}; use one of {INTERPRETERS}")
+    if default_backend() == "tpu":
+        return TpuExecution("native")
+    return TpuExecution(interpreter)
+
+
+def interpreted_copy(module_name: str) -> types.ModuleType:
+    """A private copy of ``module_name`` whose ``pl.pallas_call`` always interprets.
+
+    Idempotent: the copy is registered in ``sys.modules`` under a private name
+    (dataclasses in the module need their module registered while the class is
+    built) and reused on later calls, like any import.
+    """
+    private_name = _COPY_PREFIX + module_name
+    if private_name in sys.modules:
+        return sys.modules[private_name]
+    original = importlib.import_module(module_name)
+    spec = importlib.util.spec_from_file_location(private_name, original.__file__)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot re-load {module_name} from {original.__file__}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[private_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[private_name]
+        raise
+    module.pl = _interpreting_pallas_namespace(module.pl)
+    return module
+
+
+def _interpreting_pallas_namespace(pl: types.ModuleType) -> types.SimpleNamespace:
+    """``jax.experimental.pallas`` as seen by the copy: the same names, interpreting pallas_call."""
+    namespace = types.SimpleNamespace(**{n: getattr(pl, n) for n in dir(pl) if not n.startswith("__")})
+    namespace.pallas_call = functools.partial(pl.pallas_call, interpret=True)
+    if jax_version() < INT_INDEXER_SHIM_BEFORE:
+        namespace.load, namespace.store = _int_indexer_shim(pl)
+    return namespace
+
+
+def _int_indexer_shim(pl: Any) -> tuple[Any, Any]:
+    """``pl.load``/``pl.store`` that pass Python-int indices as int32 scalars (jax < 0.6 only).
+
+    The generic interpreter's load discharge rule asks every non-slice index for
+    ``.shape``; a 0-d int32 array has one and selects the same element.
+    """
+    import jax.numpy as jnp
+
+    def as_arrays(idx: Any) -> Any:
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        return tuple(jnp.int32(i) if isinstance(i, int) and not isinstance(i, bool) else i for i in idx)
+
+    def load(ref: Any, idx: Any, **kwargs: Any) -> Any:
+        return pl.load(ref, as_arrays(idx), **kwargs)
+
+    def store(ref: Any, idx: Any, val: Any, **kwargs: Any) -> Any:
+        return pl.store(ref, as_arrays(idx), val, **kwargs)
+
+    return load, store

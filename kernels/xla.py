@@ -1,0 +1,70 @@
+"""XLA attention: ``jax.nn.dot_product_attention(implementation='xla')``, the platform-native path.
+
+Translation lives in ``kernels.jax_nn_attention`` (layout ``[B, T, N, H]``, windows,
+lengths, lse). What this implementation does differently from canonical:
+
+* Softmax runs in float32 whatever the input dtype; bf16/f16 logits come from a
+  matmul with float32 accumulation.
+* Masked logits are *replaced* by ``-0.7 * float32 max``: a row that sees no key
+  returns the mean of V, except rows past ``q_lengths``, which are zeroed after
+  the softmax; a row whose bias is all ``-inf`` gives NaN. No single convention
+  holds, so it is declared ``unspecified``.
+* ``value`` must have the shape of ``key`` (no Dv != D); segment ids have no
+  argument (use a boolean mask); there is no softcap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
+from kernels.jax_runtime import default_backend
+from reference.spec import AttentionInputs, AttentionSpec
+
+
+def _dtypes() -> tuple[str, ...]:
+    """float16 only off CPU: on CPU, jax.nn asks dot_general for the F16_F16_F32 algorithm,
+    which XLA:CPU rejects at compile time ("not supported by dot_general on CPU")."""
+    try:
+        on_cpu = default_backend() == "cpu"
+    except Exception:
+        on_cpu = True
+    return ("float32", "bfloat16") if on_cpu else ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class XlaAdapter:
+    """``jax.nn.dot_product_attention`` with ``implementation='xla'``. Canonical ``[B, H, S, D]``."""
+
+    name: str = "xla"
+    description: str = "jax.nn.dot_product_attention(implementation='xla')"
+    _runner: JaxNnRunner = dataclasses.field(default_factory=lambda: JaxNnRunner("xla"), repr=False)
+
+    def availability(self) -> Availability:
+        return api_availability("XLA on the default JAX backend")
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            dtypes=_dtypes(),
+            causal_alignments=("top_left",),
+            window=True,
+            lengths=True,
+            bool_mask=True,
+            gqa=True,
+            bias=True,
+            bias_broadcast=True,
+            backward=True,
+            bias_grad=True,
+            lse=api_has_lse(),
+            fully_masked_rows="unspecified",
+        )
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """``out: [B, Hq, Sq, D]`` in the input dtype; ``lse: [B, Hq, Sq]`` where this JAX exposes it."""
+        return self._runner.forward(inputs, spec, lse=api_has_lse())
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        return self._runner.gradients(inputs, spec, dout)
