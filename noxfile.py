@@ -2,27 +2,66 @@
 
     nox -s tests                          # the project's own tests (newest JAX)
     nox -s conformance                    # the conformance suite at the newest JAX
+    nox -s "conformance(jax='0.4.38')"    # ... at any JAX version, listed or not -> reports/jax-0.4.38/
+    nox -k conformance                    # ... at every version of the matrix
+    nox -s matrix                         # one report over all reports/jax-*/ -> reports/matrix/
+    nox -s gate -- BASE CANDIDATE         # upgrade verdict; exits non-zero on a regression
+
+The versions, and the pins each one needs, live in reports/jax_versions.py; so do
+the rules by which this file reads its own command line (a bare `conformance`
+means the newest version only; a version named on the command line is added).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import nox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checkout's reports/, whatever nox's cwd
+from reports import jax_versions  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["tests"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
-NEWEST_JAX = "0.10.2"
+NEWEST_JAX = jax_versions.NEWEST
+CONFORMANCE_VERSIONS = jax_versions.session_versions(sys.argv[1:], os.environ)
 
 
 def install_project(
     session: nox.Session, jax_version: str = NEWEST_JAX, groups: tuple[str, ...] = ("test",)
 ) -> None:
-    """Install the project's dependencies (not the project: it runs from the checkout)."""
+    """Install the project's dependencies (not the project: it runs from the checkout).
+
+    An unknown or uninstallable JAX version ends the session with one line naming
+    the problem and the fix; the installer's full output stays in the session's tmp/.
+    """
+    problem = jax_versions.version_problem(jax_version)
+    if problem:
+        session.error(problem)
     requirements = [r for r in PYPROJECT["project"]["dependencies"] if not r.startswith("jax")]
     for group in groups:
         requirements += nox.project.dependency_groups(PYPROJECT, group)
-    session.install(*requirements, f"jax=={jax_version}", f"jaxlib=={jax_version}")
+    requirements = list(dict.fromkeys([*requirements, *jax_versions.requirements_for(jax_version)]))
+    log_path = Path(session.create_tmp()) / "install.log"
+    with log_path.open("w", encoding="utf-8") as log:
+        try:
+            session.install(*requirements, silent=False, stdout=log, stderr=subprocess.STDOUT)
+        except nox.command.CommandFailed:
+            log.flush()
+            output = log_path.read_text(encoding="utf-8", errors="replace")
+            session.error(f"{jax_versions.install_failure(jax_version, output)} (log: {_relative(log_path)})")
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path.name
 
 
 @nox.session(python="3.11")
@@ -33,7 +72,23 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
-def conformance(session: nox.Session) -> None:
+@nox.parametrize("jax", CONFORMANCE_VERSIONS)
+def conformance(session: nox.Session, jax: str) -> None:
     """The conformance suite (until it lands: the reference demo)."""
-    install_project(session)
+    install_project(session, jax)
     session.run("python", "-m", "reference", *session.posargs)
+
+
+@nox.session(python="3.11")
+def matrix(session: nox.Session) -> None:
+    """One report over every reports/jax-*/ present: subject x version, ratio drift -> reports/matrix/."""
+    session.install(*[r for r in PYPROJECT["project"]["dependencies"] if r.startswith("matplotlib")])
+    session.run("python", "-m", "reports", "matrix", "reports", *session.posargs)
+
+
+@nox.session(python="3.11")
+def gate(session: nox.Session) -> None:
+    """Upgrade verdict: `nox -s gate -- BASE CANDIDATE [--ratio-drift 0.5 ...]` (stdlib only, no installs)."""
+    if len([a for a in session.posargs if not a.startswith("-")]) < 2:
+        session.error("give two report folders: nox -s gate -- reports/jax-OLD reports/jax-NEW")
+    session.run("python", "-m", "reports", "gate", *session.posargs)

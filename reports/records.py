@@ -86,7 +86,9 @@ class CaseResult:
     metrics: tuple[TensorMetrics, ...] = ()
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     availability: dict[str, Any] = dataclasses.field(default_factory=dict)
-    features: tuple[str, ...] = ()  # grid columns this result counts towards, e.g. ("forward", "causal", "bfloat16")
+    features: tuple[
+        str, ...
+    ] = ()  # grid columns this result counts towards, e.g. ("forward", "causal", "bfloat16")
     repro: str = ""  # standalone Python script that reproduces the case
 
     @property
@@ -169,7 +171,9 @@ def read_results(path: Path) -> ResultsFile:
     if path.is_dir():
         path = path / RESULTS_FILE
     if not path.exists():
-        raise ResultsFileError(f"{path}: no results file; run `nox -s conformance` to produce one, or pass the right folder")
+        raise ResultsFileError(
+            f"{path}: no results file; run `nox -s conformance` to produce one, or pass the right folder"
+        )
     lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
     torn = lines[-1] != ""
     if not torn:
@@ -188,7 +192,9 @@ def read_results(path: Path) -> ResultsFile:
         except ValueError as exc:
             if is_last and torn:
                 break  # a run killed mid-write: everything before it stands
-            raise ResultsFileError(f"{path}:{number}: corrupt line ({exc}); delete that line or rerun the case with --resume") from None
+            raise ResultsFileError(
+                f"{path}:{number}: corrupt line ({exc}); delete that line or rerun the case with --resume"
+            ) from None
         if obj.get("schema") != SCHEMA_VERSION:
             raise ResultsFileError(
                 f"{path}:{number}: schema version {obj.get('schema')!r}, this tool reads {SCHEMA_VERSION}; "
@@ -207,10 +213,36 @@ def read_results(path: Path) -> ResultsFile:
             else:
                 raise ValueError(f"unknown record kind {kind!r}")
         except (KeyError, TypeError, ValueError) as exc:
-            raise ResultsFileError(f"{path}:{number}: malformed {kind} record ({exc}); regenerate the results") from None
+            raise ResultsFileError(
+                f"{path}:{number}: malformed {kind} record ({exc}); regenerate the results"
+            ) from None
     if header is None:
         raise ResultsFileError(f"{path}:1: no run header; this is not a results file written by the suite")
-    return ResultsFile(path=path, header=header, results=tuple(results.values()), footer=footer, torn_last_line=torn)
+    return ResultsFile(
+        path=path, header=header, results=tuple(results.values()), footer=footer, torn_last_line=torn
+    )
+
+
+def read_summary(path: Path) -> dict[str, Any] | None:
+    """Read a summary.json (or the folder holding one); None when there is none,
+    as after a killed run. Raises ResultsFileError on anything but a JSON object."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / SUMMARY_FILE
+    if not path.exists():
+        return None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise ResultsFileError(f"{path}:1: the summary file is empty; delete it or rerun the session")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(
+            f"{path}:{exc.lineno}: corrupt summary ({exc.msg}); delete it or rerun the session"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ResultsFileError(f"{path}:1: the summary is not a JSON object; delete it or rerun the session")
+    return obj
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -219,14 +251,24 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write via a temporary file in the same folder and rename; on any failure the
+    old file (if any) stays as it was and the temporary file is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def completed_keys(results: Iterable[CaseResult]) -> set[tuple[str, str, str]]:

@@ -1,0 +1,154 @@
+"""The JAX version matrix: which versions nox knows, what each one's environment
+needs, and which versions a nox command line asks for.
+
+Pure functions of their arguments (the noxfile passes ``sys.argv`` and
+``os.environ``), so the selection rules are unit-tested without running nox.
+
+Why the noxfile reads its own command line: ``conformance`` is parametrized over
+JAX versions, and nox runs *every* parametrization when given a bare session name.
+Issue 4 promises that plain ``nox -s conformance`` runs at the newest JAX only,
+and issue 5 that ``nox -s "conformance(jax='X')"`` works for any X, not only the
+listed ones. nox has no hook for either, so ``session_versions`` looks at the
+session selectors before nox builds its session list:
+
+* a bare ``conformance`` selector narrows the list to ``NEWEST`` (plus any
+  version named explicitly in the same command);
+* ``conformance(jax='X')`` adds X to the list if it is not there;
+* no conformance selector at all (``nox -l``, ``nox -k conformance``) keeps the
+  whole matrix, so ``nox -k conformance`` is how to run every version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping, Sequence
+
+# Every version the matrix runs, oldest first; the last one is what a bare
+# `nox -s conformance` (and `nox -s tests`) installs: the newest release at the
+# time of writing.
+MATRIX: tuple[str, ...] = ("0.4.35", "0.4.38", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
+NEWEST = MATRIX[-1]
+SESSION = "conformance"
+
+# THE table of pins that JAX versions need beyond pyproject.toml. Rows are
+# (first jax version, last jax version, requirements, why); the first row whose
+# range holds the version applies. `jaxlib` is never pinned here: every jax
+# release requires `jaxlib<=its own version`, so the resolver picks the right one
+# even for 0.4.37 and 0.5.2, which have no jaxlib of the same number.
+PINS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    (
+        "0.4.31",
+        "999",
+        ("numpy>=1.26,<3", "ml_dtypes>=0.4", "scipy>=1.10"),
+        "checked here: 0.4.35 to 0.10.2 import and run Pallas with numpy 2.4, ml_dtypes 0.7, scipy 1.17",
+    ),
+    (
+        "0.4.0",
+        "0.4.30",
+        ("numpy>=1.24,<2", "ml_dtypes>=0.2,<0.5", "scipy>=1.10,<1.15"),
+        "jaxlib before 0.4.31 is built against NumPy 1.x (jax <= 0.4.23 breaks on numpy 2)",
+    ),
+)
+# Pallas imports absl on several versions without declaring it.
+ALWAYS: tuple[str, ...] = ("absl-py>=1",)
+
+_VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
+_SELECTOR = re.compile(rf"""^\s*{SESSION}(?:-[\d.]+)?\(\s*jax\s*=\s*(['"])(?P<version>.*?)\1\s*\)\s*$""")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """'0.4.38' -> (0, 4, 38); for sorting folders and comparing against PINS."""
+    return tuple(int(part) for part in version.split("."))
+
+
+def sort_versions(versions: Sequence[str]) -> list[str]:
+    """Release numbers in release order; anything else after them, alphabetically."""
+    return sorted(versions, key=lambda v: (0, version_key(v), "") if _VERSION.match(v) else (1, (), v))
+
+
+def requested_selectors(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The session names given to nox, as nox itself reads them.
+
+    argv: nox's arguments without the program name. Mirrors nox's parser: -s, -e,
+    --session and --sessions take any number of values, the last use wins, and
+    NOXSESSION (comma-separated) applies only when none is given. Posargs after
+    ``--`` are never selectors.
+    """
+    if "--" in argv:
+        argv = argv[: list(argv).index("--")]
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("-s", "-e", "--sessions", "--session", dest="sessions", nargs="*")
+    known, _ = parser.parse_known_args(list(argv))
+    if known.sessions is not None:
+        return tuple(known.sessions)
+    return tuple(s for s in environ.get("NOXSESSION", "").split(",") if s)
+
+
+def selected_version(selector: str) -> str | None:
+    """ "conformance(jax='0.4.38')" -> '0.4.38'; None for any other selector."""
+    match = _SELECTOR.match(selector)
+    return match.group("version") if match else None
+
+
+def session_versions(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The parameter list for the ``conformance`` session (rules in the module docstring)."""
+    selectors = requested_selectors(argv, environ)
+    named = [v for v in map(selected_version, selectors) if v is not None]
+    if SESSION in (s.strip() for s in selectors):
+        return tuple(dict.fromkeys([NEWEST, *named]))
+    return tuple(dict.fromkeys([*MATRIX, *named]))
+
+
+def version_problem(version: str) -> str | None:
+    """One line naming what is wrong with a requested version and the fix, or None."""
+    if not _VERSION.match(version):
+        return (
+            f"jax {version!r} is not a release number; name one like "
+            f"\"conformance(jax='{NEWEST}')\" (known: {', '.join(MATRIX)})"
+        )
+    if pins_for(version) is None:
+        return (
+            f"jax {version} is older than any row of the pins table in reports/jax_versions.py; "
+            f"use {MATRIX[0]} or newer, or add a row with the pins it needs"
+        )
+    return None
+
+
+def pins_for(version: str) -> tuple[str, ...] | None:
+    """The extra requirements for one JAX version (ALWAYS included), or None if no row covers it."""
+    key = version_key(version)
+    for first, last, requirements, _why in PINS:
+        if version_key(first) <= key <= version_key(last):
+            return (*requirements, *ALWAYS)
+    return None
+
+
+def requirements_for(version: str) -> tuple[str, ...]:
+    """What to install for one JAX version: jax itself (jaxlib follows) plus its pins."""
+    pins = pins_for(version)
+    if pins is None:
+        raise ValueError(version_problem(version))
+    return (f"jax=={version}", *pins)
+
+
+def install_failure(version: str, installer_output: str) -> str:
+    """One line for a failed install: the installer's own reason, and the fix."""
+    lines = [line.strip() for line in installer_output.splitlines() if line.strip()]
+    cause = next((line for line in lines if "because" in line.lower()), None)
+    cause = cause or next(
+        (line for line in lines if line.lower().startswith("error")), "the installer failed"
+    )
+    cause = re.sub(r"^(cause:|error:|[\W_]+)\s*", "", cause, flags=re.IGNORECASE)
+    missing = (
+        rf"(no (matching )?versions? of|no matching distribution found for) jax==\s*{re.escape(version)}\b"
+    )
+    if re.search(missing, cause.lower()):
+        return (
+            f"jax {version} cannot be installed: no such release on the package index. "
+            f"Fix: pick a released version (`pip index versions jax`); the matrix knows {', '.join(MATRIX)}"
+        )
+    return (
+        f"jax {version} cannot be installed: {cause} Fix: adjust that version's row in "
+        "reports/jax_versions.py PINS, or pick another version; rerun with -v for the installer's output"
+    )

@@ -1,0 +1,302 @@
+"""The version matrix: one report over every ``reports/jax-*/`` folder present.
+
+Subject x version verdicts, the drift of the error ratio from version to version,
+the checks whose ratio moved most, and capabilities that appeared or vanished.
+A folder that cannot be read is listed with its one-line error; the rest still render.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from reports import markdown as md
+from reports.describe import worst_ratio
+from reports.environment import one_line
+from reports.grid import FAILED, feature_grid
+from reports.jax_versions import sort_versions
+from reports.plots import MATRIX_LENGTH_PLOT, MATRIX_VERSION_PLOT, plot_versions, plot_versions_by_length
+from reports.records import RESULTS_FILE, ResultsFileError, write_text_atomic
+from reports.run import Run, load_run
+
+MATRIX_DIR = "matrix"
+REPORT_FILE = "report.md"
+TOP_DRIFTS = 15
+MOVE_THRESHOLD = 0.2  # per-check ratio moves smaller than 20% are version-to-version rounding noise
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    runs: tuple[Run, ...]  # oldest JAX first
+    unreadable: tuple[tuple[Path, str], ...]  # folder, the one-line error
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """Column labels: the JAX version, or the folder name where two runs share a version."""
+        versions = [run.jax_version for run in self.runs]
+        return tuple(
+            v if versions.count(v) == 1 else run.folder.name
+            for v, run in zip(versions, self.runs, strict=True)
+        )
+
+    def label(self, run: Run) -> str:
+        return self.versions[self.runs.index(run)]
+
+    @property
+    def subjects(self) -> tuple[str, ...]:
+        return tuple(sorted({r.case.subject for run in self.runs for r in run.results}))
+
+
+def discover(root: Path) -> list[Path]:
+    """The ``jax-*`` report folders under ``root`` (normally ``reports/``)."""
+    return sorted(p for p in Path(root).glob("jax-*") if p.is_dir())
+
+
+def load_matrix(folders: Sequence[Path]) -> Matrix:
+    runs, unreadable = [], []
+    for folder in folders:
+        try:
+            runs.append(load_run(folder))
+        except ResultsFileError as exc:
+            unreadable.append((Path(folder), str(exc)))
+    order = {v: i for i, v in enumerate(sort_versions([r.jax_version for r in runs]))}
+    runs.sort(key=lambda r: (order[r.jax_version], r.folder.name))
+    return Matrix(tuple(runs), tuple(unreadable))
+
+
+def write_matrix(root: Path, out_dir: Path | None = None, *, plots: bool = True) -> Path:
+    """Render ``<root>/matrix/report.md`` (and plots) over every ``<root>/jax-*/``.
+
+    Raises ResultsFileError when no folder can be read at all.
+    """
+    root = Path(root)
+    out_dir = Path(out_dir) if out_dir else root / MATRIX_DIR
+    folders = discover(root)
+    matrix = load_matrix(folders)
+    if not matrix.runs:
+        problems = "; ".join(error for _, error in matrix.unreadable)
+        raise ResultsFileError(
+            f"{root}: no readable jax-*/{RESULTS_FILE} "
+            f"({problems or 'no jax-* folders'}); run `nox -s \"conformance(jax='X')\"` first"
+        )
+    links = []
+    if plots:
+        links = _plots(matrix, out_dir)
+    path = out_dir / REPORT_FILE
+    write_text_atomic(path, render_matrix(matrix, plot_links=links))
+    return path
+
+
+def _plots(matrix: Matrix, out_dir: Path) -> list[str]:
+    try:
+        by_version = {matrix.label(run): run.results for run in matrix.runs}
+        drawn = [
+            (plot_versions(by_version, out_dir / MATRIX_VERSION_PLOT), "Worst error ratio per JAX version"),
+            (
+                plot_versions_by_length(by_version, out_dir / MATRIX_LENGTH_PLOT),
+                "Error ratio against sequence length, by JAX version",
+            ),
+        ]
+    except ImportError:
+        return ["_No plots: matplotlib is not installed in this environment._"]
+    return [f"📈 [{title}]({path.name})" for path, title in drawn if path is not None]
+
+
+def version_cell(run: Run, subject: str) -> str:
+    results = [r for r in run.results if r.case.subject == subject]
+    if not results:
+        return md.STATUS_ICON["not run"]
+    grid = feature_grid(results)
+    cell = grid.cell(subject, "all")
+    unsupported = f" · ➖ {cell.tally['unsupported']}" if cell.tally["unsupported"] else ""
+    if cell.status == "fail":
+        failing = [f for f in grid.features if grid.status(subject, f) == "fail"][:4]
+        return (
+            f"❌ {cell.failed}/{cell.total}" + (f" ({', '.join(failing)})" if failing else "") + unsupported
+        )
+    if cell.status == "pass":
+        return f"✅ {cell.tally['pass']}{unsupported}"
+    return md.STATUS_ICON[cell.status]
+
+
+def ratio_stats(run: Run, subject: str, dtype: str) -> tuple[float, float] | None:
+    """(worst, median) error ratio of a subject's checks in one dtype, or None if none measured one."""
+    ratios = [worst_ratio(r) for r in run.results if r.case.subject == subject and r.case.dtype == dtype]
+    ratios = [r for r in ratios if r is not None]
+    return (max(ratios), statistics.median(ratios)) if ratios else None
+
+
+def _change(before: float, after: float) -> str:
+    if before <= 0 or not math.isfinite(before) or not math.isfinite(after):
+        return ""
+    change = after / before - 1
+    return "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
+
+
+def drift_table(matrix: Matrix) -> str | None:
+    keys = sorted({(r.case.subject, r.case.dtype) for run in matrix.runs for r in run.results if r.metrics})
+    if not keys:
+        return None
+    rows = []
+    for subject, dtype in keys:
+        row, previous = [f"{subject} · {dtype}"], None
+        for run in matrix.runs:
+            stats = ratio_stats(run, subject, dtype)
+            if stats is None:
+                row.append(md.STATUS_ICON["not run"])
+                continue
+            worst, median = stats
+            change = _change(previous, worst) if previous is not None else ""
+            row.append(f"{md.number(worst)}{f' ({change})' if change else ''} · med {md.number(median)}")
+            previous = worst
+        rows.append(row)
+    return md.table(["subject · dtype", *matrix.versions], rows, align="l" + "r" * len(matrix.versions))
+
+
+def case_drifts(matrix: Matrix, top: int = TOP_DRIFTS) -> list[list[str]]:
+    """The checks whose headline ratio moved most (by factor, beyond MOVE_THRESHOLD) between
+    consecutive versions, largest first."""
+    moves = []
+    for older, newer in zip(matrix.runs, matrix.runs[1:], strict=False):
+        before = {r.key: r for r in older.results}
+        for result in newer.results:
+            old = before.get(result.key)
+            if old is None:
+                continue
+            a, b = worst_ratio(old), worst_ratio(result)
+            if a is None or b is None or a <= 0 or b <= 0:
+                continue
+            factor = b / a
+            if abs(math.log(factor)) > math.log(1 + MOVE_THRESHOLD):
+                moves.append(
+                    (abs(math.log(factor)), matrix.label(older), matrix.label(newer), result, a, b, factor)
+                )
+    moves.sort(key=lambda m: -m[0])
+    return [
+        [
+            r.case.subject,
+            r.check,
+            md.code(r.case.case_id),
+            f"{v1} → {v2}",
+            f"{md.number(a)} → {md.number(b)}",
+            f"{factor - 1:+.0%}",
+        ]
+        for _, v1, v2, r, a, b, factor in moves[:top]
+    ]
+
+
+def capability_changes(matrix: Matrix) -> list[list[str]]:
+    """Grid cells whose status changed between consecutive versions (pass <-> unsupported, etc.)."""
+    rows = []
+    for older, newer in zip(matrix.runs, matrix.runs[1:], strict=False):
+        old_grid, new_grid = feature_grid(older.results), feature_grid(newer.results)
+        for subject in sorted(set(old_grid.subjects) | set(new_grid.subjects)):
+            for feature in ("all", *sorted(set(old_grid.features) | set(new_grid.features))):
+                a, b = old_grid.status(subject, feature), new_grid.status(subject, feature)
+                if a != b:
+                    rows.append(
+                        [
+                            subject,
+                            feature,
+                            f"{matrix.label(older)} → {matrix.label(newer)}",
+                            f"{md.STATUS_ICON[a]} {a} → {md.STATUS_ICON[b]} {b}",
+                        ]
+                    )
+    return rows
+
+
+def verdict_line(matrix: Matrix) -> str:
+    failing = []
+    for run in matrix.runs:
+        failed = sum(1 for r in run.results if r.verdict in FAILED)
+        if failed:
+            failing.append(f"{matrix.label(run)} ({failed})")
+    incomplete = [matrix.label(run) for run in matrix.runs if not run.complete]
+    tail = f"; ⚠️ incomplete: {', '.join(incomplete)}" if incomplete else ""
+    if matrix.unreadable:
+        tail += f"; ⚠️ {md.plural(len(matrix.unreadable), 'folder')} unreadable"
+    span = f"{md.plural(len(matrix.runs), 'JAX version')} ({matrix.versions[0]} … {matrix.versions[-1]})"
+    if failing:
+        return (
+            f"**❌ FAILURES** in {md.plural(len(failing), 'version')} of {span}: {', '.join(failing)}{tail}."
+        )
+    return f"**✅ PASS** — every check that ran passed in all {span}{tail}."
+
+
+def _folder_link(run: Run) -> str:
+    """The run's folder, linked to its report.md when it has one (the matrix sits next to it)."""
+    if (run.folder / REPORT_FILE).exists():
+        return f"[{run.folder.name}](../{run.folder.name}/{REPORT_FILE})"
+    return md.code(run.folder.name)
+
+
+def render_matrix(matrix: Matrix, *, plot_links: Sequence[str] = ()) -> str:
+    """The whole matrix report.md (pure)."""
+    parts = ["# Conformance matrix · JAX versions", "", verdict_line(matrix), ""]
+    rows = [
+        [f"**{subject}**", *[version_cell(run, subject) for run in matrix.runs]]
+        for subject in matrix.subjects
+    ]
+    parts += [
+        md.table(["subject", *matrix.versions], rows, align="l" + "c" * len(matrix.runs)),
+        "",
+        md.LEGEND,
+        "",
+    ]
+    parts += [*[f"{link}  " for link in plot_links], ""] if plot_links else []
+    drift = drift_table(matrix)
+    if drift:
+        parts += [
+            "## Error-ratio drift",
+            "",
+            "Worst error ratio (subject / same-dtype baseline) per subject and dtype, its change from the "
+            "previous version in brackets, and the median over all checks.",
+            "",
+            drift,
+            "",
+        ]
+    moves = case_drifts(matrix)
+    parts += [
+        f"## Checks whose error ratio moved by more than {MOVE_THRESHOLD:.0%} between consecutive versions",
+        "",
+    ]
+    if moves:
+        parts += [md.table(["subject", "check", "case", "versions", "ratio", "change"], moves, "llllrr"), ""]
+    else:
+        parts += ["None.", ""]
+    changes = capability_changes(matrix)
+    if changes:
+        parts += [
+            "## What changed between versions",
+            "",
+            md.table(["subject", "column", "versions", "status"], changes),
+            "",
+        ]
+    version_rows = [
+        [
+            matrix.label(run),
+            _folder_link(run),
+            len(run.results),
+            "yes" if run.complete else "⚠️ **no**",
+            one_line(run.environment) if run.environment else "unknown",
+        ]
+        for run in matrix.runs
+    ]
+    parts += [
+        "## Runs",
+        "",
+        md.table(["jax", "folder", "checks", "complete", "environment"], version_rows, "llrcl"),
+        "",
+    ]
+    if matrix.unreadable:
+        parts += [
+            "## Unreadable folders",
+            "",
+            *[f"- {md.code(folder.name)}: {md.cell(error)}" for folder, error in matrix.unreadable],
+            "",
+        ]
+    parts.append("<sub>Render again with `nox -s matrix` or `python -m reports matrix reports`.</sub>")
+    return "\n".join(parts).rstrip() + "\n"
