@@ -16,7 +16,10 @@ def _failing(subject: str = "flash", dtype: str = "bfloat16", length: int = 129)
     base = next(
         r
         for r in standard_results()
-        if r.case.subject == subject and r.check == "forward" and r.case.dtype == dtype and r.case.q_len == length
+        if r.case.subject == subject
+        and r.check == "forward"
+        and r.case.dtype == dtype
+        and r.case.q_len == length
     )
     return with_verdict(base, "fail", 7.3, reason="out: max-abs error over tolerance | see table")
 
@@ -44,7 +47,17 @@ def test_grid_has_subject_rows_and_feature_columns_in_order(tmp_path):
     text = _render(tmp_path, standard_results())
     header = next(line for line in text.splitlines() if line.startswith("| subject"))
     columns = [c.strip() for c in header.strip("|").split("|")]
-    assert columns == ["subject", "all", "forward", "backward", "causal", "window", "segment_ids", "float32", "bfloat16"]
+    assert columns == [
+        "subject",
+        "all",
+        "forward",
+        "backward",
+        "causal",
+        "window",
+        "segment_ids",
+        "float32",
+        "bfloat16",
+    ]
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| **")}
     assert set(rows) == {"**flash**", "**xla**", "**gpu_triton**"}
     flash = [c.strip() for c in rows["**flash**"].strip("|").split("|")]
@@ -66,7 +79,10 @@ def test_failure_section_has_case_worst_element_ratio_and_repro(tmp_path):
     assert "### 1. ❌ flash · forward · `bfloat16-L129-causal-nomask-s0`" in section
     assert "**Case:** bfloat16, batch 2, 4 heads, q 129 × kv 129, head dim 64, causal (top-left)" in section
     assert "**Worst element:** `out[1, 0, 127, 5]: subject 0.5073, reference 0.5 (error 7.30e-03)`" in section
-    assert "is 3.65× the tolerance 2.00e-03" in section and "error ratio to the baseline 7.3 (allowed about 2)" in section
+    assert (
+        "is 3.65× the tolerance 2.00e-03" in section
+        and "error ratio to the baseline 7.3 (allowed about 2)" in section
+    )
     assert "out: max-abs error over tolerance \\| see table" in section  # a pipe cannot break the layout
     assert "<details><summary>Repro script (standalone Python)</summary>" in section
     # The repro contains ``` itself, so the fence must be longer and the script intact.

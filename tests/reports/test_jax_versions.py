@@ -1,0 +1,152 @@
+"""The version matrix's selection rules: what `nox -s ...` asks for, and what gets installed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reports import jax_versions as jv
+
+REQUIRED = ("0.4.35", "0.4.38", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_matrix_holds_the_required_versions_in_release_order():
+    assert set(REQUIRED) <= set(jv.MATRIX)
+    assert list(jv.MATRIX) == jv.sort_versions(list(jv.MATRIX))
+    assert jv.NEWEST == jv.MATRIX[-1] == "0.10.2"
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        (["-s", "conformance"], {}, ("conformance",)),
+        (["-e", "tests", "conformance", "-x"], {}, ("tests", "conformance")),
+        (["--session=conformance"], {}, ("conformance",)),
+        (["--sessions", "a", "b"], {}, ("a", "b")),
+        (["-s", "a", "-s", "b"], {}, ("b",)),  # nox: the last use wins
+        (["-sconformance"], {}, ("conformance",)),
+        (["-s", "gate", "--", "-s", "conformance"], {}, ("gate",)),  # posargs are not selectors
+        (["-l"], {"NOXSESSION": "tests,conformance"}, ("tests", "conformance")),
+        (["-s", "tests"], {"NOXSESSION": "conformance"}, ("tests",)),  # the command line beats the variable
+        (["-k", "conformance"], {}, ()),
+        ([], {}, ()),
+    ],
+)
+def test_requested_selectors_reads_argv_like_nox(argv, environ, expected):
+    assert jv.requested_selectors(argv, environ) == expected
+
+
+@pytest.mark.parametrize(
+    ("selector", "version"),
+    [
+        ("conformance(jax='0.4.38')", "0.4.38"),
+        ('conformance(jax="0.4.38")', "0.4.38"),
+        ("conformance( jax = '0.6.0' )", "0.6.0"),
+        ("conformance-3.11(jax='0.5.3')", "0.5.3"),
+        ("conformance(jax='latest')", "latest"),
+        ("conformance", None),
+        ("tests", None),
+        ("gate(jax='0.4.38')", None),
+    ],
+)
+def test_selected_version(selector, version):
+    assert jv.selected_version(selector) == version
+
+
+def test_bare_conformance_means_the_newest_only():
+    assert jv.session_versions(["-s", "conformance"], {}) == (jv.NEWEST,)
+    assert jv.session_versions([], {"NOXSESSION": "conformance"}) == (jv.NEWEST,)
+
+
+def test_a_named_version_is_added_to_the_matrix():
+    assert jv.session_versions(["-s", "conformance(jax='0.4.36')"], {}) == (*jv.MATRIX, "0.4.36")
+    assert jv.session_versions(["-s", "conformance(jax='0.5.3')"], {}) == jv.MATRIX  # already listed
+
+
+def test_bare_and_named_together_run_both():
+    versions = jv.session_versions(["-s", "conformance", "conformance(jax='0.4.35')"], {})
+    assert versions == (jv.NEWEST, "0.4.35")
+
+
+def test_no_conformance_selector_keeps_the_whole_matrix():
+    for argv in ([], ["-l"], ["-k", "conformance"], ["-s", "tests"], ["-s", "gate", "--", "a", "b"]):
+        assert jv.session_versions(argv, {}) == jv.MATRIX
+
+
+def test_version_problems_name_the_fix():
+    assert jv.version_problem("0.4.38") is None
+    assert jv.version_problem("0.4.30") is None  # older, with its own pins
+    latest = jv.version_problem("latest")
+    assert "'latest' is not a release number" in latest and "conformance(jax='0.10.2')" in latest
+    assert "older than any row" in jv.version_problem("0.3.25")
+    assert all("\n" not in (jv.version_problem(v) or "") for v in ("latest", "0.3.25", "1.x"))
+
+
+def test_requirements_pin_jax_not_jaxlib_and_always_absl():
+    reqs = jv.requirements_for("0.4.37")  # 0.4.37 has no jaxlib of the same number
+    assert reqs[0] == "jax==0.4.37"
+    assert not any(r.startswith("jaxlib") for r in reqs)
+    assert "absl-py>=1" in reqs
+    assert "numpy>=1.24,<2" in jv.requirements_for("0.4.23")  # jax <= 0.4.23 breaks on numpy 2
+    with pytest.raises(ValueError, match="older than any row"):
+        jv.requirements_for("0.2.0")
+
+
+UV_MISSING = """Using Python 3.11.7 environment at: .nox/conformance-jax-9-9-9
+error: No solution found when resolving dependencies
+  cause: Because there is no version of jax==9.9.9 and you require jax==9.9.9, we can conclude that \
+your requirements are unsatisfiable.
+"""
+PIP_MISSING = "ERROR: No matching distribution found for jax==9.9.9\n"
+UV_OTHER = """error: No solution found when resolving dependencies
+  ╰─▶ Because jax==0.4.1 depends on numpy<1.23 and you require numpy>=1.26, we can conclude that ...
+"""
+
+
+@pytest.mark.parametrize("output", [UV_MISSING, PIP_MISSING])
+def test_install_failure_for_a_missing_release(output):
+    line = jv.install_failure("9.9.9", output)
+    assert line.startswith("jax 9.9.9 cannot be installed: no such release on the package index. Fix:")
+    assert "\n" not in line
+
+
+def test_install_failure_quotes_the_resolver_otherwise():
+    line = jv.install_failure("0.4.1", UV_OTHER)
+    assert "Because jax==0.4.1 depends on numpy<1.23" in line and "Fix: adjust that version's row" in line
+    assert "\n" not in line
+    assert "the installer failed" in jv.install_failure("0.4.1", "")
+
+
+def test_sort_versions_is_numeric():
+    assert jv.sort_versions(["0.10.2", "0.4.38", "0.9.2", "weird", "0.4.5"]) == [
+        "0.4.5",
+        "0.4.38",
+        "0.9.2",
+        "0.10.2",
+        "weird",
+    ]
+
+
+@pytest.mark.skipif(
+    shutil.which("nox") is None and not (Path(sys.executable).parent / "nox").exists(),
+    reason="nox is not installed in this environment",
+)
+def test_noxfile_lists_what_the_command_line_asks_for():
+    nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
+
+    def listed(*args: str) -> list[str]:
+        done = subprocess.run(
+            [nox, "-l", "--json", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return [s["session"] for s in json.loads(done.stdout) if s["name"] == "conformance"]
+
+    assert listed("-k", "conformance") == [f"conformance(jax='{v}')" for v in jv.MATRIX]
+    assert listed("-s", "conformance") == [f"conformance(jax='{jv.NEWEST}')"]
+    assert listed("-s", "conformance(jax='0.4.36')")[-1] == "conformance(jax='0.4.36')"
