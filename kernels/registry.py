@@ -35,8 +35,11 @@ ENTRY_POINT_GROUP = "attention_conformance.adapters"
 # name -> "module:factory". Lazy strings: importing the registry imports no JAX.
 BUILTIN: dict[str, str] = {
     "tpu_flash": "kernels.tpu_flash:TpuFlashAdapter",
+    "splash": "kernels.splash:SplashAdapter",
+    "pallas_gpu": "kernels.pallas_gpu:PallasGpuAdapter",
     "xla": "kernels.xla:XlaAdapter",
     "cudnn": "kernels.cudnn:CudnnAdapter",
+    "torch_sdpa": "kernels.torch_sdpa:TorchSdpaAdapter",
 }
 
 

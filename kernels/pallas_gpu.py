@@ -1,0 +1,227 @@
+"""Pallas GPU (Triton) flash attention, ``jax.experimental.pallas.ops.gpu.attention.mha``.
+
+Runs natively on an NVIDIA GPU and through Pallas's generic interpreter
+(``mha(..., interpret=True)``) elsewhere.
+
+Translation from canonical semantics (``docs/semantics.md``):
+
+* Layout ``[B, S, H, D]``: q, k, v and out are transposed. No GQA, Dv == D.
+* ``sm_scale`` defaults to 1.0; we always pass the canonical scale. No bias, no softcap.
+* Causal is top-left (``q_index >= k_index``).
+* Segment ids: the kernel takes *one* ``[B, S]`` array and reads it for queries and
+  keys alike, so it cannot express distinct q/kv ids or Sq != Sk; the capability is
+  left undeclared rather than half-declared.
+* ``lse`` comes from ``return_residuals=True`` where this JAX has it. The kernel
+  keeps its softmax in base 2 (``exp2`` of logits times log2(e)), so its lse is
+  ``log2`` of the denominator: we multiply by ln 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import math
+from typing import Any
+
+import numpy as np
+
+from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.jax_runtime import (
+    Compiled,
+    CompiledCache,
+    array_key,
+    count_primitives,
+    default_backend,
+    jax_version,
+    jax_versions,
+    to_jax,
+    to_numpy,
+    unavailable_because,
+)
+from reference.spec import AttentionInputs, AttentionSpec
+
+MODULE = "jax.experimental.pallas.ops.gpu.attention"
+BLOCK = 128  # default forward block_q = block_k = 128 (clipped to the lengths)
+BLOCK_BWD = 32  # default backward block sizes (BlockSizes.get_default(), JAX >= 0.5.1)
+
+
+# --- version compatibility: everything that differs between JAX versions --------------
+# * the module lives at jax.experimental.pallas.ops.gpu.attention from 0.4.29 on;
+# * before the BlockSizes object (0.5.1) the kernel sized kv blocks from the *query*
+#   length, so only Sq == Sk is meaningful there, and its backward has no
+#   same-block-count check;
+# * from 0.6.2 lengths that the (clipped) 128-blocks do not divide raise ValueError;
+#   before, the kernel reads past the end and the result is undefined;
+# * return_residuals= (the lse) exists from 0.6 on.
+
+RAISES_ON_NON_MULTIPLE_SINCE = (0, 6, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Api:
+    mha: Any
+    has_lse: bool
+    has_block_sizes: bool
+    raises_on_non_multiple: bool
+
+
+def _load_api() -> _Api:
+    module = importlib.import_module(MODULE)
+    params = inspect.signature(module.mha).parameters
+    if "interpret" not in params:
+        raise TypeError("mha has no interpret= argument on this version")
+    return _Api(
+        mha=module.mha,
+        has_lse="return_residuals" in params,
+        has_block_sizes=hasattr(module, "BlockSizes"),
+        raises_on_non_multiple=jax_version() >= RAISES_ON_NON_MULTIPLE_SINCE,
+    )
+
+
+def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
+    raises = api.raises_on_non_multiple
+    undefined = "" if raises else "; on this JAX the kernel does not check and reads past the end"
+
+    def divides(length: int) -> bool:
+        return length % min(BLOCK, length) == 0
+
+    constraints = [
+        ShapeConstraint(
+            name="lengths_multiple_of_block",
+            reason="the forward blocks min(128, length) must divide q_len and kv_len" + undefined,
+            holds=lambda shape, spec: divides(shape.q_len) and divides(shape.kv_len),
+            raises=raises,
+        ),
+    ]
+    if api.has_block_sizes:
+        constraints.append(ShapeConstraint(
+            name="backward_same_block_count",
+            reason="the fused backward needs q_len and kv_len split into the same number of "
+            "min(32, length) blocks (ValueError otherwise)",
+            holds=lambda shape, spec: (
+                shape.q_len // min(BLOCK_BWD, shape.q_len) == shape.kv_len // min(BLOCK_BWD, shape.kv_len)
+            ),
+            raises=True,
+            applies_to="backward",
+        ))
+    else:
+        constraints.append(ShapeConstraint(
+            name="equal_lengths",
+            reason="before JAX 0.5.1 the kernel sizes its kv blocks from the query length, "
+            "so Sq != Sk is undefined",
+            holds=lambda shape, spec: shape.q_len == shape.kv_len,
+        ))
+    return tuple(constraints)
+
+
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PallasGpuAdapter:
+    """Pallas Triton flash attention; canonical ``[B, H, S, D]`` in and out."""
+
+    name: str = "pallas_gpu"
+    description: str = "Pallas GPU (Triton) flash attention (jax.experimental.pallas.ops.gpu.attention)"
+    _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
+
+    def _native(self) -> bool:
+        return default_backend() == "gpu"
+
+    def _execution(self) -> str:
+        if self._native():
+            return "native Triton on GPU"
+        return "Pallas generic interpreter (interpret=True) on CPU"
+
+    def availability(self) -> Availability:
+        try:
+            _load_api()
+            execution = self._execution()
+        except Exception as error:  # any import/API failure means "unavailable", never a crash
+            return unavailable_because(error, f"importing {MODULE}")
+        return Availability(True, "", jax_versions(), execution)
+
+    def capabilities(self) -> Capabilities:
+        try:
+            api = _load_api()
+        except Exception:
+            api = _Api(None, False, True, True)
+        return Capabilities(
+            dtypes=("float32", "bfloat16", "float16"),
+            causal_alignments=("top_left",),
+            backward=True,
+            lse=api.has_lse,
+            fully_masked_rows="unspecified",
+            constraints=_constraints(api),
+        )
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32 where exposed."""
+        import jax
+        import jax.numpy as jnp
+
+        api = _load_api()
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        arrays = (inputs.q, inputs.k, inputs.v)
+        args = tuple(to_jax(a) for a in arrays)
+        interpret = not self._native()
+
+        def build() -> Compiled:
+            def forward(q, k, v):
+                result = api.mha(*_to_bshd(q, k, v), None, sm_scale=scale, causal=spec.causal,
+                                 interpret=interpret, **({"return_residuals": True} if api.has_lse else {}))
+                if not api.has_lse:
+                    return _from_bshd(result), None
+                out, lse_base2 = result  # lse: [B, H, Sq], log2 of the softmax denominator
+                return _from_bshd(out), lse_base2 * jnp.float32(math.log(2.0))
+
+            return Compiled(jax.jit(forward), self._ran(forward, args))
+
+        compiled = self._cache.get(("forward", array_key(*arrays), scale, spec.causal), build)
+        out, lse = compiled.fn(*args)
+        return SubjectOutput(out=to_numpy(out), lse=None if lse is None else to_numpy(lse), ran=compiled.ran)
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        """Gradients of ``sum(out * dout)`` through the kernel's custom VJP (Triton backward)."""
+        import jax
+
+        api = _load_api()
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        arrays = (inputs.q, inputs.k, inputs.v)
+        args = (*(to_jax(a) for a in arrays), to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
+        interpret = not self._native()
+
+        def build() -> Compiled:
+            def grads(q, k, v, dout):
+                def attention(q, k, v):
+                    out = api.mha(*_to_bshd(q, k, v), None, sm_scale=scale, causal=spec.causal,
+                                  interpret=interpret)
+                    return _from_bshd(out)
+
+                _, vjp = jax.vjp(attention, q, k, v)
+                return vjp(dout)
+
+            return Compiled(jax.jit(grads), self._ran(grads, args))
+
+        compiled = self._cache.get(("backward", array_key(*arrays), scale, spec.causal), build)
+        dq, dk, dv = compiled.fn(*args)
+        return SubjectGrads(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv))
+
+    def _ran(self, fn: Any, args: tuple) -> str:
+        n = count_primitives(fn, args, "pallas_call")
+        if n == 0:
+            return f"no pallas_call traced: fell back ({self._execution()})"
+        return f"pallas_call x{n} ({self._execution()})"
+
+
+def _to_bshd(*arrays: Any) -> tuple[Any, ...]:
+    import jax.numpy as jnp
+
+    return tuple(jnp.transpose(a, (0, 2, 1, 3)) for a in arrays)
+
+
+def _from_bshd(x: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.transpose(x, (0, 2, 1, 3))

@@ -1,0 +1,302 @@
+"""Splash attention (``jax.experimental.pallas.ops.tpu.splash_attention``), TPU, interpreted on CPU.
+
+Translation from canonical semantics (``docs/semantics.md``):
+
+* Splash works on one batch element, ``q: [Hq, Sq, D]``, ``k/v: [Hkv, Sk, D]``; we
+  ``vmap`` it over the batch. GQA is native (query head ``h`` reads kv head ``h // G``).
+* Splash does not scale: the caller multiplies q. We pass ``q * scale``, computed in
+  float32 and rounded once to the subject dtype, as a splash user would.
+* Masks are static objects built into the kernel: causal is ``CausalMask(offset)``
+  and a window ``LocalMask(window, offset)``, both with ``diag(i) = i + offset``, so
+  ``offset = 0`` is top-left and ``offset = Sk - Sq`` bottom-right. Causal with a
+  window is one ``LocalMask`` whose right edge is ``min(right, 0)``. A boolean mask
+  becomes a ``NumpyMask`` per head; one that differs across the batch gets a kernel
+  per batch element.
+* Segment ids map to ``SegmentIds(q, kv)``; softcap to ``attn_logits_soft_cap``
+  (applied to the scaled logits, as canonical). There is no bias and no lengths.
+* ``lse`` comes from a second kernel built with ``save_residuals=True`` (a kernel that
+  saves residuals has no VJP, so gradients use the plain one).
+* Masked logits become ``mask_value`` and whole masked blocks are skipped: a row that
+  sees no key averages V over the visited blocks, or is NaN when none is visited.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.jax_runtime import (
+    Compiled,
+    CompiledCache,
+    array_key,
+    count_primitives,
+    jax_versions,
+    to_jax,
+    to_numpy,
+    unavailable_because,
+)
+from kernels.tpu_interpret import Interpreter, TpuExecution, choose_execution, tpu_interpret_mode_missing
+from reference.spec import AttentionInputs, AttentionSpec
+
+MODULE = "jax.experimental.pallas.ops.tpu.splash_attention"
+BLOCK = 128  # BlockSizes.get_default(): every block 128
+
+CONSTRAINTS = (
+    ShapeConstraint(
+        name="q_len_multiple_of_128",
+        reason="the default block_q = 128 must divide q_len (mask processing raises ValueError)",
+        holds=lambda shape, spec: shape.q_len % BLOCK == 0,
+        raises=True,
+    ),
+    ShapeConstraint(
+        name="kv_len_multiple_of_128",
+        reason="the default block_kv = 128 must divide kv_len (mask processing raises ValueError)",
+        holds=lambda shape, spec: shape.kv_len % BLOCK == 0,
+        raises=True,
+    ),
+)
+
+
+# --- version compatibility: everything that differs between JAX versions --------------
+# make_splash_mha gained keyword arguments over time (sinks, q_seq_shards/head_shards
+# became required); we pass the sharding ones only where they exist.
+
+@dataclasses.dataclass(frozen=True)
+class _Api:
+    make_splash_mha: Any
+    masks: Any  # the module exporting CausalMask, LocalMask, NumpyMask, MultiHeadMask, FullMask
+    segment_ids: Any
+    shard_kwargs: tuple[tuple[str, int], ...]
+
+
+def _load_api() -> _Api:
+    import importlib
+
+    splash = importlib.import_module(MODULE)
+    params = inspect.signature(splash.make_splash_mha).parameters
+    if "interpret" not in params:
+        raise TypeError("make_splash_mha has no interpret= argument on this version")
+    shards = tuple((name, 1) for name in ("head_shards", "q_seq_shards") if name in params)
+    return _Api(splash.make_splash_mha, splash, splash.SegmentIds, shards)
+
+
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _MaskPlan:
+    """Which splash mask a case needs. ``numpy`` holds per-batch [Hq, Sq, Sk] planes or None."""
+
+    key: Hashable
+    kind: str  # "full", "causal", "local"
+    offset: int
+    window: tuple[int | None, int | None] | None
+    numpy: tuple[np.ndarray, ...] | None
+
+
+def _plan(inputs: AttentionInputs, spec: AttentionSpec) -> _MaskPlan:
+    b, hq, sq, _ = inputs.q.shape
+    sk = inputs.k.shape[2]
+    offset = 0 if spec.alignment == "top_left" else sk - sq
+    window = spec.window
+    if spec.causal and window is not None:
+        left, right = window
+        window = (left, 0 if right is None else min(right, 0))
+    kind = "local" if window is not None else "causal" if spec.causal else "full"
+    planes = None
+    digest = None
+    if inputs.mask is not None:
+        full = np.broadcast_to(inputs.mask, (inputs.mask.shape[0], hq, sq, sk))
+        planes = tuple(np.ascontiguousarray(full[i]) for i in range(full.shape[0]))
+        digest = hashlib.sha1(np.ascontiguousarray(full).tobytes()).hexdigest()
+        if len(planes) > 1 and all(np.array_equal(planes[0], p) for p in planes[1:]):
+            planes = planes[:1]
+    key = (kind, offset if kind != "full" else 0, window, digest, None if planes is None else len(planes))
+    return _MaskPlan(key, kind, offset, window, planes)
+
+
+def _splash_mask(api: _Api, plan: _MaskPlan, hq: int, sq: int, sk: int, batch: int) -> Any:
+    """The MultiHeadMask for one batch element (all of them when the plan is batch-invariant)."""
+    m = api.masks
+    if plan.kind == "causal":
+        structural = m.CausalMask((sq, sk), offset=plan.offset)
+    elif plan.kind == "local":
+        structural = m.LocalMask((sq, sk), window_size=plan.window, offset=plan.offset)
+    else:
+        structural = m.FullMask((sq, sk))
+    heads = []
+    for h in range(hq):
+        if plan.numpy is None:
+            heads.append(structural)
+            continue
+        plane = plan.numpy[batch if len(plan.numpy) > 1 else 0][h]
+        if plan.kind != "full":
+            # Materialise the structural mask and AND it in: one NumpyMask per head.
+            plane = plane & np.asarray(structural[0:sq, 0:sk])
+        heads.append(m.NumpyMask(plane))
+    return m.MultiHeadMask(heads)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SplashAdapter:
+    """Splash attention with default block sizes. Canonical ``[B, H, S, D]`` in and out.
+
+    interpreter: ``"generic"`` (every JAX version) or ``"tpu"`` (JAX >= 0.7.0); native on a TPU.
+    """
+
+    interpreter: Interpreter = "generic"
+    name: str = "splash"
+    description: str = "Pallas TPU splash attention (jax.experimental.pallas.ops.tpu.splash_attention)"
+    _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
+
+    def availability(self) -> Availability:
+        try:
+            execution = choose_execution(self.interpreter)
+            if execution.mode == "tpu":
+                missing = tpu_interpret_mode_missing()
+                if missing is not None:
+                    return Availability(False, missing, jax_versions())
+            _load_api()
+        except Exception as error:  # any import/API failure means "unavailable", never a crash
+            return unavailable_because(error, f"importing {MODULE}")
+        return Availability(True, "", jax_versions(), execution.description)
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            dtypes=("float32", "bfloat16"),
+            causal_alignments=("top_left", "bottom_right"),
+            window=True,
+            segment_ids=True,
+            bool_mask=True,
+            gqa=True,
+            softcap=True,
+            distinct_v_dim=True,
+            backward=True,
+            lse=True,
+            fully_masked_rows="unspecified",
+            constraints=CONSTRAINTS,
+        )
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32."""
+        compiled, args = self._compiled("forward", inputs, spec)
+        out, lse = compiled.fn(*args)
+        return SubjectOutput(out=to_numpy(out), lse=to_numpy(lse), ran=compiled.ran)
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        """Gradients of ``sum(out * dout)`` through splash's custom VJP; q's includes the scale."""
+        dout = np.asarray(dout, dtype=inputs.q.dtype)
+        compiled, args = self._compiled("backward", inputs, spec, dout)
+        dq, dk, dv = compiled.fn(*args)
+        return SubjectGrads(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv))
+
+    def _compiled(
+        self, direction: str, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> tuple[Compiled, tuple]:
+        execution = choose_execution(self.interpreter)
+        plan = _plan(inputs, spec)
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        arrays = (inputs.q, inputs.k, inputs.v, inputs.q_segment_ids, inputs.kv_segment_ids, dout)
+        key = (direction, execution.mode, plan.key, array_key(*arrays), scale, spec.softcap)
+        with execution.context():
+            args = tuple(to_jax(a) for a in arrays if a is not None)
+            present = tuple(a is not None for a in arrays)
+
+            def build() -> Compiled:
+                return self._build(direction, execution, inputs, plan, scale, spec.softcap, present, args)
+
+            compiled = self._cache.get(key, build)
+        return _Contextual(compiled, execution), args
+
+    def _build(
+        self, direction: str, execution: TpuExecution, inputs: AttentionInputs, plan: _MaskPlan,
+        scale: float, softcap: float | None, present: tuple[bool, ...], args: tuple,
+    ) -> Compiled:
+        import jax
+        import jax.numpy as jnp
+
+        api = _load_api()
+        b, hq, sq, _ = inputs.q.shape
+        sk = inputs.k.shape[2]
+        per_batch = plan.numpy is not None and len(plan.numpy) > 1
+        save = direction == "forward"
+        kernels = [
+            api.make_splash_mha(
+                _splash_mask(api, plan, hq, sq, sk, i),
+                save_residuals=save,
+                attn_logits_soft_cap=softcap,
+                interpret=execution.mode != "native",
+                **dict(api.shard_kwargs),
+            )
+            for i in range(b if per_batch else 1)
+        ]
+
+        def unpack(flat):
+            flat = list(flat)
+            q, k, v = flat.pop(0), flat.pop(0), flat.pop(0)
+            q_seg = flat.pop(0) if present[3] else None
+            kv_seg = flat.pop(0) if present[4] else None
+            dout = flat.pop(0) if present[5] else None
+            return q, k, v, q_seg, kv_seg, dout
+
+        def attention(q, k, v, q_seg, kv_seg):
+            """[B, H, S, D] -> out [B, Hq, Sq, Dv] (and lse [B, Hq, Sq] when saving residuals)."""
+            q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
+
+            def one(kernel, q, k, v, q_seg, kv_seg):
+                segments = None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32),
+                                                                      kv_seg.astype(jnp.int32))
+                result = kernel(q, k, v, segments)
+                if save:
+                    out, (lse,) = result
+                    return out, lse
+                return result
+
+            if per_batch:
+                results = [
+                    one(kernels[i], q[i], k[i], v[i],
+                        None if q_seg is None else q_seg[i], None if kv_seg is None else kv_seg[i])
+                    for i in range(b)
+                ]
+                return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
+            seg_axes = 0 if q_seg is not None else None
+            return jax.vmap(lambda q, k, v, qs, ks: one(kernels[0], q, k, v, qs, ks),
+                            in_axes=(0, 0, 0, seg_axes, seg_axes))(q, k, v, q_seg, kv_seg)
+
+        if direction == "forward":
+            def fn(*flat):
+                q, k, v, q_seg, kv_seg, _ = unpack(flat)
+                return attention(q, k, v, q_seg, kv_seg)
+        else:
+            def fn(*flat):
+                q, k, v, q_seg, kv_seg, dout = unpack(flat)
+                _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, q_seg, kv_seg), q, k, v)
+                return vjp(dout)
+
+        n = count_primitives(fn, args, "pallas_call")
+        ran = (f"pallas_call x{n} ({execution.description})" if n
+               else f"no pallas_call traced: fell back ({execution.description})")
+        return Compiled(jax.jit(fn), ran)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Contextual:
+    """A compiled function that re-enters the interpreter context on every call
+    (TPU interpret mode is part of jit's cache key, so calls outside it would recompile)."""
+
+    compiled: Compiled
+    execution: TpuExecution
+
+    @property
+    def ran(self) -> str:
+        return self.compiled.ran
+
+    def fn(self, *args: Any) -> Any:
+        with self.execution.context():
+            return self.compiled.fn(*args)

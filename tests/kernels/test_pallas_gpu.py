@@ -1,0 +1,65 @@
+"""Pallas GPU (Triton) attention against the float64 reference, interpreted on CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels.jax_runtime import default_backend
+from kernels.pallas_gpu import PallasGpuAdapter
+from reference.spec import AttentionSpec
+from tests.kernels.cases import check_forward, check_gradients, make_inputs
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    adapter = PallasGpuAdapter()
+    availability = adapter.availability()
+    if not availability.available:
+        pytest.skip(f"pallas_gpu unavailable: {availability.reason}")
+    return adapter
+
+
+def test_forward_and_gradients(adapter):
+    inputs = make_inputs(0, b=1, hq=2, hkv=2, sq=128, sk=128, d=64)
+    spec = AttentionSpec(causal=True, scale=0.3)
+    assert check_forward(adapter, inputs, spec, "float32").startswith("pallas_call x1 ")
+    check_gradients(adapter, inputs, spec, "float32")
+
+
+def test_causal_top_left_with_longer_kv_and_odd_head_dim(adapter):
+    """D=48 is padded to 64 inside the kernel; Sq != Sk needs the BlockSizes-era kernel."""
+    inputs = make_inputs(1, b=2, hq=1, hkv=1, sq=128, sk=256, d=48)
+    if adapter.capabilities().violated_constraints(inputs.shape, AttentionSpec(), "forward"):
+        pytest.skip("Sq != Sk is undefined on this JAX")
+    check_forward(adapter, inputs, AttentionSpec(causal=True), "float32")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_forward(adapter, dtype):
+    inputs = make_inputs(2, b=1, hq=2, hkv=2, sq=64, sk=64, d=32, dtype=dtype)
+    check_forward(adapter, inputs, AttentionSpec(causal=True), dtype)
+
+
+def test_declared_raising_constraints_really_raise(adapter):
+    capabilities = adapter.capabilities()
+    raising = [c for c in capabilities.constraints if c.raises]
+    if not raising:
+        pytest.skip("no raising constraint declared on this JAX")
+    for constraint in raising:
+        direction = "backward" if constraint.applies_to == "backward" else "forward"
+        sq, sk = (128, 256) if direction == "backward" else (200, 256)
+        inputs = make_inputs(3, b=1, hq=1, hkv=1, sq=sq, sk=sk, d=32)
+        assert constraint in capabilities.violated_constraints(inputs.shape, AttentionSpec(), direction)
+        with pytest.raises(ValueError):
+            if direction == "forward":
+                adapter.forward(inputs, AttentionSpec())
+            else:
+                adapter.gradients(inputs, AttentionSpec(), np.zeros(inputs.q.shape, np.float32))
+
+
+@pytest.mark.skipif(default_backend() != "gpu", reason="needs an NVIDIA GPU to run Triton natively")
+def test_runs_natively_on_gpu(adapter):
+    assert "native Triton" in adapter.availability().execution
