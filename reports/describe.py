@@ -7,6 +7,8 @@ import math
 from reports.markdown import number
 from reports.records import CaseDescription, CaseResult, TensorMetrics
 
+MASK_WORDS = {"segment_ids": "segment ids", "lengths": "valid lengths (padding)", "mask": "boolean mask"}
+
 
 def describe_case(case: CaseDescription) -> str:
     """E.g. 'bfloat16, batch 2, 8 query heads on 2 KV heads (GQA 4), q 129 x kv 128, head dim 64,
@@ -33,7 +35,7 @@ def describe_case(case: CaseDescription) -> str:
         parts.append(
             f"window (left {'∞' if left is None else left}, right {'∞' if right is None else right})"
         )
-    parts += [mask.replace("_", " ") for mask in case.masks]
+    parts += [MASK_WORDS.get(mask, mask.replace("_", " ")) for mask in case.masks]
     if case.bias_shape is not None:
         parts.append(f"bias {list(case.bias_shape)}")
     if case.softcap is not None:

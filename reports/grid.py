@@ -1,10 +1,13 @@
 """The subject x feature grid: what each subject passes, fails, or does not support.
 
-A result counts towards every grid column named in ``CaseResult.features``
-(e.g. ``("forward", "causal", "bfloat16")``). A cell's status is the worst thing
-that happened in it, so one failure is never hidden by a hundred passes:
+A result counts towards every grid feature named in ``CaseResult.features``
+(e.g. ``("forward", "bfloat16", "causal_top_left")``). A cell's status is the worst
+thing that happened in it, so one failure is never hidden by a hundred passes:
 fail > pass > unsupported > unavailable. ``error`` (the check itself crashed, or
 the subject did) counts as a failure.
+
+Features fall into three groups, in this order: checks (any feature that is also
+the name of a check), masks and options, dtypes.
 """
 
 from __future__ import annotations
@@ -20,11 +23,60 @@ Status = Literal["fail", "pass", "unsupported", "unavailable", "not run"]
 STATUS_ORDER: tuple[Status, ...] = ("fail", "pass", "unsupported", "unavailable", "not run")
 FAILED = ("fail", "error")
 
-# Column order: direction first, then mask kinds and other options, then dtypes.
-# Features not listed here go in the middle, alphabetically.
-DIRECTIONS = ("forward", "lse", "backward")
-MASK_KINDS = ("causal", "window", "segment_ids", "lengths", "mask", "bias", "softcap", "gqa", "fully_masked")
+# Preferred order inside each group; features not listed follow, alphabetically.
+CHECK_ORDER = (
+    "forward",
+    "lse",
+    "backward",
+    "fully_masked",
+    "raises",
+    "shape_dtype",
+    "finite",
+    "no_mutation",
+    "determinism",
+    "recompile",
+    "leak",
+)
+MASK_KINDS = (
+    "causal",
+    "causal_top_left",
+    "causal_bottom_right",
+    "window",
+    "segment_ids",
+    "lengths",
+    "mask",
+    "bool_mask",
+    "bias",
+    "softcap",
+    "gqa",
+    "mqa",
+    "dv_ne_d",
+    "sq_ne_sk",
+    "fully_masked",
+)
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # same order as kernels.base.DTYPES
+GROUPS = ("checks", "masks and options", "dtypes")
+LABELS = {
+    "causal_top_left": "causal, top-left",
+    "causal_bottom_right": "causal, bottom-right",
+    "segment_ids": "segment ids",
+    "lengths": "valid lengths",
+    "bool_mask": "boolean mask",
+    "gqa": "GQA",
+    "mqa": "MQA",
+    "dv_ne_d": "Dv ≠ D",
+    "sq_ne_sk": "Sq ≠ Sk",
+    "fully_masked": "fully-masked rows",
+    "shape_dtype": "shape and dtype",
+    "no_mutation": "no input mutation",
+    "recompile": "no recompilation",
+    "leak": "no leak",
+}
+
+
+def label(feature: str) -> str:
+    """How a person reads a feature name in a report."""
+    return LABELS.get(feature, feature.replace("_", " "))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +109,9 @@ class Cell:
 @dataclasses.dataclass(frozen=True)
 class Grid:
     subjects: tuple[str, ...]
-    features: tuple[str, ...]
-    cells: dict[tuple[str, str], Cell]  # (subject, feature) -> cell; "all" holds the row total
+    features: tuple[str, ...]  # in display order: checks, masks and options, dtypes
+    cells: dict[tuple[str, str], Cell]  # (subject, feature) -> cell; "all" holds the subject's total
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (group name, its features), non-empty groups only
 
     def cell(self, subject: str, feature: str) -> Cell:
         return self.cells.get((subject, feature), Cell())
@@ -67,13 +120,17 @@ class Grid:
         return self.cell(subject, feature).status
 
 
-def feature_order(feature: str) -> tuple[int, int, str]:
-    for group, names in enumerate((DIRECTIONS, MASK_KINDS)):
-        if feature in names:
-            return (group * 2, names.index(feature), feature)
+def _group(feature: str, checks: set[str]) -> int:
+    if feature in checks or feature in CHECK_ORDER:
+        return 0
     if feature in DTYPES:
-        return (4, DTYPES.index(feature), feature)
-    return (3, 0, feature)
+        return 2
+    return 1
+
+
+def _order(feature: str, group: int) -> tuple[int, str]:
+    preferred = (CHECK_ORDER, MASK_KINDS, DTYPES)[group]
+    return (preferred.index(feature), "") if feature in preferred else (len(preferred), feature)
 
 
 def _cell(verdicts: Iterable[str]) -> Cell:
@@ -82,14 +139,24 @@ def _cell(verdicts: Iterable[str]) -> Cell:
 
 def feature_grid(results: Iterable[CaseResult]) -> Grid:
     by_cell: dict[tuple[str, str], list[str]] = {}
+    checks: set[str] = set()
     for result in results:
         subject = result.case.subject
+        checks.add(result.check)
         by_cell.setdefault((subject, "all"), []).append(result.verdict)
         for feature in result.features:
             by_cell.setdefault((subject, feature), []).append(result.verdict)
     subjects = tuple(sorted({s for s, _ in by_cell}))
-    features = tuple(sorted({f for _, f in by_cell if f != "all"}, key=feature_order))
-    return Grid(subjects, features, {key: _cell(verdicts) for key, verdicts in by_cell.items()})
+    features = {f for _, f in by_cell if f != "all"}
+    grouped = []
+    for index, name in enumerate(GROUPS):
+        members = sorted((f for f in features if _group(f, checks) == index), key=lambda f: _order(f, index))
+        if members:
+            grouped.append((name, tuple(members)))
+    ordered = tuple(f for _, members in grouped for f in members)
+    return Grid(
+        subjects, ordered, {key: _cell(verdicts) for key, verdicts in by_cell.items()}, tuple(grouped)
+    )
 
 
 def unavailable_subjects(results: Iterable[CaseResult]) -> dict[str, str]:

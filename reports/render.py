@@ -15,7 +15,7 @@ from pathlib import Path
 from reports import markdown as md
 from reports.describe import describe_case, describe_tolerance, describe_worst_element, worst_metric
 from reports.environment import one_line
-from reports.grid import FAILED, Grid, feature_grid, unavailable_subjects
+from reports.grid import FAILED, Grid, feature_grid, label, unavailable_subjects
 from reports.plots import RUN_PLOT, plot_run
 from reports.records import RESULTS_FILE, CaseResult, write_text_atomic
 from reports.run import Run, load_run
@@ -97,15 +97,25 @@ def incomplete_warning(run: Run) -> str:
 
 
 def grid_table(grid: Grid, unavailable: Iterable[str] = ()) -> str:
-    header = ["subject", "all", *grid.features]
-    rows = []
-    for subject in grid.subjects:
-        if subject in unavailable:  # it has no feature results at all: say why on every column
-            cells = [md.STATUS_ICON["unavailable"]] * (len(grid.features) + 1)
-        else:
-            cells = [grid_cell(grid, subject, f) for f in ("all", *grid.features)]
-        rows.append([f"**{subject}**", *cells])
-    return md.table(header, rows, align="l" + "c" * (len(header) - 1))
+    """Subjects across, features down (grouped): a handful of subjects and a few dozen
+    features stay narrow enough to read in a review without scrolling sideways."""
+    header = ["feature", *[f"**{subject}**" for subject in grid.subjects]]
+
+    def row(feature: str, name: str) -> list[str]:
+        # An unavailable subject has no results that ran: say so on every row.
+        return [
+            name,
+            *[
+                md.STATUS_ICON["unavailable"] if subject in unavailable else grid_cell(grid, subject, feature)
+                for subject in grid.subjects
+            ],
+        ]
+
+    rows = [row("all", "**all checks**")]
+    for group, features in grid.groups:
+        rows.append([f"*{group}*", *[""] * len(grid.subjects)])
+        rows += [row(feature, label(feature)) for feature in features]
+    return md.table(header, rows, align="l" + "c" * len(grid.subjects))
 
 
 def grid_cell(grid: Grid, subject: str, feature: str) -> str:
@@ -123,10 +133,26 @@ def environment_line(run: Run) -> str:
     env = run.environment
     line = one_line(env) if env else "environment unknown (no summary.json: the run did not finish)"
     settings = {**run.results_file.header, **(run.summary or {})}
+    seed = settings.get("hypothesis_seed", settings.get("seed"))  # the suite's name, then the short one
     extras = [
-        f"{name} {settings[name]}" for name in ("profile", "seed") if settings.get(name) not in (None, "")
+        f"{name} {value}"
+        for name, value in (("profile", settings.get("profile")), ("seed", seed))
+        if value not in (None, "")
     ]
     return " · ".join([line, *extras])
+
+
+def execution_line(run: Run) -> str | None:
+    """How each subject ran (e.g. interpret mode on CPU), from summary.json's subjects block."""
+    subjects = (run.summary or {}).get("subjects")
+    if not isinstance(subjects, list):
+        return None
+    parts = [
+        f"{s['name']}: {s.get('execution') or 'native'}"
+        for s in subjects
+        if isinstance(s, dict) and s.get("name") and s.get("available", True)
+    ]
+    return f"Execution · {' · '.join(parts)}" if parts else None
 
 
 def failure_section(number: int, result: CaseResult) -> str:
@@ -136,7 +162,9 @@ def failure_section(number: int, result: CaseResult) -> str:
         lines.append("")
     lines.append(f"**Case:** {describe_case(result.case)}.")
     lines.append("")
-    if result.reason:
+    if result.reason and "\n" in result.reason.strip():  # tracebacks, shrink notes: keep their lines
+        lines += ["**Reason:**", "", md.fenced(result.reason.strip(), "text"), ""]
+    elif result.reason:
         lines += [f"**Reason:** {md.cell(result.reason)}", ""]
     metric = worst_metric(result)
     if metric is not None:
@@ -228,6 +256,9 @@ def render_markdown(run: Run, *, plot_note: str | None = None, max_details: int 
     unavailable = unavailable_subjects(results)
     if grid.subjects:
         parts += [grid_table(grid, unavailable), "", md.LEGEND, ""]
+    execution = execution_line(run)
+    if execution:
+        parts += [execution, ""]
     for subject, reason in unavailable.items():
         parts += [f"🚫 **{subject}** is unavailable here: {md.cell(reason) or 'no reason given'}", ""]
     if plot_note:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -43,29 +44,36 @@ def test_passing_run_fits_one_screen(tmp_path):
     assert len(lines) < 40  # one screen: no failure sections, unsupported reasons collapsed
 
 
-def test_grid_has_subject_rows_and_feature_columns_in_order(tmp_path):
+def _grid_rows(text: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("| :--"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows.setdefault(cells[0], cells[1:])
+    return rows
+
+
+def test_grid_has_subject_columns_and_grouped_feature_rows(tmp_path):
     text = _render(tmp_path, standard_results())
-    header = next(line for line in text.splitlines() if line.startswith("| subject"))
-    columns = [c.strip() for c in header.strip("|").split("|")]
-    assert columns == [
-        "subject",
-        "all",
+    rows = _grid_rows(text)
+    assert rows["feature"] == ["**flash**", "**gpu_triton**", "**xla**"]
+    labels = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ")][2:]
+    labels = labels[: labels.index("bfloat16") + 1]
+    assert labels == [
+        "**all checks**",
+        "*checks*",
         "forward",
         "backward",
+        "*masks and options*",
         "causal",
         "window",
-        "segment_ids",
+        "segment ids",
+        "*dtypes*",
         "float32",
         "bfloat16",
     ]
-    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| **")}
-    assert set(rows) == {"**flash**", "**xla**", "**gpu_triton**"}
-    flash = [c.strip() for c in rows["**flash**"].strip("|").split("|")]
-    assert flash[1] == "✅ 26"  # all
-    assert flash[columns.index("window")] == "➖"  # unsupported, declared by the subject
-    xla = [c.strip() for c in rows["**xla**"].strip("|").split("|")]
-    assert xla[columns.index("window")] == "·"  # never drawn for this subject
-    assert set(rows["**gpu_triton**"].strip("|").split("|")[1:]) == {" 🚫 "}
+    assert rows["**all checks**"] == ["✅ 26", "🚫", "✅ 26"]
+    assert rows["window"] == ["➖", "🚫", "·"]  # unsupported (declared) / unavailable / never drawn
     assert "🚫 **gpu_triton** is unavailable here: needs a CUDA GPU; none here" in text
 
 
@@ -73,8 +81,7 @@ def test_failure_section_has_case_worst_element_ratio_and_repro(tmp_path):
     text = _render(tmp_path, standard_results(extra=[_failing()]))
     assert "**❌ FAIL** — 1 of 54 checks failed" in text
     assert "failing: flash" in text
-    grid_row = next(line for line in text.splitlines() if line.startswith("| **flash**"))
-    assert "❌ 1/27" in grid_row
+    assert _grid_rows(text)["**all checks**"][0] == "❌ 1/27"
     section = text[text.index("## Failures (1)") :]
     assert "### 1. ❌ flash · forward · `bfloat16-L129-causal-nomask-s0`" in section
     assert "**Case:** bfloat16, batch 2, 4 heads, q 129 × kv 129, head dim 64, causal (top-left)" in section
@@ -163,3 +170,46 @@ def test_rerender_replaces_the_report(tmp_path):
 def test_version_comes_from_environment_else_folder_name(tmp_path, jax_in):
     folder = write_run(tmp_path / "jax-0.6.2", standard_results(), jax="0.6.2", summary=jax_in == "summary")
     assert load_run(folder).jax_version == "0.6.2"
+
+
+def test_suite_features_are_grouped_and_labelled(tmp_path):
+    """The suite's own vocabulary: every check is a feature, masks carry their alignment."""
+    results = [
+        result("tpu_flash", "forward", features=("forward", "bfloat16", "causal_top_left", "sq_ne_sk")),
+        result("tpu_flash", "determinism", features=("determinism", "bfloat16", "causal_top_left")),
+        result("tpu_flash", "leak", features=("leak", "float32")),
+    ]
+    rows = _grid_rows(_render(tmp_path, results))
+    labels = list(rows)[1:]
+    assert labels == [
+        "**all checks**",
+        "*checks*",
+        "forward",
+        "determinism",
+        "no leak",
+        "*masks and options*",
+        "causal, top-left",
+        "Sq ≠ Sk",
+        "*dtypes*",
+        "float32",
+        "bfloat16",
+    ]
+
+
+def test_multiline_reason_and_execution_line(tmp_path):
+    failing = dataclasses.replace(
+        _failing(), reason="out of tolerance\nShrunk to a smaller failing case: x (q 7)"
+    )
+    folder = write_run(tmp_path / "jax-0.10.2", standard_results(extra=[failing]))
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    summary["subjects"] = [
+        {"name": "flash", "available": True, "execution": "pallas TPU interpret mode on CPU"},
+        {"name": "xla", "available": True, "execution": ""},
+        {"name": "gpu_triton", "available": False, "execution": ""},
+    ]
+    summary["hypothesis_seed"] = 1234
+    (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    text = write_report(folder, plots=False).read_text(encoding="utf-8")
+    assert "**Reason:**\n\n```text\nout of tolerance\nShrunk to a smaller failing case: x (q 7)\n```" in text
+    assert "Execution · flash: pallas TPU interpret mode on CPU · xla: native" in text
+    assert "profile ci · seed 1234\n" in text  # the suite's hypothesis_seed wins over a plain seed
