@@ -74,9 +74,12 @@ def tests(session: nox.Session) -> None:
 @nox.session(python="3.11")
 @nox.parametrize("jax", CONFORMANCE_VERSIONS)
 def conformance(session: nox.Session, jax: str) -> None:
-    """The conformance suite (until it lands: the reference demo)."""
+    """The conformance suite at one JAX version -> reports/jax-<version>/ (results.jsonl, summary.json,
+    junit.xml). Default subject: the primary one; `-- --impl all` (or a name, or package.module:function)."""
     install_project(session, jax)
-    session.run("python", "-m", "reference", *session.posargs)
+    report_dir = f"reports/jax-{jax}"
+    session.run("python", "-m", "pytest", "conformance", "-p", "no:cacheprovider", "--report-dir", report_dir,
+                f"--junitxml={report_dir}/junit.xml", *session.posargs)
 
 
 @nox.session(python="3.11")

@@ -1,0 +1,203 @@
+"""What the checks of one case share: inputs, reference, baseline, and the subject's calls.
+
+``Oracle`` holds the subject-independent part (inputs, float64 reference, baseline),
+keyed by ``Case.semantic_id`` so two subjects on the same case share one reference.
+``SubjectRun`` holds one subject's calls on one case. Each is computed once, on first
+use, and kept in a small LRU owned by the session (``ArtifactStore``): checks of a
+case run back to back, so a handful of entries is enough.
+
+Every subject call gets its own copy of the inputs: a subject that writes into its
+inputs must neither corrupt the shared reference nor other checks, and the copy is
+what ``no_mutation`` compares afterwards.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from conformance import baseline as plain
+from conformance import inputs as case_inputs
+from conformance.baseline import BaselineGrads, BaselineOutput
+from conformance.cases import Case
+from kernels.base import Adapter, SubjectGrads, SubjectOutput
+from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
+from reference.spec import AttentionInputs
+
+INPUT_FIELDS = ("q", "k", "v", "bias", "q_segment_ids", "kv_segment_ids", "q_lengths", "kv_lengths", "mask")
+
+
+class SubjectError(Exception):
+    """The subject raised: carries the call ("forward"/"gradients") and the original exception."""
+
+    def __init__(self, call: str, error: BaseException):
+        super().__init__(f"{call} raised {type(error).__name__}: {error}")
+        self.call = call
+        self.error = error
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Call:
+    """One subject call: its value (or the exception), wall time, and which inputs it changed."""
+
+    value: Any
+    error: BaseException | None
+    seconds: float
+    mutated: tuple[str, ...]
+
+    def get(self, call: str) -> Any:
+        if self.error is not None:
+            raise SubjectError(call, self.error) from self.error
+        return self.value
+
+
+def copy_inputs(inputs: AttentionInputs) -> AttentionInputs:
+    """A deep copy: fresh, writable arrays (the subject may keep or mutate them)."""
+    return dataclasses.replace(
+        inputs, **{f: None if getattr(inputs, f) is None else np.array(getattr(inputs, f), copy=True)
+                   for f in INPUT_FIELDS})
+
+
+def changed_fields(before: AttentionInputs, after: AttentionInputs) -> tuple[str, ...]:
+    """Names of the input arrays whose bytes differ (NaN-safe: compares bytes, not values)."""
+    changed = []
+    for name in INPUT_FIELDS:
+        a, b = getattr(before, name), getattr(after, name)
+        if a is None and b is None:
+            continue
+        if a is None or b is None or a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
+            changed.append(name)
+    return tuple(changed)
+
+
+def timed_call(fn: Callable[[], Any]) -> tuple[Any, BaseException | None, float]:
+    start = time.perf_counter()
+    try:
+        value, error = fn(), None
+    except Exception as exc:  # noqa: BLE001 - the subject's exception is the result
+        value, error = None, exc
+    return value, error, time.perf_counter() - start
+
+
+def call_forward(adapter: Adapter, case: Case, inputs: AttentionInputs) -> Call:
+    """``adapter.forward`` on a private copy of ``inputs``; records any mutation of it."""
+    mine = copy_inputs(inputs)
+    value, error, seconds = timed_call(lambda: adapter.forward(mine, case.spec))
+    return Call(value, error, seconds, changed_fields(inputs, mine))
+
+
+def call_gradients(adapter: Adapter, case: Case, inputs: AttentionInputs, dout: np.ndarray) -> Call:
+    """``adapter.gradients`` on private copies of ``inputs`` and ``dout``."""
+    mine, my_dout = copy_inputs(inputs), np.array(dout, copy=True)
+    value, error, seconds = timed_call(lambda: adapter.gradients(mine, case.spec, my_dout))
+    mutated = changed_fields(inputs, mine)
+    if my_dout.tobytes() != np.asarray(dout).tobytes():
+        mutated += ("dout",)
+    return Call(value, error, seconds, mutated)
+
+
+class Oracle:
+    """Subject-independent artifacts of one case, each computed on first use."""
+
+    def __init__(self, case: Case):
+        self.case = case
+        self.timings: dict[str, float] = {}
+
+    def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        value = fn()
+        self.timings[name] = time.perf_counter() - start
+        return value
+
+    @functools.cached_property
+    def inputs(self) -> AttentionInputs:
+        return case_inputs.build_inputs(self.case)
+
+    @functools.cached_property
+    def reference(self) -> ReferenceOutput:
+        return self._timed("reference_forward_s", lambda: attention_forward(self.inputs, self.case.spec))
+
+    @functools.cached_property
+    def baseline(self) -> BaselineOutput:
+        return self._timed("baseline_forward_s", lambda: plain.forward(self.inputs, self.case.spec))
+
+    @functools.cached_property
+    def dout(self) -> np.ndarray:
+        return case_inputs.build_dout(self.case, self.reference.fully_masked)
+
+    @functools.cached_property
+    def reference_grads(self) -> ReferenceGrads:
+        return self._timed("reference_backward_s", lambda: attention_backward(
+            self.inputs, self.dout, self.case.spec, self.reference))
+
+    @functools.cached_property
+    def baseline_grads(self) -> BaselineGrads:
+        return self._timed("baseline_backward_s",
+                           lambda: plain.gradients(self.inputs, self.case.spec, self.dout))
+
+    @property
+    def valid_rows(self) -> np.ndarray:
+        """[B, Hq, Sq] bool: rows that may attend to some key (compared numerically)."""
+        return ~self.reference.fully_masked
+
+
+class SubjectRun:
+    """One subject's first forward and gradients calls on a case, shared by its checks."""
+
+    def __init__(self, case: Case, adapter: Adapter, oracle: Oracle):
+        self.case, self.adapter, self.oracle = case, adapter, oracle
+
+    @functools.cached_property
+    def forward_call(self) -> Call:
+        return call_forward(self.adapter, self.case, self.oracle.inputs)
+
+    @functools.cached_property
+    def gradients_call(self) -> Call:
+        return call_gradients(self.adapter, self.case, self.oracle.inputs, self.oracle.dout)
+
+    @property
+    def forward(self) -> SubjectOutput:
+        """The subject's output (raises SubjectError if the call raised)."""
+        return self.forward_call.get("forward")
+
+    @property
+    def gradients(self) -> SubjectGrads:
+        return self.gradients_call.get("gradients")
+
+    def timings(self) -> dict[str, float]:
+        out = dict(self.oracle.timings)
+        for name in ("forward_call", "gradients_call"):
+            call = self.__dict__.get(name)
+            if call is not None:
+                out[f"subject_{name.removesuffix('_call')}_s"] = call.seconds
+        return out
+
+
+class ArtifactStore:
+    """A small LRU of Oracles (by semantic id) and SubjectRuns (by case id)."""
+
+    def __init__(self, capacity: int = 6):
+        self.capacity = capacity
+        self._oracles: collections.OrderedDict[str, Oracle] = collections.OrderedDict()
+        self._runs: collections.OrderedDict[str, SubjectRun] = collections.OrderedDict()
+
+    def _lru(self, table: collections.OrderedDict, key: str, make: Callable[[], Any]) -> Any:
+        if key in table:
+            table.move_to_end(key)
+        else:
+            table[key] = make()
+            while len(table) > self.capacity:
+                table.popitem(last=False)
+        return table[key]
+
+    def oracle(self, case: Case) -> Oracle:
+        return self._lru(self._oracles, case.semantic_id, lambda: Oracle(case))
+
+    def run(self, case: Case, adapter: Adapter) -> SubjectRun:
+        return self._lru(self._runs, case.case_id, lambda: SubjectRun(case, adapter, self.oracle(case)))

@@ -1,0 +1,154 @@
+"""The baseline of the tolerance policy: plain one-pass attention at the subject's precision.
+
+This is the attention a user would write (``einsum`` logits, scale, bias, softcap,
+``where`` masking with the dtype's most negative value, softmax, ``einsum`` with v),
+computed the way XLA computes it for that dtype: every intermediate rounded to the
+dtype, matmuls and reductions accumulating in float32 (float64 for float64). Its
+error against the float64 reference is the yardstick: a subject may be at most k
+times as wrong (``tolerance.py``). Gradients are the same formulas' backward pass
+(as autodiff of that code computes them), rounded the same way.
+
+It is written in NumPy, not JAX, on purpose: no per-shape compilation (which would
+cost more than the subject's own call on CPU), and the yardstick does not move when
+the installed JAX version changes, so error ratios compare across versions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from conformance import dtypes
+from reference.masks import full_visibility, has_mask
+from reference.spec import AttentionInputs, AttentionSpec
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BaselineOutput:
+    """out: [B, Hq, Sq, Dv] and lse: [B, Hq, Sq], in the inputs' dtype (mean(v) on fully masked rows)."""
+
+    out: np.ndarray
+    lse: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BaselineGrads:
+    """dq, dk, dv in the inputs' shapes and dtype; dbias in the bias's shape, or None."""
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dbias: np.ndarray | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Precision:
+    """work: the accumulation dtype; rnd: rounds a work-dtype array to the subject's dtype."""
+
+    dtype: np.dtype
+    work: np.dtype
+    rnd: Callable[[np.ndarray], np.ndarray]
+
+
+def _precision(dtype: np.dtype) -> _Precision:
+    name = dtypes.name_of(dtype)
+    if name in ("float32", "float64"):
+        return _Precision(np.dtype(name), np.dtype(name), lambda x: x)
+    work = np.dtype(np.float32)
+    return _Precision(np.dtype(dtype), work, lambda x: np.asarray(x).astype(dtype).astype(work))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Forward:
+    """Intermediates the backward pass reuses. All [B, Hq, Sq, Sk] unless noted."""
+
+    p: np.ndarray
+    tanh: np.ndarray | None
+    out: np.ndarray  # [B, Hq, Sq, Dv]
+    lse: np.ndarray  # [B, Hq, Sq]
+    k: np.ndarray  # repeated to Hq heads
+    v: np.ndarray
+    scale: float
+
+
+def _visible(inputs: AttentionInputs, spec: AttentionSpec) -> np.ndarray | None:
+    """[B, Hq|1, Sq, Sk] visibility; a -inf bias counts as masked (and becomes 0 in the bias)."""
+    vis = full_visibility(spec, inputs) if has_mask(spec, inputs) else None
+    if inputs.bias is not None:
+        neg = np.isneginf(np.asarray(inputs.bias, dtype=np.float64))
+        if neg.any():
+            vis = ~neg if vis is None else vis & ~neg
+    return vis
+
+
+def _forward(inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision) -> _Forward:
+    r, w = pr.rnd, pr.work
+    group = inputs.q.shape[1] // inputs.k.shape[1]
+    q = inputs.q.astype(w)
+    k = np.repeat(inputs.k.astype(w), group, axis=1)
+    v = np.repeat(inputs.v.astype(w), group, axis=1)
+    scale = spec.resolved_scale(q.shape[-1])
+    s = r(r(q @ k.swapaxes(-1, -2)) * w.type(scale))
+    if inputs.bias is not None:
+        bias = np.asarray(inputs.bias, dtype=np.float64)
+        s = r(s + np.where(np.isneginf(bias), 0.0, bias).astype(w))
+    tanh = None
+    if spec.softcap is not None:
+        cap = w.type(spec.softcap)
+        tanh = r(np.tanh(r(s / cap)))
+        s = r(cap * tanh)
+    vis = _visible(inputs, spec)
+    if vis is not None:
+        s = np.where(vis, s, w.type(dtypes.max_value(dtypes.name_of(pr.dtype)) * -1))
+    m = s.max(axis=-1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = r(np.exp(r(s - m)))
+        denom = r(e.sum(axis=-1, keepdims=True))
+        p = r(e / denom)
+        lse = r(m + r(np.log(denom)))[..., 0]
+    out = r(p @ v)
+    return _Forward(p=p, tanh=tanh, out=out, lse=lse, k=k, v=v, scale=scale)
+
+
+def _sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum x over the axes where ``shape`` has size 1 (the bias's broadcast axes)."""
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=axes, keepdims=True) if axes else x
+
+
+def _group_sum(x: np.ndarray, kv_heads: int) -> np.ndarray:
+    """[B, Hq, S, D] -> [B, Hkv, S, D]: query head h feeds kv head h // G."""
+    b, hq, s, d = x.shape
+    return x.reshape(b, kv_heads, hq // kv_heads, s, d).sum(axis=2)
+
+
+def forward(inputs: AttentionInputs, spec: AttentionSpec) -> BaselineOutput:
+    """The baseline's out and lse, in the inputs' dtype."""
+    pr = _precision(inputs.q.dtype)
+    fwd = _forward(inputs, spec, pr)
+    return BaselineOutput(out=fwd.out.astype(pr.dtype), lse=fwd.lse.astype(pr.dtype))
+
+
+def gradients(inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> BaselineGrads:
+    """The baseline's gradients of ``sum(out * dout)``; dout: [B, Hq, Sq, Dv] in the inputs' dtype."""
+    pr = _precision(inputs.q.dtype)
+    r, w = pr.rnd, pr.work
+    fwd = _forward(inputs, spec, pr)
+    do = np.asarray(dout).astype(w)
+    kv_heads = inputs.k.shape[1]
+    dv = r(_group_sum(r(fwd.p.swapaxes(-1, -2) @ do), kv_heads))
+    dp = r(do @ fwd.v.swapaxes(-1, -2))
+    delta = r((r(do * fwd.out)).sum(axis=-1, keepdims=True))
+    ds = r(fwd.p * r(dp - delta))  # d loss / d (capped, biased, scaled logits)
+    if fwd.tanh is not None:
+        ds = r(ds * r(1 - r(fwd.tanh * fwd.tanh)))
+    dbias = None
+    if inputs.bias is not None:
+        dbias = r(_sum_to(ds, inputs.bias.shape)).astype(pr.dtype)
+    scale = w.type(fwd.scale)
+    dq = r(r(ds @ fwd.k) * scale)
+    q = inputs.q.astype(w)
+    dk = r(_group_sum(r(r(ds.swapaxes(-1, -2) @ q) * scale), kv_heads))
+    return BaselineGrads(dq=dq.astype(pr.dtype), dk=dk.astype(pr.dtype), dv=dv.astype(pr.dtype), dbias=dbias)

@@ -1,0 +1,65 @@
+"""What a check function gets (``CheckContext``) and returns (``Outcome``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Literal
+
+from conformance.artifacts import Oracle, SubjectRun
+from conformance.cases import Case
+from conformance.profiles import Profile
+from conformance.tolerance import Judgement
+from kernels.base import Adapter, Capabilities
+from reports.records import TensorMetrics
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CheckContext:
+    """One (check, case) to judge: the case, its subject, and the shared artifacts.
+
+    direction: for the ``raises`` check, the call declared to raise.
+    """
+
+    case: Case
+    adapter: Adapter
+    capabilities: Capabilities
+    oracle: Oracle
+    run: SubjectRun
+    profile: Profile
+    direction: str = "forward"
+
+    @property
+    def dtype(self) -> str:
+        return self.case.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """verdict: "pass" or "fail" (errors are SubjectError, raised); reason: one paragraph
+    naming what failed, the worst element and the fraction failing."""
+
+    verdict: Literal["pass", "fail"]
+    reason: str = ""
+    metrics: tuple[TensorMetrics, ...] = ()
+    details: dict[str, object] = dataclasses.field(default_factory=dict)
+
+
+CheckFunction = Callable[[CheckContext], Outcome]
+
+
+def from_judgements(judgements: list[Judgement], prefix: str = "") -> Outcome:
+    """Pass iff every tensor passed; the reason lists every tensor (failing ones first)."""
+    failing = [j for j in judgements if not j.passed]
+    lines = [j.explain() for j in failing + [j for j in judgements if j.passed]]
+    reason = (prefix + "\n" if prefix else "") + "\n".join(lines)
+    metrics = tuple(j.metrics for j in judgements)
+    return Outcome("fail" if failing else "pass", reason if failing else "", metrics)
+
+
+def passed(reason: str = "", **details: object) -> Outcome:
+    return Outcome("pass", reason, details=dict(details))
+
+
+def failed(reason: str, **details: object) -> Outcome:
+    return Outcome("fail", reason, details=dict(details))

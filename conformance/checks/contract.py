@@ -1,0 +1,69 @@
+"""The call contract: ``shape_dtype`` of every output, ``no_mutation`` of the inputs, and
+``raises`` for cases the adapter declares the implementation rejects."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.catalogue import classify
+from conformance.checks.base import CheckContext, Outcome, failed, passed
+from conformance.dtypes import name_of
+
+LSE_DTYPES = ("float32", "float64")
+
+
+def _expect(name: str, got: object, shape: tuple[int, ...], dtypes: tuple[str, ...]) -> str | None:
+    if not isinstance(got, np.ndarray):
+        return f"{name} is a {type(got).__name__}, expected a NumPy array of shape {shape}"
+    problems = []
+    if got.shape != shape:
+        problems.append(f"shape {got.shape}, expected {shape}")
+    if name_of(got.dtype) not in dtypes:
+        problems.append(f"dtype {name_of(got.dtype)}, expected {' or '.join(dtypes)}")
+    return f"{name} has " + " and ".join(problems) if problems else None
+
+
+def _backward_runs(ctx: CheckContext) -> bool:
+    planned = classify("backward", ctx.case, ctx.capabilities)
+    return planned is not None and planned.status == "run"
+
+
+def shape_dtype(ctx: CheckContext) -> Outcome:
+    """out [B, Hq, Sq, Dv] in the input dtype; lse [B, Hq, Sq] in float32/64 or the input dtype;
+    each gradient in its input's shape and dtype."""
+    c, got = ctx.case, ctx.run.forward
+    problems = [_expect("out", got.out, (c.batch, c.q_heads, c.q_len, c.v_head_dim), (c.dtype,))]
+    if ctx.capabilities.lse:
+        problems.append(_expect("lse", got.lse, (c.batch, c.q_heads, c.q_len), (c.dtype, *LSE_DTYPES)))
+    if _backward_runs(ctx):
+        grads, inputs = ctx.run.gradients, ctx.oracle.inputs
+        for name, source in (("dq", inputs.q), ("dk", inputs.k), ("dv", inputs.v)):
+            problems.append(_expect(name, getattr(grads, name), source.shape, (c.dtype,)))
+        if inputs.bias is not None and ctx.capabilities.bias_grad:
+            problems.append(_expect("dbias", grads.dbias, inputs.bias.shape, (c.dtype,)))
+    found = [p for p in problems if p]
+    return failed("; ".join(found)) if found else passed()
+
+
+def no_mutation(ctx: CheckContext) -> Outcome:
+    """Every input array (and dout) is bitwise unchanged after forward and gradients."""
+    ctx.run.forward  # noqa: B018 - raises SubjectError if the call failed
+    problems = []
+    if ctx.run.forward_call.mutated:
+        problems.append(f"forward wrote into its inputs {list(ctx.run.forward_call.mutated)}")
+    if _backward_runs(ctx):
+        ctx.run.gradients  # noqa: B018
+        if ctx.run.gradients_call.mutated:
+            problems.append(f"gradients wrote into its inputs {list(ctx.run.gradients_call.mutated)}")
+    return failed("; ".join(problems)) if problems else passed()
+
+
+def raises(ctx: CheckContext) -> Outcome:
+    """A case outside a constraint declared ``raises=True`` must raise, not return garbage."""
+    call = ctx.run.forward_call if ctx.direction == "forward" else ctx.run.gradients_call
+    if call.error is not None:
+        return passed(f"{ctx.direction} raised {type(call.error).__name__}: {str(call.error)[:200]}")
+    declared = ctx.capabilities.violated_constraints(ctx.case.shape, ctx.case.spec, ctx.direction)
+    violated = [c.name for c in declared if c.raises]
+    return failed(f"{ctx.direction} returned normally, but the adapter declares that constraint(s) "
+                  f"{violated} make it raise; fix the declaration or the input validation")

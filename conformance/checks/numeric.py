@@ -1,0 +1,53 @@
+"""Numeric checks against the float64 reference under the tolerance policy:
+``forward`` (out), ``lse``, ``backward`` (dq, dk, dv, dbias).
+
+Fully masked rows are left out here (their value is a convention, judged by
+``fully_masked``); gradients use a dout that is zero on those rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.checks.base import CheckContext, Outcome, failed, from_judgements
+from conformance.tolerance import judge
+
+
+def _shape_mismatch(name: str, got: np.ndarray | None, want: np.ndarray) -> str | None:
+    if got is None:
+        return f"{name} is missing (None)"
+    if np.shape(got) != np.shape(want):
+        return f"{name} has shape {tuple(np.shape(got))}, expected {tuple(np.shape(want))}"
+    return None
+
+
+def forward(ctx: CheckContext) -> Outcome:
+    """out [B, Hq, Sq, Dv] on rows that see some key: subject vs baseline vs float64."""
+    got, ref = ctx.run.forward, ctx.oracle.reference
+    problem = _shape_mismatch("out", got.out, ref.out)
+    if problem:
+        return failed(problem)
+    valid = ctx.oracle.valid_rows[..., None]
+    return from_judgements([judge("out", got.out, ref.out, ctx.oracle.baseline.out, ctx.dtype, valid)])
+
+
+def lse(ctx: CheckContext) -> Outcome:
+    """lse [B, Hq, Sq] (natural log of the softmax denominator) on rows that see some key."""
+    got, ref = ctx.run.forward, ctx.oracle.reference
+    problem = _shape_mismatch("lse", got.lse, ref.lse)
+    if problem:
+        return failed(problem + "; the subject declares lse=True")
+    valid = ctx.oracle.valid_rows
+    return from_judgements([judge("lse", got.lse, ref.lse, ctx.oracle.baseline.lse, ctx.dtype, valid)])
+
+
+def backward(ctx: CheckContext) -> Outcome:
+    """dq, dk, dv (and dbias where declared) of sum(out * dout), every element."""
+    got, ref, base = ctx.run.gradients, ctx.oracle.reference_grads, ctx.oracle.baseline_grads
+    tensors = [(n, getattr(got, n), getattr(ref, n), getattr(base, n)) for n in ("dq", "dk", "dv")]
+    if ref.dbias is not None and ctx.capabilities.bias_grad:
+        tensors.append(("dbias", got.dbias, ref.dbias, base.dbias))
+    problems = [p for p in (_shape_mismatch(n, g, r) for n, g, r, _ in tensors) if p]
+    if problems:
+        return failed("; ".join(problems))
+    return from_judgements([judge(name, g, r, b, ctx.dtype) for name, g, r, b in tensors])

@@ -1,0 +1,48 @@
+"""The four floating dtypes the suite knows, by name, as NumPy dtypes.
+
+bfloat16 comes from ``ml_dtypes`` (a JAX dependency), so subject inputs can be
+held as plain NumPy arrays in every dtype and up-cast exactly to float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+DTYPE_NAMES = ("float32", "bfloat16", "float16", "float64")
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """``"bfloat16"`` -> ``np.dtype(ml_dtypes.bfloat16)``; raises ValueError naming the choices."""
+    if name == "bfloat16":
+        return np.dtype(ml_dtypes.bfloat16)
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {name!r}; choose from {DTYPE_NAMES}")
+    return np.dtype(name)
+
+
+def eps(name: str) -> float:
+    """Machine epsilon: the spacing of the dtype's values just above 1.0."""
+    return float(ml_dtypes.finfo(numpy_dtype(name)).eps)
+
+
+def max_value(name: str) -> float:
+    """The largest finite value of the dtype."""
+    return float(ml_dtypes.finfo(numpy_dtype(name)).max)
+
+
+def exp_overflow(name: str) -> float:
+    """The logit above which ``exp`` overflows in this dtype: ``log(max)``."""
+    return math.log(max_value(name))
+
+
+def cast(x: np.ndarray, name: str) -> np.ndarray:
+    """Round ``x`` to the dtype (round-to-nearest-even, as every backend does)."""
+    return np.asarray(x).astype(numpy_dtype(name))
+
+
+def name_of(dtype: np.dtype | str) -> str:
+    """The suite's name of a NumPy dtype: ``np.dtype(ml_dtypes.bfloat16)`` -> ``"bfloat16"``."""
+    return str(np.dtype(dtype))

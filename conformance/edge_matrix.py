@@ -1,0 +1,122 @@
+"""The curated edge matrix: explicit cases that break attention kernels in practice.
+
+Each entry is a template (no subject, no dtype) with the level that first runs it:
+0 in every profile (ci), 1 from ``dev``, 2 only in ``thorough``. The catalogue
+expands each template over every subject and every dtype the subject declares,
+then files it as runnable, unsupported, or must-raise per the subject's
+Capabilities and ShapeConstraints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from conformance.cases import Case
+
+CURATED_LENGTHS = (1, 7, 113, 127, 128, 129, 1000, 1023)
+
+
+def _t(**fields) -> Case:
+    return Case(subject="", dtype="", **fields)
+
+
+def _levelled() -> list[tuple[int, Case]]:
+    """(level, template) pairs. Sizes stay small where the edge is not about size,
+    because interpret-mode kernels cost up to seconds per call."""
+    out: list[tuple[int, Case]] = []
+    add = lambda level, **f: out.append((level, _t(**f)))  # noqa: E731
+
+    # Plain attention, each input kind.
+    add(0)
+    add(0, input_kind="large")
+    add(0, input_kind="integers")
+    add(0, scale=0.3, batch=2)
+
+    # Lengths: block tails, single rows, primes, one short of / past a block.
+    for n in CURATED_LENGTHS:
+        add(0 if n <= 129 else 1, q_len=n, kv_len=n, causal=True)
+    for n in (1, 113, 129, 1023):
+        add(0 if n <= 129 else 1, q_len=n, kv_len=n)
+    add(2, q_len=1000, kv_len=1000, causal=True, alignment="bottom_right", head_dim=128, v_head_dim=128)
+
+    # Sq != Sk, both directions, both alignments (bottom-right with Sq > Sk masks whole rows).
+    for sq, sk in ((128, 256), (256, 128)):
+        for align in ("top_left", "bottom_right"):
+            add(0, q_len=sq, kv_len=sk, causal=True, alignment=align, batch=2, q_heads=2, kv_heads=2)
+    for sq, sk in ((113, 129), (129, 113), (1, 128), (7, 1000)):
+        for align in ("top_left", "bottom_right"):
+            add(0 if sk <= 129 else 1, q_len=sq, kv_len=sk, causal=True, alignment=align)
+    add(1, q_len=128, kv_len=1024, causal=True, alignment="bottom_right")
+    add(1, q_len=384, kv_len=128)
+
+    # Head dims and Dv != D.
+    for d in (64, 96, 128, 256):
+        add(0 if d in (96, 128) else 1, head_dim=d, v_head_dim=d, causal=True)
+    add(2, head_dim=256, v_head_dim=256, q_len=512, kv_len=512)
+    add(0, head_dim=64, v_head_dim=128)
+    add(0, head_dim=128, v_head_dim=64, causal=True)
+
+    # Batch > 1 with different data per batch; GQA 2/4/8 and MQA.
+    add(0, batch=3, q_heads=2, kv_heads=2, causal=True)
+    add(0, q_heads=4, kv_heads=2, causal=True)
+    add(1, q_heads=8, kv_heads=2)
+    add(1, q_heads=16, kv_heads=2, causal=True, batch=2)
+    add(0, q_heads=8, kv_heads=1, batch=2)
+    add(1, q_heads=4, kv_heads=1, q_len=256, kv_len=128, causal=True, alignment="bottom_right")
+
+    # Fully masked rows: by segments, by padding (a whole batch row with length 0).
+    add(0, segments=3, batch=2, q_len=256, kv_len=256)
+    add(0, segments=3, orphan_segment=True, batch=2, q_len=256, kv_len=256, causal=True)
+    add(0, batch=3, q_lengths=(256, 100, 0), kv_lengths=(256, 130, 17), q_len=256, kv_len=256)
+    add(0, batch=2, kv_lengths=(128, 1), causal=True, q_len=128, kv_len=256)
+    add(0, batch=3, q_lengths=(256, 100, 0), kv_lengths=(256, 130, 17), q_len=256, kv_len=256,
+        input_kind="nan_padding")
+    add(0, batch=2, kv_lengths=(200, 1), q_len=128, kv_len=256, causal=True, alignment="bottom_right",
+        input_kind="nan_padding")
+    add(1, batch=2, segments=4, kv_lengths=(256, 64), q_len=256, kv_len=256, q_heads=4, kv_heads=2)
+
+    # Windows: 0 (the diagonal only), 1, one-sided, wider than the sequence; with causal.
+    for window in ((0, 0), (1, 1), (0, 1), (1, 0)):
+        add(0, window=window)
+    add(0, window=(300, 300), q_len=256, kv_len=256)
+    add(0, window=(16, 0), causal=True, q_len=256, kv_len=256)
+    add(0, window=(4, 4), q_len=128, kv_len=256, alignment="bottom_right")
+    add(1, window=(None, 8), q_len=256, kv_len=128)
+    add(1, window=(64, None), causal=True, q_len=256, kv_len=256, alignment="bottom_right",
+        q_heads=4, kv_heads=1)
+
+    # Softcap near the logits' scale (std 2) and far from it; with large logits.
+    add(0, softcap=1.0)
+    add(0, softcap=30.0, causal=True)
+    add(0, softcap=5.0, input_kind="large")
+
+    # Bias: full, and with each broadcast pattern; bias with a mask.
+    add(0, bias="bhqk", batch=2, q_heads=2, kv_heads=2)
+    add(0, bias="1h1k", batch=2, q_heads=2, kv_heads=2, causal=True)
+    add(0, bias="b11k", batch=2, q_heads=2, kv_heads=2)
+    add(1, bias="11qk", batch=2, q_heads=2, kv_heads=2)
+    add(1, bias="111k", batch=2, q_heads=4, kv_heads=2, softcap=5.0)
+    add(1, bias="b1qk", batch=2, q_heads=2, kv_heads=2, segments=2)
+
+    # Boolean masks.
+    add(0, mask="b1qk", batch=2, q_heads=2, kv_heads=2)
+    add(1, mask="1hqk", q_heads=2, kv_heads=2, causal=True)
+
+    # Longer sequences: several blocks in each direction.
+    add(1, q_len=512, kv_len=512, causal=True, head_dim=128, v_head_dim=128, batch=2, q_heads=2, kv_heads=2)
+    add(2, q_len=2048, kv_len=2048, causal=True, head_dim=128, v_head_dim=128)
+    add(2, q_len=1024, kv_len=2048, causal=True, alignment="bottom_right", segments=5, batch=2)
+    return out
+
+
+def edge_cases(level: int) -> tuple[Case, ...]:
+    """Templates of every level <= ``level``, in a fixed order, without duplicates."""
+    seen: dict[Case, None] = {}
+    for lvl, template in _levelled():
+        if lvl <= level:
+            seen.setdefault(template, None)
+    return tuple(seen)
+
+
+def instantiate(template: Case, subject: str, dtype: str) -> Case:
+    return dataclasses.replace(template, subject=subject, dtype=dtype)

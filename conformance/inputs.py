@@ -1,0 +1,142 @@
+"""Arrays for a case: values of each input kind, masks, and the backward cotangent.
+
+Everything is drawn in float64 from ``np.random.default_rng([case.seed, stream])``
+(one stream per tensor, so adding a bias never changes q) and then rounded to the
+subject's dtype. The reference sees exactly those rounded values, up-cast.
+
+Input kinds (only uniform [0, 1) inputs would let wrong kernels pass as mean(V)):
+  * ``normal``: q ~ N(0, 2^2), k, v ~ N(0, 1): logits of std ~2, a peaked softmax.
+  * ``large``: logits of std ``log(dtype max) / 2``, so the largest reach ~1.5x the
+    point where ``exp`` overflows without max-subtraction.
+  * ``integers``: sparse small integers in [-3, 3] (60% zeros): q.k is exact in every dtype.
+  * ``nan_padding``: ``normal``, then NaN in q rows past ``q_lengths`` and k rows past
+    ``kv_lengths``, and a large finite sentinel in v rows past ``kv_lengths``. NaN in
+    the masked logits must never reach a valid output. v gets a finite sentinel, not
+    NaN, because an exactly-zero weight times NaN is NaN in IEEE arithmetic for
+    every matmul; the sentinel instead exposes any nonzero weight on a padded key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from conformance import dtypes
+from conformance.cases import Case
+from reference.spec import AttentionInputs
+
+# Stream tags for np.random.default_rng([seed, tag]): fixed forever, or old repros change.
+_Q, _K, _V, _BIAS, _SEG, _MASK, _DOUT, _FRESH = range(8)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MaskArrays:
+    """q_segment_ids [B, Sq], kv_segment_ids [B, Sk], q_lengths [B], kv_lengths [B],
+    mask bool broadcastable to [B, Hq, Sq, Sk]; each None when the case has none."""
+
+    q_segment_ids: np.ndarray | None
+    kv_segment_ids: np.ndarray | None
+    q_lengths: np.ndarray | None
+    kv_lengths: np.ndarray | None
+    mask: np.ndarray | None
+
+
+def _rng(case: Case, stream: int, salt: int = 0) -> np.random.Generator:
+    return np.random.default_rng([case.seed, stream, salt])
+
+
+def _segment_runs(rng: np.random.Generator, length: int, runs: int, first_id: int) -> np.ndarray:
+    """[length] int32 ids: ``runs`` contiguous runs (as many as fit) with ids first_id, first_id+1, ..."""
+    runs = max(1, min(runs, length))
+    cuts = np.sort(rng.choice(np.arange(1, length), size=runs - 1, replace=False)) if runs > 1 else []
+    ids = np.zeros(length, dtype=np.int32)
+    for cut in cuts:
+        ids[cut:] += 1
+    return ids + first_id
+
+
+def mask_arrays(case: Case) -> MaskArrays:
+    """The case's masks. Cheap (no float data), so case generation can use it too."""
+    q_seg = kv_seg = None
+    if case.segments:
+        rng = _rng(case, _SEG)
+        q_seg = np.stack([_segment_runs(rng, case.q_len, case.segments, 0) for _ in range(case.batch)])
+        # An orphan segment: q ids run 0..n-1 and kv ids 1..n, so q's first run sees no key.
+        kv_first = 1 if case.orphan_segment else 0
+        kv_seg = np.stack([_segment_runs(rng, case.kv_len, case.segments, kv_first)
+                           for _ in range(case.batch)])
+    mask = None
+    if case.mask is not None:
+        mask = _rng(case, _MASK).random(case.mask_shape) < 0.8
+    return MaskArrays(
+        q_segment_ids=q_seg,
+        kv_segment_ids=kv_seg,
+        q_lengths=None if case.q_lengths is None else np.asarray(case.q_lengths, dtype=np.int32),
+        kv_lengths=None if case.kv_lengths is None else np.asarray(case.kv_lengths, dtype=np.int32),
+        mask=mask,
+    )
+
+
+def _values(case: Case, stream: int, shape: tuple[int, ...], std: float, salt: int) -> np.ndarray:
+    rng = _rng(case, stream, salt)
+    if case.input_kind == "integers":
+        ints = rng.integers(-3, 4, size=shape).astype(np.float64)
+        return np.where(rng.random(shape) < 0.6, 0.0, ints)
+    return std * rng.standard_normal(shape)
+
+
+def _q_std(case: Case) -> float:
+    """Std of q so that the logits ``scale * q.k`` (k ~ N(0, 1)) have the kind's std."""
+    if case.input_kind == "large":
+        logit_std = dtypes.exp_overflow(case.dtype) / 2
+    else:
+        logit_std = 2.0
+    scale = case.spec.resolved_scale(case.head_dim)
+    return logit_std / (scale * math.sqrt(case.head_dim))
+
+
+def padding_sentinel(case: Case) -> float:
+    """The finite value written into v past ``kv_lengths``: huge, yet ``Sk`` of them
+    summed with weights <= 1 stay finite in the dtype."""
+    top = dtypes.max_value(case.dtype)
+    return float(min(math.sqrt(top), top / (4 * case.kv_len)))
+
+
+def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
+    """The case's inputs, every float array already in the subject's dtype.
+
+    ``salt`` != 0 gives fresh values with the same shapes and masks (used by the
+    recompilation and determinism checks).
+    q: [B, Hq, Sq, D]; k: [B, Hkv, Sk, D]; v: [B, Hkv, Sk, Dv]; bias: case.bias_shape.
+    """
+    b = case.batch
+    q = _values(case, _Q, (b, case.q_heads, case.q_len, case.head_dim), _q_std(case), salt)
+    k = _values(case, _K, (b, case.kv_heads, case.kv_len, case.head_dim), 1.0, salt)
+    v = _values(case, _V, (b, case.kv_heads, case.kv_len, case.v_head_dim), 1.0, salt)
+    bias = None if case.bias is None else _values(case, _BIAS, case.bias_shape, 1.0, salt)
+    masks = mask_arrays(case)
+    if case.input_kind == "nan_padding":
+        for bi in range(b):
+            if masks.q_lengths is not None:
+                q[bi, :, masks.q_lengths[bi]:] = np.nan
+            if masks.kv_lengths is not None:
+                k[bi, :, masks.kv_lengths[bi]:] = np.nan
+                v[bi, :, masks.kv_lengths[bi]:] = padding_sentinel(case)
+    cast = lambda x: None if x is None else dtypes.cast(x, case.dtype)  # noqa: E731
+    return AttentionInputs(
+        q=cast(q), k=cast(k), v=cast(v), bias=cast(bias),
+        q_segment_ids=masks.q_segment_ids, kv_segment_ids=masks.kv_segment_ids,
+        q_lengths=masks.q_lengths, kv_lengths=masks.kv_lengths, mask=masks.mask,
+    )
+
+
+def build_dout(case: Case, fully_masked: np.ndarray) -> np.ndarray:
+    """The cotangent ``dout: [B, Hq, Sq, Dv]`` in the subject's dtype, N(0, 1), and zero on
+    fully masked rows: their forward value is each subject's own convention
+    (docs/semantics.md), so a gradient through them would compare conventions, not math."""
+    shape = (case.batch, case.q_heads, case.q_len, case.v_head_dim)
+    dout = _rng(case, _DOUT).standard_normal(shape)
+    dout[np.broadcast_to(fully_masked, shape[:3])] = 0.0
+    return dtypes.cast(dout, case.dtype)

@@ -1,0 +1,276 @@
+"""The pytest plugin behind ``pytest conformance``: options, parametrization, records.
+
+Options: ``--impl NAME|all|a,b|package.module:function`` (default: the primary subject),
+``--profile ci|dev|thorough``, ``--report-dir DIR``, ``--resume``, ``--no-shrink``.
+Hypothesis' own ``--hypothesis-seed`` picks the seed of the drawn cases (the ci
+profile always uses seed 0, so its cases never change).
+
+Every ``test_<check>(planned, conformance)`` in ``conformance/`` is parametrized over
+the catalogue's (case, check) items, ids being case ids. Items run grouped by case
+(all checks of one case back to back) so the reference and the subject's outputs are
+computed once per case. Records are written by the controller only (``recording``),
+so the design holds under pytest-xdist; workers get the controller's seed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import profiles, recording
+from conformance.catalogue import CHECKS, Planned, plan
+from conformance.runner import Runner, describe
+from conformance.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
+from kernels.registry import UnknownSubjectError
+from reports.environment import environment_block
+from reports.records import SCHEMA_VERSION, ResultsFileError, completed_keys, read_results
+
+PLUGIN_NAME = "conformance-suite"
+SEED_KEY = "conformance_seed"
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "attention conformance suite")
+    group.addoption("--impl", default=PRIMARY_SUBJECT,
+                    help="subject(s) to check: a name, 'all', 'a,b', or 'package.module:function' "
+                         "(which is imported and run). Default: %(default)s")
+    group.addoption("--profile", default="ci", choices=sorted(profiles.PROFILES),
+                    help="case budget: ci (fixed cases), dev, thorough (nightly). Default: %(default)s")
+    group.addoption("--report-dir", default=None,
+                    help="where results.jsonl and summary.json go. "
+                         "Default: reports/jax-<installed version>")
+    group.addoption("--resume", action="store_true",
+                    help="append to the report folder's results.jsonl and skip the checks already recorded")
+    group.addoption("--no-shrink", action="store_true",
+                    help="do not shrink failing cases (faster failing runs)")
+
+
+def configure(config: pytest.Config) -> None:
+    if config.pluginmanager.get_plugin(PLUGIN_NAME) is None:
+        plugin = ConformancePlugin(config)
+        config.pluginmanager.register(plugin, PLUGIN_NAME)
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(_XdistSeed(plugin), PLUGIN_NAME + "-xdist")
+
+
+def of(config: pytest.Config) -> ConformancePlugin:
+    return config.pluginmanager.get_plugin(PLUGIN_NAME)
+
+
+def _default_report_dir(root: Path) -> Path:
+    try:
+        version = importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        version = "none"
+    return root / "reports" / f"jax-{version}"
+
+
+class _XdistSeed:
+    """Hands the controller's seed to every xdist worker (only registered when xdist is)."""
+
+    def __init__(self, plugin: ConformancePlugin):
+        self.plugin = plugin
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[SEED_KEY] = self.plugin.seed
+
+
+class ConformancePlugin:
+    """Session state of one run (never module-level): subjects, catalogue, runner, recorder."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.impl: str = config.getoption("impl")
+        self.profile = profiles.get(config.getoption("profile"))
+        self.seed = self._choose_seed()
+        report_dir = config.getoption("report_dir")
+        self.report_dir = Path(report_dir) if report_dir else _default_report_dir(config.rootpath)
+        self.resume: bool = config.getoption("resume")
+        self.shrink = not config.getoption("no_shrink")
+        self.recorder: recording.Recorder | None = None
+        self._subjects: tuple[Subject, ...] | None = None
+        self._plan: dict[str, tuple[Planned, ...]] | None = None
+        self._runner: Runner | None = None
+
+    # -- session state --------------------------------------------------------------------
+    @property
+    def is_controller(self) -> bool:
+        return not hasattr(self.config, "workerinput")
+
+    def _choose_seed(self) -> int:
+        worker = getattr(self.config, "workerinput", None)
+        if worker and SEED_KEY in worker:
+            return int(worker[SEED_KEY])
+        given = self.config.getoption("hypothesis_seed", default=None)
+        if given is not None:
+            return int(given)
+        return 0 if self.profile.derandomize else int.from_bytes(os.urandom(4), "little")
+
+    @property
+    def subjects(self) -> tuple[Subject, ...]:
+        if self._subjects is None:
+            try:
+                self._subjects = resolve_subjects(self.impl)
+            except UnknownSubjectError as error:
+                raise pytest.UsageError(str(error)) from None
+        return self._subjects
+
+    @property
+    def plan(self) -> dict[str, tuple[Planned, ...]]:
+        if self._plan is None:
+            self._plan = plan(self.subjects, self.profile, self.seed)
+        return self._plan
+
+    @property
+    def runner(self) -> Runner:
+        if self._runner is None:
+            self._runner = Runner(self.subjects, self.profile, shrink=self.shrink)
+        return self._runner
+
+    def lookup(self, check: str, case_id: str):
+        """The description of a planned case by check and id (for records of crashed tests)."""
+        for item in self.plan.get(check, ()):
+            if item.case.case_id == case_id:
+                return describe(item.case)
+        return None
+
+    # -- pytest hooks -----------------------------------------------------------------------
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        names = ", ".join(s.name if s.available else f"{s.name} (unavailable)" for s in self.subjects)
+        return [f"conformance: subjects {names}; profile {self.profile.name}; seed {self.seed}; "
+                f"report dir {self.report_dir}"]
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "planned" not in metafunc.fixturenames:
+            return
+        check = metafunc.function.__name__.removeprefix("test_")
+        if check not in CHECKS:
+            raise pytest.UsageError(
+                f"{metafunc.function.__name__}: no check named {check!r}; checks are {CHECKS}")
+        items = self.plan[check]
+        metafunc.parametrize("planned", items, ids=[p.test_id for p in items])
+
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        order = self._case_order()
+        check_rank = {c: i for i, c in enumerate(CHECKS)}
+
+        def key(item: pytest.Item) -> tuple:
+            planned = _planned_of(item)
+            if planned is None:
+                return (1, 0, 0, item.nodeid)
+            return (0, order.get(planned.case.case_id, len(order)), check_rank[planned.check], "")
+
+        items.sort(key=key)
+        if self.resume:
+            done = self._recorded_keys()
+            keep, dropped = [], []
+            for item in items:
+                planned = _planned_of(item)
+                (dropped if planned is not None and planned.key in done else keep).append(item)
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = keep
+
+    def _case_order(self) -> dict[str, int]:
+        order: dict[str, int] = {}
+        for check in CHECKS:
+            for item in self.plan[check]:
+                order.setdefault(item.case.case_id, len(order))
+        return order
+
+    def _recorded_keys(self) -> set[tuple[str, str, str]]:
+        try:
+            return completed_keys(read_results(self.report_dir).results)
+        except ResultsFileError as error:
+            if not (self.report_dir / "results.jsonl").exists():
+                return set()
+            raise pytest.UsageError(f"--resume: {error}") from None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if not self.is_controller:
+            return
+        header = {"impl": self.impl, "subjects": [s.name for s in self.subjects],
+                  "profile": self.profile.name,
+                  "hypothesis_seed": self.seed}
+        self.recorder = recording.Recorder(self.report_dir, header, resume=self.resume, lookup=self.lookup)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.recorder is not None:
+            self.recorder.on_report(report)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.recorder is None:
+            return
+        summary = {
+            "schema": SCHEMA_VERSION,
+            "environment": environment_block(),
+            "impl": self.impl,
+            "subjects": [_subject_summary(s) for s in self.subjects],
+            "profile": self.profile.name,
+            "hypothesis_seed": self.seed,
+            "command": " ".join(["pytest", *sys.argv[1:]]),
+        }
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        self.recorder.finish(summary, interrupted=interrupted)
+        self.recorder = None
+        _render_report(self.report_dir, self.config)
+
+
+def _planned_of(item: pytest.Item) -> Planned | None:
+    """The item's planned check, or None (an empty parameter set gives pytest's NOTSET)."""
+    planned = getattr(getattr(item, "callspec", None), "params", {}).get("planned")
+    return planned if isinstance(planned, Planned) else None
+
+
+def _subject_summary(subject: Subject) -> dict[str, Any]:
+    return {"name": subject.name, "impl": subject.spec, "available": subject.available,
+            "reason": "" if subject.available else subject.reason,
+            "execution": subject.availability.execution,
+            "versions": dict(subject.availability.versions)}
+
+
+def _render_report(report_dir: Path, config: pytest.Config) -> None:
+    """Hook point for ``reports.render.write_report(report_dir)`` (report.md, plots), if present."""
+    try:
+        render = importlib.import_module("reports.render")
+    except ImportError:
+        return
+    write_report = getattr(render, "write_report", None)
+    if write_report is None:
+        return
+    try:
+        write_report(report_dir)
+    except Exception as error:  # noqa: BLE001 - results are already safe on disk; say why the report is not
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        message = f"conformance: report.md not written: {type(error).__name__}: {error}"
+        if reporter is not None:
+            reporter.write_line(message, red=True)
+        else:
+            print(message, file=sys.stderr)
+
+
+class Bound:
+    """The ``conformance`` fixture: runs one planned check for the current test item."""
+
+    def __init__(self, plugin: ConformancePlugin, node: pytest.Item):
+        self.plugin, self.node = plugin, node
+
+    def check(self, planned: Planned) -> None:
+        """Evaluate, attach the record, and turn the verdict into pytest's outcome."""
+        self.node.user_properties.append(recording.case_property(describe(planned.case), planned.check))
+        result = self.plugin.runner.evaluate(planned)
+        self.node.user_properties.append(recording.result_property(result))
+        if result.verdict in ("unsupported", "unavailable"):
+            pytest.skip(f"{result.verdict}: {result.reason}")
+        if result.verdict != "pass":
+            message = [f"{planned.check} {result.verdict.upper()}: {planned.case.describe()}", result.reason]
+            if result.repro:
+                message += ["", "Repro (run from the repository root):", result.repro]
+            pytest.fail("\n".join(message), pytrace=False)

@@ -1,0 +1,51 @@
+"""Run profiles: how many cases, how big, and how hard each check pushes.
+
+    ci        derandomized (seed 0): the same cases on every run, within the CI budget
+              (all CPU subjects in under 10 minutes on a 2-core machine)
+    dev       the whole curated edge matrix plus random draws with a fresh seed each run
+    thorough  nightly: bigger shapes, many more draws, longer leak runs
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """edge_level: curated cases up to this level (0 core, 1 dev, 2 thorough).
+    drawn_cases: hypothesis-drawn cases per subject, from what it declares.
+    lengths/head_dims/max_batch/max_kv_heads: the space the draws come from.
+    runtime_cases_per_dtype: cases per (subject, dtype) for determinism and recompilation.
+    leak_calls: calls per leak measurement. shrink_seconds: budget per session for shrinking.
+    derandomize: fixed seed 0 unless one is given."""
+
+    name: str
+    edge_level: int
+    drawn_cases: int
+    lengths: tuple[int, ...]
+    head_dims: tuple[int, ...]
+    max_batch: int
+    max_kv_heads: int
+    runtime_cases_per_dtype: int
+    leak_calls: int
+    shrink_seconds: float
+    derandomize: bool
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile("ci", 0, 4, (1, 7, 64, 113, 128, 129, 256), (32, 64, 128), 2, 2, 1, 12, 60.0, True),
+        Profile("dev", 1, 30, (1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512),
+                (32, 64, 96, 128, 256), 3, 2, 2, 20, 300.0, False),
+        Profile("thorough", 2, 200, (1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512, 1000, 1024, 2048),
+                (16, 32, 64, 96, 128, 192, 256), 4, 4, 4, 40, 1800.0, False),
+    )
+}
+
+
+def get(name: str) -> Profile:
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; choose from {sorted(PROFILES)}")
+    return PROFILES[name]

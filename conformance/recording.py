@@ -1,0 +1,134 @@
+"""Results on their way from a test to ``results.jsonl``, safe under pytest-xdist.
+
+A test attaches its ``CaseResult`` as JSON to ``item.user_properties`` (which xdist
+ships from workers to the controller with each report, and junitxml writes out as
+properties). Only the controller writes: ``Recorder.on_report`` appends each record
+through ``reports.records.ResultsWriter`` as soon as the report arrives. A report with
+no record (a suite error, a crashed worker, a timeout) becomes verdict ``error`` with
+the reason taken from the report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from reports.records import (
+    SUMMARY_FILE,
+    VERDICTS,
+    CaseDescription,
+    CaseResult,
+    ResultsWriter,
+    case_result_from_json,
+    case_result_to_json,
+    read_results,
+    write_json_atomic,
+)
+
+RESULT_PROPERTY = "conformance_result"
+CASE_PROPERTY = "conformance_case"
+_NODE_ID = re.compile(r"::test_(?P<check>\w+)\[(?P<case_id>.*)\]$")
+
+
+def result_property(result: CaseResult) -> tuple[str, str]:
+    return RESULT_PROPERTY, json.dumps(case_result_to_json(result), allow_nan=True)
+
+
+def case_property(description: CaseDescription, check: str) -> tuple[str, str]:
+    """Attached at the start of a test, so even a test that dies mid-call names its case."""
+    return CASE_PROPERTY, json.dumps({"check": check, "case": description.__dict__}, allow_nan=True)
+
+
+def _property(report: Any, name: str) -> str | None:
+    for key, value in getattr(report, "user_properties", ()) or ():
+        if key == name:
+            return value
+    return None
+
+
+def parse_node_id(nodeid: str) -> tuple[str, str] | None:
+    """``.../test_forward.py::test_forward[<case id>]`` -> ("forward", "<case id>")."""
+    match = _NODE_ID.search(nodeid)
+    return (match["check"], match["case_id"]) if match else None
+
+
+def _failure_text(report: Any) -> str:
+    text = str(getattr(report, "longreprtext", "") or getattr(report, "longrepr", "") or "")
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    # The last lines of a traceback name the exception; a crash report is a single line.
+    return "\n".join(lines[-6:]) if lines else f"test {report.outcome} without a result record"
+
+
+class Recorder:
+    """Controller-side writer: one per session, appends one record per finished test."""
+
+    def __init__(self, folder: Path, header: dict[str, Any], *, resume: bool,
+                 lookup: Callable[[str, str], CaseDescription | None]):
+        self.folder = Path(folder)
+        self.writer = ResultsWriter(self.folder, header, append=resume)
+        self.lookup = lookup
+        self.counts: Counter[str] = Counter()
+        self.started = time.time()
+        self._written: set[tuple[str, str, str]] = set()
+
+    def on_report(self, report: Any) -> None:
+        """Handle one ``pytest_runtest_logreport``; writes at most one record per test."""
+        record = self._record(report)
+        if record is None or record.key in self._written:
+            return
+        self._written.add(record.key)
+        self.writer.append(record)
+        self.counts[record.verdict] += 1
+
+    def _record(self, report: Any) -> CaseResult | None:
+        raw = _property(report, RESULT_PROPERTY)
+        if raw is not None and report.when == "call":
+            return case_result_from_json(json.loads(raw))
+        phase_failed = report.when == "setup" and report.outcome != "passed"
+        crashed = report.when not in ("setup", "call", "teardown")  # xdist's report for a dead worker
+        teardown_failed = report.when == "teardown" and report.outcome == "failed"
+        if not (report.when == "call" or phase_failed or crashed or teardown_failed):
+            return None
+        return self._error_record(report)
+
+    def _error_record(self, report: Any) -> CaseResult | None:
+        raw = _property(report, CASE_PROPERTY)
+        if raw is not None:
+            data = json.loads(raw)
+            check = data["check"]
+            description = CaseDescription(**{k: tuple(v) if isinstance(v, list) else v
+                                             for k, v in data["case"].items()})
+        else:
+            parsed = parse_node_id(report.nodeid)
+            if parsed is None:
+                return None  # not a conformance check (e.g. a meta-test collected alongside)
+            check, case_id = parsed
+            description = self.lookup(check, case_id) or CaseDescription(
+                case_id=case_id, subject=case_id.split("-")[0], dtype="?", batch=0, q_heads=0, kv_heads=0,
+                q_len=0, kv_len=0, head_dim=0, v_head_dim=0)
+        if report.when == "call" and report.outcome == "skipped":
+            return None  # a skip without a record is pytest's own (e.g. -x); nothing ran
+        return CaseResult(case=description, check=check, verdict="error",
+                          reason=f"[{report.when}] " + _failure_text(report))
+
+    def finish(self, summary: dict[str, Any], interrupted: bool) -> dict[str, Any]:
+        """Write summary.json; close results.jsonl with a footer unless the run was interrupted."""
+        all_counts = self._file_counts()
+        footer = {"counts": dict(self.counts), "duration_s": round(time.time() - self.started, 3)}
+        summary = {**summary, **footer, "counts_all_runs": all_counts, "complete": not interrupted}
+        write_json_atomic(self.folder / SUMMARY_FILE, summary)
+        if interrupted:
+            self.writer.close()
+        else:
+            self.writer.finish(footer)
+        return summary
+
+    def _file_counts(self) -> dict[str, int]:
+        """Verdict counts over the whole file (this run plus any resumed earlier run)."""
+        counts = Counter(r.verdict for r in read_results(self.writer.path).results)
+        return {v: counts.get(v, 0) for v in VERDICTS}

@@ -1,0 +1,70 @@
+"""Copy-pasteable repro scripts for a failing (check, case).
+
+The script rebuilds the case from its fields (``Case`` is a plain frozen dataclass whose
+repr is valid Python), so the inputs are bit-identical to the failing run's, calls the
+subject by the name ``--impl`` used, and prints what the check saw. It runs from the
+repository root with ``python repro.py``, no pytest needed.
+"""
+
+from __future__ import annotations
+
+from conformance.cases import Case
+
+_HEADER = '''"""Repro: the {check} check of {case_id}.
+Run from the attention-conformance checkout:  python repro.py"""
+from conformance.cases import Case
+'''
+
+_FORWARD = '''from conformance import baseline
+from conformance.inputs import build_inputs
+from conformance.tolerance import judge
+from kernels.registry import resolve
+from reference import attention_forward
+
+case = {case!r}
+inputs = build_inputs(case)  # q, k, v, bias already in {dtype}; masks as arrays
+got = resolve({impl!r}).forward(inputs, case.spec)
+ref = attention_forward(inputs, case.spec)  # float64 reference on the same values
+base = baseline.forward(inputs, case.spec)  # plain one-pass attention at {dtype} precision
+valid = ~ref.fully_masked  # rows that see at least one key
+print(judge({tensor!r}, got.{tensor}, ref.{tensor}, base.{tensor}, case.dtype, valid{extra}).explain())
+'''
+
+_BACKWARD = '''from conformance import baseline
+from conformance.inputs import build_dout, build_inputs
+from conformance.tolerance import judge
+from kernels.registry import resolve
+from reference import attention_backward, attention_forward
+
+case = {case!r}
+inputs = build_inputs(case)  # q, k, v, bias already in {dtype}
+ref_out = attention_forward(inputs, case.spec)
+dout = build_dout(case, ref_out.fully_masked)  # zero on fully masked rows
+got = resolve({impl!r}).gradients(inputs, case.spec, dout)
+ref = attention_backward(inputs, dout, case.spec, ref_out)  # float64
+base = baseline.gradients(inputs, case.spec, dout)  # plain attention's gradients at {dtype} precision
+for name in ("dq", "dk", "dv", "dbias"):
+    if getattr(ref, name) is not None and getattr(got, name) is not None:
+        print(judge(name, getattr(got, name), getattr(ref, name), getattr(base, name), case.dtype).explain())
+'''
+
+_GENERIC = '''from conformance.runner import run_check
+
+case = {case!r}
+outcome = run_check(case, {check!r}, impl={impl!r})
+print(outcome.verdict)
+print(outcome.reason)
+'''
+
+
+def script(case: Case, check: str, impl: str) -> str:
+    """The repro script for ``check`` on ``case``; ``impl`` is the name ``resolve`` takes."""
+    head = _HEADER.format(check=check, case_id=case.case_id)
+    fields = {"case": case, "impl": impl, "dtype": case.dtype, "check": check}
+    if check == "forward":
+        return head + _FORWARD.format(tensor="out", extra="[..., None]", **fields)
+    if check == "lse":
+        return head + _FORWARD.format(tensor="lse", extra="", **fields)
+    if check == "backward":
+        return head + _BACKWARD.format(**fields)
+    return head + _GENERIC.format(**fields)

@@ -1,0 +1,160 @@
+"""Runs one planned (check, case) and turns the outcome into a ``reports.records.CaseResult``.
+
+The runner is pytest-free: the plugin calls ``Runner.evaluate`` inside each test, and
+repro scripts call ``run_check``. A subject that raises yields verdict ``error`` with
+the exception; a failure is shrunk (``shrink.py``) to a smaller failing case when the
+session's shrink budget allows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from conformance import repro
+from conformance.artifacts import ArtifactStore, SubjectError
+from conformance.cases import Case
+from conformance.catalogue import Planned, classify
+from conformance.checks import contract, masked, numeric, runtime
+from conformance.checks.base import CheckContext, CheckFunction, Outcome
+from conformance.profiles import Profile, get
+from conformance.subjects import Subject, resolve_subjects
+from reports.records import CaseDescription, CaseResult
+
+CHECK_FUNCTIONS: dict[str, CheckFunction] = {
+    "raises": contract.raises,
+    "shape_dtype": contract.shape_dtype,
+    "forward": numeric.forward,
+    "lse": numeric.lse,
+    "fully_masked": masked.fully_masked,
+    "backward": numeric.backward,
+    "finite": masked.finite,
+    "no_mutation": contract.no_mutation,
+    "determinism": runtime.determinism,
+    "recompile": runtime.recompile,
+    "leak": runtime.leak,
+}
+# Failures of these checks are shrunk; the others repeat calls or are about one fixed case.
+SHRINKABLE = frozenset({"forward", "lse", "backward", "fully_masked", "finite", "shape_dtype", "no_mutation"})
+
+
+def describe(case: Case) -> CaseDescription:
+    """The record's description of a case: everything needed to rebuild it."""
+    masks = tuple(name for name, used in (
+        ("segment_ids", case.segments > 0), ("lengths", case.uses_padding), ("mask", case.mask is not None),
+    ) if used)
+    return CaseDescription(
+        case_id=case.case_id, subject=case.subject, dtype=case.dtype, batch=case.batch,
+        q_heads=case.q_heads, kv_heads=case.kv_heads, q_len=case.q_len, kv_len=case.kv_len,
+        head_dim=case.head_dim, v_head_dim=case.v_head_dim, scale=case.scale, softcap=case.softcap,
+        causal=case.causal, alignment=case.alignment, window=case.window, masks=masks,
+        bias_shape=case.bias_shape, input_kind=case.input_kind, seed=case.seed,
+    )
+
+
+def _availability(subject: Subject, ran: str = "") -> dict[str, object]:
+    block = dataclasses.asdict(subject.availability)
+    block["versions"] = dict(subject.availability.versions)
+    if ran:
+        block["ran"] = ran
+    return block
+
+
+class Runner:
+    """Evaluates planned checks for one session: owns the artifact store and shrink budget."""
+
+    def __init__(self, subjects: tuple[Subject, ...], profile: Profile, shrink: bool = True):
+        self.subjects = {s.name: s for s in subjects}
+        self.profile = profile
+        self.store = ArtifactStore()
+        self.shrink_enabled = shrink
+        self.shrink_seconds_left = profile.shrink_seconds
+        self._shrunk: set[tuple[str, str]] = set()
+
+    def context(self, check: str, case: Case, direction: str = "forward") -> CheckContext:
+        subject = self.subjects[case.subject]
+        return CheckContext(
+            case=case, adapter=subject.adapter, capabilities=subject.capabilities,
+            oracle=self.store.oracle(case), run=self.store.run(case, subject.adapter),
+            profile=self.profile, direction=direction,
+        )
+
+    def outcome(self, check: str, case: Case,
+                direction: str = "forward") -> tuple[str, Outcome | SubjectError]:
+        """(verdict, outcome-or-error) of running the check function; never raises SubjectError."""
+        try:
+            result = CHECK_FUNCTIONS[check](self.context(check, case, direction))
+        except SubjectError as error:
+            return "error", error
+        return result.verdict, result
+
+    def evaluate(self, planned: Planned) -> CaseResult:
+        """The record for one planned item (runs the check unless unsupported/unavailable)."""
+        case, check = planned.case, planned.check
+        subject = self.subjects[case.subject]
+        base = {"case": describe(case), "check": check, "features": (check, case.dtype, *case.features)}
+        if planned.status in ("unsupported", "unavailable"):
+            return CaseResult(verdict=planned.status, reason=planned.reason,
+                              availability=_availability(subject), **base)
+        start = time.perf_counter()
+        verdict, result = self.outcome(check, case, planned.direction)
+        elapsed = time.perf_counter() - start
+        run = self.store.run(case, subject.adapter)
+        timings = {**run.timings(), "check_s": elapsed}
+        forward = run.__dict__.get("forward_call")
+        ran = getattr(forward.value, "ran", "") if forward is not None and forward.value is not None else ""
+        if isinstance(result, SubjectError):
+            reason, metrics = str(result), ()
+        else:
+            reason, metrics = result.reason, result.metrics
+            if result.details:
+                timings.update({k: float(v) for k, v in result.details.items() if isinstance(v, int | float)})
+        repro_case = case
+        if verdict != "pass":
+            minimal = self._shrink(check, case, verdict)
+            if minimal is not None and minimal != case:
+                reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.describe()})"
+                repro_case = minimal
+        return CaseResult(
+            verdict=verdict, reason=reason, metrics=metrics, timings=timings,
+            availability=_availability(subject, ran),
+            repro="" if verdict == "pass" else repro.script(repro_case, check, subject.spec), **base,
+        )
+
+    def _shrink(self, check: str, case: Case, verdict: str) -> Case | None:
+        """A smaller case failing the same way, within the session's budget (once per subject and check)."""
+        key = (case.subject, check)
+        if not self.shrink_enabled or check not in SHRINKABLE or key in self._shrunk:
+            return None
+        if self.shrink_seconds_left <= 0:
+            return None
+        self._shrunk.add(key)
+        from conformance.shrink import shrink  # hypothesis' search; imported only on failure
+
+        start = time.perf_counter()
+        try:
+            return shrink(case, self.subjects[case.subject].capabilities,
+                          lambda c: self._fails_like(check, c, verdict), self.shrink_seconds_left)
+        finally:
+            self.shrink_seconds_left -= time.perf_counter() - start
+
+    def _fails_like(self, check: str, case: Case, verdict: str) -> bool:
+        planned = classify(check, case, self.subjects[case.subject].capabilities)
+        if planned is None or planned.status != "run":
+            return False
+        return self.outcome(check, case, planned.direction)[0] == verdict
+
+
+def run_check(case: Case, check: str, impl: str | None = None, profile: str = "ci") -> Outcome:
+    """Run one check on one case outside pytest (repro scripts). Raises SubjectError if the subject does."""
+    (subject,) = resolve_subjects(impl or case.subject)
+    case = dataclasses.replace(case, subject=subject.name)
+    runner = Runner((subject,), get(profile), shrink=False)
+    planned = classify(check, case, subject.capabilities)
+    if planned is None or planned.status not in ("run", "raises"):
+        reason = "does not apply" if planned is None else f"{planned.status}: {planned.reason}"
+        raise ValueError(f"the {check} check does not run on {case.case_id}: {reason}")
+    verdict, result = runner.outcome(check, case, planned.direction)
+    if isinstance(result, SubjectError):
+        raise result
+    return result

@@ -1,0 +1,41 @@
+"""Shrinking a failing case to a minimal one with hypothesis.
+
+``hypothesis.find`` searches ``strategies.within(case)`` (no bigger than the failing
+case, a subset of its features) for a case that still fails the same way; it tries
+simple cases first and then shrinks what it finds. The predicate stops claiming
+failures once the time budget is spent, which ends the search quickly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis.errors import NoSuchExample, Unsatisfiable
+
+from conformance import strategies
+from conformance.cases import Case
+from kernels.base import Capabilities
+
+MAX_EXAMPLES = 40
+
+
+def shrink(case: Case, caps: Capabilities, fails: Callable[[Case], bool], budget_s: float) -> Case | None:
+    """The smallest case found that ``fails``; None when none was found in the budget."""
+    deadline = time.monotonic() + budget_s
+
+    def still_fails(candidate: Case) -> bool:
+        if time.monotonic() > deadline:
+            return False
+        return candidate == case or fails(candidate)
+
+    try:
+        return find(
+            strategies.within(case, caps),
+            still_fails,
+            settings=settings(max_examples=MAX_EXAMPLES, database=None, deadline=None, derandomize=True,
+                              phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck)),
+        )
+    except (NoSuchExample, Unsatisfiable):
+        return None

@@ -1,0 +1,182 @@
+"""Hypothesis strategies that draw cases only from what an adapter declares.
+
+``cases(subject, caps, profile)`` draws a runnable case: every feature is one the
+Capabilities declare, and the drawn shape satisfies every ShapeConstraint (forward
+and, when the subject has a backward pass, backward), so drawn cases exercise the
+kernel rather than its input checks. ``draw_cases`` turns the strategy into a fixed
+list for a seed; ``within(case, ...)`` is the space a failing case shrinks in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from conformance.cases import Case
+from conformance.dtypes import DTYPE_NAMES
+from conformance.profiles import Profile
+from kernels.base import Capabilities
+from reference.spec import AttentionShape, AttentionSpec
+
+SOFTCAPS = (1.0, 5.0, 30.0)
+BIAS_PATTERNS = ("bhqk", "1h1k", "b11k", "11qk", "111k", "b1qk", "1hqk")
+
+
+def runnable(case: Case, caps: Capabilities) -> bool:
+    """Inside the declared capabilities and every shape constraint of the directions it has."""
+    if caps.unsupported_reason(case.skeleton(), case.spec, case.dtype) is not None:
+        return False
+    directions = ("forward", "backward") if caps.backward else ("forward",)
+    return not any(caps.violated_constraints(case.shape, case.spec, d) for d in directions)
+
+
+def _admissible_lengths(caps: Capabilities, lengths: tuple[int, ...], head_dim: int) -> tuple[int, ...]:
+    """Lengths that pass every constraint as both Sq and Sk of a plain probe shape, so
+    the joint filter rarely rejects (hypothesis gives up on filters that reject most draws)."""
+    def ok(n: int) -> bool:
+        shape = AttentionShape(1, 1, 1, n, n, head_dim, head_dim)
+        return not any(caps.violated_constraints(shape, AttentionSpec(), d) for d in ("forward", "backward")
+                       if d == "forward" or caps.backward)
+    good = tuple(n for n in lengths if ok(n))
+    return good or lengths
+
+
+def _admissible_dims(caps: Capabilities, dims: tuple[int, ...], length: int) -> tuple[int, ...]:
+    def ok(d: int) -> bool:
+        shape = AttentionShape(1, 1, 1, length, length, d, d)
+        return not any(caps.violated_constraints(shape, AttentionSpec(), "forward"))
+    good = tuple(d for d in dims if ok(d))
+    return good or dims
+
+
+@st.composite
+def _lengths(draw: st.DrawFn, batch: int, full: int) -> tuple[int, ...]:
+    return tuple(draw(st.integers(0, full)) for _ in range(batch))
+
+
+@st.composite
+def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -> Case:
+    dtypes = tuple(d for d in caps.dtypes if d in DTYPE_NAMES)
+    head_dims = _admissible_dims(caps, profile.head_dims, 128)
+    lengths = _admissible_lengths(caps, profile.lengths, head_dims[0])
+    batch = draw(st.integers(1, profile.max_batch))
+    kv_heads = draw(st.integers(1, profile.max_kv_heads))
+    group = draw(st.sampled_from((1, 2, 4, 8))) if caps.gqa else 1
+    head_dim = draw(st.sampled_from(head_dims))
+    q_len, kv_len = draw(st.sampled_from(lengths)), draw(st.sampled_from(lengths))
+    causal = bool(caps.causal_alignments) and draw(st.booleans())
+    alignment = draw(st.sampled_from(caps.causal_alignments)) if caps.causal_alignments else "top_left"
+    window = None
+    if caps.window and draw(st.booleans()):
+        edge = st.none() | st.integers(0, 8) | st.integers(0, 2 * max(q_len, kv_len))
+        window = (draw(edge), draw(edge))
+    segments = draw(st.integers(0, 4)) if caps.segment_ids else 0
+    q_lengths = kv_lengths = None
+    if caps.lengths and draw(st.booleans()):
+        q_lengths = draw(st.none() | _lengths(batch, q_len))
+        kv_lengths = draw(_lengths(batch, kv_len))
+    kinds = ["normal", "large", "integers"] + (["nan_padding"] if q_lengths or kv_lengths else [])
+    bias = None
+    if caps.bias and draw(st.booleans()):
+        bias = draw(st.sampled_from(BIAS_PATTERNS)) if caps.bias_broadcast else "bhqk"
+    return Case(
+        subject=subject,
+        dtype=draw(st.sampled_from(dtypes)),
+        batch=batch,
+        q_heads=kv_heads * group,
+        kv_heads=kv_heads,
+        q_len=q_len,
+        kv_len=kv_len,
+        head_dim=head_dim,
+        v_head_dim=draw(st.sampled_from(head_dims)) if caps.distinct_v_dim else head_dim,
+        causal=causal,
+        alignment=alignment,
+        window=window,
+        softcap=draw(st.none() | st.sampled_from(SOFTCAPS)) if caps.softcap else None,
+        segments=segments,
+        orphan_segment=bool(segments) and draw(st.booleans()),
+        q_lengths=q_lengths,
+        kv_lengths=kv_lengths,
+        bias=bias,
+        mask=draw(st.none() | st.sampled_from(BIAS_PATTERNS)) if caps.bool_mask else None,
+        input_kind=draw(st.sampled_from(kinds)),
+    )
+
+
+def cases(subject: str, caps: Capabilities, profile: Profile) -> st.SearchStrategy[Case]:
+    """Runnable cases for ``subject``, drawn only from its declared capabilities."""
+    return _case(subject, caps, profile).filter(lambda c: runnable(c, caps))
+
+
+def draw_cases(strategy: st.SearchStrategy[Case], count: int, draw_seed: int) -> tuple[Case, ...]:
+    """``count`` examples of ``strategy``, the same ones for the same seed (and hypothesis
+    version). Hypothesis starts from its simplest example, so the first case is small."""
+    if count <= 0:
+        return ()
+    found: list[Case] = []
+
+    @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @seed(draw_seed)
+    @given(strategy)
+    def collect(case: Case) -> None:
+        found.append(case)
+
+    collect()
+    return tuple(dict.fromkeys(found))
+
+
+def within(case: Case, caps: Capabilities) -> st.SearchStrategy[Case]:
+    """Cases no bigger than ``case`` and with a subset of its features (same subject,
+    dtype and input kind): the space a failure shrinks in. Hypothesis tries the
+    simplest first, so the minimal failing case is found early."""
+
+    @st.composite
+    def smaller(draw: st.DrawFn) -> Case:
+        def dim(n: int) -> int:
+            return draw(st.integers(1, n))
+
+        def maybe(value):
+            """Keep or drop one feature (None/False drops it)."""
+            if value in (None, 0, False):
+                return value
+            return draw(st.sampled_from((False, True) if value is True else (None, value)))
+
+        batch = dim(case.batch)
+        kv_heads = dim(case.kv_heads)
+        group = case.q_heads // case.kv_heads
+        lengths = lambda ls: None if ls is None else draw(st.sampled_from((None, ls[:batch])))  # noqa: E731
+        q_len = draw(st.sampled_from(sorted({1, 7, 128, case.q_len} & set(range(1, case.q_len + 1)))))
+        kv_len = draw(st.sampled_from(sorted({1, 7, 128, case.kv_len} & set(range(1, case.kv_len + 1)))))
+        candidate = dataclasses.replace(
+            case,
+            batch=batch,
+            kv_heads=kv_heads,
+            q_heads=kv_heads * draw(st.sampled_from(sorted({1, group}))),
+            q_len=q_len,
+            kv_len=kv_len,
+            causal=bool(maybe(case.causal)),
+            window=maybe(case.window),
+            softcap=maybe(case.softcap),
+            scale=maybe(case.scale),
+            segments=case.segments and draw(st.sampled_from((0, case.segments))),
+            bias=maybe(case.bias),
+            mask=maybe(case.mask),
+            q_lengths=None,
+            kv_lengths=None,
+            orphan_segment=False,
+        )
+        q_lengths, kv_lengths = lengths(case.q_lengths), lengths(case.kv_lengths)
+        fits = lambda ls, n: None if ls is None else tuple(min(x, n) for x in ls)  # noqa: E731
+        return dataclasses.replace(
+            candidate,
+            q_lengths=fits(q_lengths, q_len),
+            kv_lengths=fits(kv_lengths, kv_len),
+            orphan_segment=case.orphan_segment and candidate.segments > 0,
+            input_kind=case.input_kind if (q_lengths or kv_lengths or case.input_kind != "nan_padding")
+            else "normal",
+        )
+
+    return smaller().filter(lambda c: runnable(c, caps))

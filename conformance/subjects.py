@@ -1,0 +1,72 @@
+"""The subjects of a run: ``--impl NAME|all|a,b|package.module:function`` -> adapters.
+
+Resolution itself is ``kernels.registry``'s job; this module asks each adapter once
+for its availability and capabilities, so the rest of the suite never calls them
+again (and a subject whose ``capabilities()`` raises is reported, not fatal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kernels.base import Adapter, Availability, Capabilities
+from kernels.registry import UnknownSubjectError, resolve, subject_names
+
+PRIMARY_SUBJECT = "tpu_flash"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Subject:
+    """One adapter with its declarations. ``capabilities`` is None when unavailable."""
+
+    name: str
+    spec: str  # what --impl named it by: resolve(spec) gives this adapter again (repro scripts)
+    adapter: Adapter
+    availability: Availability
+    capabilities: Capabilities | None
+
+    @property
+    def available(self) -> bool:
+        return self.availability.available and self.capabilities is not None
+
+    @property
+    def reason(self) -> str:
+        return self.availability.reason or "unavailable"
+
+
+def _describe(spec: str, adapter: Adapter) -> Subject:
+    try:
+        availability = adapter.availability()
+    except Exception as error:  # noqa: BLE001 - a broken adapter is a finding, not a crash
+        availability = Availability(False, f"availability() raised {type(error).__name__}: {error}")
+    capabilities = None
+    if availability.available:
+        try:
+            capabilities = adapter.capabilities()
+        except Exception as error:  # noqa: BLE001
+            availability = dataclasses.replace(
+                availability, available=False,
+                reason=f"capabilities() raised {type(error).__name__}: {error}")
+    return Subject(str(adapter.name), spec, adapter, availability, capabilities)
+
+
+def impl_names(impl: str) -> tuple[str, ...]:
+    """``"all"`` -> every registered subject; ``"a,b"`` -> ("a", "b")."""
+    names = [n.strip() for n in impl.split(",") if n.strip()]
+    if not names:
+        raise UnknownSubjectError(
+            f"--impl is empty; use one of {subject_names()}, 'all', or 'package.module:function'")
+    if "all" in names:
+        names = [*subject_names(), *(n for n in names if n != "all" and n not in subject_names())]
+    return tuple(dict.fromkeys(names))
+
+
+def resolve_subjects(impl: str) -> tuple[Subject, ...]:
+    """Adapters for ``impl`` (raises kernels.registry.UnknownSubjectError with the fix)."""
+    subjects = tuple(_describe(name, resolve(name)) for name in impl_names(impl))
+    names = [s.name for s in subjects]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UnknownSubjectError(
+            f"two subjects are both called {duplicates} in --impl {impl!r}; name each once")
+    return subjects

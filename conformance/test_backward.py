@@ -1,0 +1,9 @@
+"""dq, dk, dv (and dbias) match the float64 reference within the tolerance policy.
+
+The logic lives in ``conformance.checks``; cases come from the adapter's declared
+capabilities (``conformance.catalogue``).
+"""
+
+
+def test_backward(planned, conformance):
+    conformance.check(planned)

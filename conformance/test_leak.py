@@ -1,0 +1,9 @@
+"""Live JAX arrays and host RSS stay flat over repeated calls.
+
+The logic lives in ``conformance.checks``; cases come from the adapter's declared
+capabilities (``conformance.catalogue``).
+"""
+
+
+def test_leak(planned, conformance):
+    conformance.check(planned)

@@ -1,0 +1,9 @@
+"""The subject never writes into its inputs.
+
+The logic lives in ``conformance.checks``; cases come from the adapter's declared
+capabilities (``conformance.catalogue``).
+"""
+
+
+def test_no_mutation(planned, conformance):
+    conformance.check(planned)

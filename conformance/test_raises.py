@@ -1,0 +1,9 @@
+"""Cases a declared constraint rejects raise an exception instead of returning.
+
+The logic lives in ``conformance.checks``; cases come from the adapter's declared
+capabilities (``conformance.catalogue``).
+"""
+
+
+def test_raises(planned, conformance):
+    conformance.check(planned)

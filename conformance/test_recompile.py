@@ -1,0 +1,9 @@
+"""A second call with the same shapes compiles nothing.
+
+The logic lives in ``conformance.checks``; cases come from the adapter's declared
+capabilities (``conformance.catalogue``).
+"""
+
+
+def test_recompile(planned, conformance):
+    conformance.check(planned)

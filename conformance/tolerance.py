@@ -1,0 +1,144 @@
+"""The tolerance policy: a subject may be at most k times as wrong as plain attention.
+
+For every tensor (out, lse, dq, dk, dv, dbias), with errors measured against the
+float64 reference on the same quantised inputs:
+
+    max_abs(subject)  <= k      * max_abs(baseline)  + floor_max
+    mean_abs(subject) <= k_mean * mean_abs(baseline) + floor_mean
+
+``baseline`` is ``conformance.baseline``: the attention a user would write in the
+subject's dtype. ``floor`` is ``FLOOR_ULPS`` ulps of the dtype at the reference's
+magnitude (max |ref| for the max rule, mean |ref| for the mean rule): it only
+matters when the baseline happens to be (nearly) exact. Max-abs alone misses
+systematic drift, mean-abs alone misses single outliers; both must hold.
+The README's "Tolerance policy" section explains each k.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from conformance import dtypes, metrics
+from reports.records import TensorMetrics
+
+FLOOR_ULPS = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorTolerance:
+    """k for the max-abs rule, k_mean for the mean-abs rule, and why."""
+
+    tensor: str
+    k: float
+    k_mean: float
+    why: str
+
+
+TOLERANCES: dict[str, TensorTolerance] = {
+    t.tensor: t
+    for t in (
+        TensorTolerance(
+            "out", 3.0, 2.0,
+            "A blocked online softmax rounds each rescaling and each partial sum once more "
+            "than one-pass attention; 3x absorbs that, while a wrong mask, scale or tail "
+            "is orders of magnitude off. The mean moves less than the max, so 2x.",
+        ),
+        TensorTolerance(
+            "lse", 3.0, 2.0,
+            "lse = m + log(l) accumulates the same rescaled partial sums as out.",
+        ),
+        TensorTolerance(
+            "dq", 4.0, 3.0,
+            "Gradients recompute p from the saved lse and chain two more matmuls "
+            "(dp = do v^T, ds = p (dp - delta)), each adding a rounding per block.",
+        ),
+        TensorTolerance(
+            "dk", 4.0, 3.0,
+            "dk sums ds^T q over every query block (and over the GQA group): one more "
+            "blocked reduction than the baseline's single matmul.",
+        ),
+        TensorTolerance("dv", 4.0, 3.0, "dv sums p^T do over query blocks, as dk does."),
+        TensorTolerance(
+            "dbias", 4.0, 3.0,
+            "dbias is ds itself, summed over any broadcast axes: the same error as dq's input.",
+        ),
+    )
+}
+
+
+def floors(dtype: str, want: np.ndarray, valid: np.ndarray | None) -> tuple[float, float]:
+    """(floor_max, floor_mean): FLOOR_ULPS ulps of ``dtype`` at max|want| and mean|want|."""
+    top, mean = metrics.magnitude(want, valid)
+    unit = FLOOR_ULPS * dtypes.eps(dtype)
+    return unit * top, unit * mean
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """A judged tensor: the record's metrics plus the mean-abs bound (which the record
+    format does not carry) for the failure message."""
+
+    metrics: TensorMetrics
+    mean_tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.metrics.passed
+
+    def explain(self) -> str:
+        """One line: whether each rule held, by how much, and where the worst element is."""
+        m = self.metrics
+        verdict = "ok" if m.passed else "OUT OF TOLERANCE"
+        return (
+            f"{m.tensor}: {verdict}; max-abs {m.max_abs:.3g} vs tolerance {m.tolerance:.3g} "
+            f"(= {m.k:g} x baseline {m.baseline_max_abs:.3g} + floor {m.floor:.3g}), ratio {m.ratio:.3g}; "
+            f"mean-abs {m.mean_abs:.3g} vs tolerance {self.mean_tolerance:.3g} "
+            f"(baseline {m.baseline_mean_abs:.3g}, ratio {m.mean_ratio:.3g}); "
+            f"worst at {list(m.worst_index)}: subject {m.worst_subject:.6g}, "
+            f"reference {m.worst_reference:.6g}; "
+            f"{100 * m.fraction_out_of_tolerance:.3g}% of elements over the max-abs tolerance"
+        )
+
+
+def judge(
+    tensor: str,
+    got: np.ndarray,
+    want: np.ndarray,
+    baseline: np.ndarray,
+    dtype: str,
+    valid: np.ndarray | None = None,
+) -> Judgement:
+    """Compare ``got`` (subject) and ``baseline`` to ``want`` (float64 reference) over ``valid``.
+
+    All three share one shape (e.g. out: [B, Hq, Sq, Dv]); ``valid`` is a bool array
+    broadcastable to it (fully masked rows excluded), or None for every element.
+    """
+    if np.shape(got) != np.shape(want):
+        raise ValueError(f"{tensor}: subject shape {np.shape(got)} != reference shape {np.shape(want)}")
+    rule = TOLERANCES[tensor]
+    sub = metrics.error_stats(got, want, valid)
+    base = metrics.error_stats(baseline, want, valid)
+    floor_max, floor_mean = floors(dtype, want, valid)
+    tol_max = rule.k * base.max_abs + floor_max
+    tol_mean = rule.k_mean * base.mean_abs + floor_mean
+    passed = sub.max_abs <= tol_max and sub.mean_abs <= tol_mean
+    record = TensorMetrics(
+        tensor=tensor,
+        max_abs=sub.max_abs,
+        mean_abs=sub.mean_abs,
+        baseline_max_abs=base.max_abs,
+        baseline_mean_abs=base.mean_abs,
+        ratio=metrics.ratio(sub.max_abs, base.max_abs),
+        mean_ratio=metrics.ratio(sub.mean_abs, base.mean_abs),
+        k=rule.k,
+        floor=floor_max,
+        tolerance=tol_max,
+        worst_index=sub.worst_index,
+        worst_subject=sub.worst_got,
+        worst_reference=sub.worst_want,
+        fraction_out_of_tolerance=metrics.fraction_above(got, want, tol_max, valid),
+        passed=bool(passed),
+    )
+    return Judgement(record, tol_mean)
