@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from reports.markdown import number
+from reports.markdown import number, plural
 from reports.records import CaseDescription, CaseResult, TensorMetrics
 
 MASK_WORDS = {"segment_ids": "segment ids", "lengths": "valid lengths (padding)", "mask": "boolean mask"}
@@ -15,7 +15,7 @@ def describe_case(case: CaseDescription) -> str:
     causal (bottom-right), segment ids, scaled-normal inputs, seed 7'."""
     parts = [case.dtype, f"batch {case.batch}"]
     if case.q_heads == case.kv_heads:
-        parts.append(f"{case.q_heads} heads")
+        parts.append(plural(case.q_heads, "head"))
     elif case.kv_heads == 1:
         parts.append(f"{case.q_heads} query heads on 1 KV head (MQA)")
     else:

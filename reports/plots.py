@@ -22,6 +22,9 @@ MATRIX_VERSION_PLOT = "ratio-vs-version.png"
 DTYPE_COLORS = {"float32": "#1f77b4", "bfloat16": "#d62728", "float16": "#2ca02c", "float64": "#9467bd"}
 
 Point = tuple[int, float, bool]  # (sequence length, error ratio, failed)
+# Ratios far below 1 (a length-1 case is exact while its baseline is not) would squash
+# the interesting range around 1 into a sliver; plots draw them at this floor instead.
+RATIO_FLOOR = 1e-2
 
 
 def sequence_length(result: CaseResult) -> int:
@@ -29,8 +32,9 @@ def sequence_length(result: CaseResult) -> int:
     return max(result.case.q_len, result.case.kv_len)
 
 
-def ratio_points(results: Iterable[CaseResult]) -> dict[tuple[str, str], list[Point]]:
-    """(subject, dtype) -> points, for results that measured a finite error ratio."""
+def ratio_points(results: Iterable[CaseResult], floor: float = 0.0) -> dict[tuple[str, str], list[Point]]:
+    """(subject, dtype) -> points, for results that measured a finite error ratio;
+    ratios under ``floor`` are raised to it."""
     points: dict[tuple[str, str], list[Point]] = {}
     for result in results:
         ratio = worst_ratio(result)
@@ -38,7 +42,7 @@ def ratio_points(results: Iterable[CaseResult]) -> dict[tuple[str, str], list[Po
             continue
         key = (result.case.subject, result.case.dtype)
         points.setdefault(key, []).append(
-            (sequence_length(result), ratio, result.verdict in ("fail", "error"))
+            (sequence_length(result), max(ratio, floor), result.verdict in ("fail", "error"))
         )
     return {key: sorted(value) for key, value in sorted(points.items())}
 
@@ -80,13 +84,20 @@ def _style(ax, title: str, xlabel: str, *, log_lengths: bool = False) -> None:
     ax.set_ylabel("error ratio (subject / same-dtype baseline)", fontsize=8)
     ax.set_yscale("log")
     low, high = ax.dataLim.intervaly  # call after drawing the data: narrow ranges need denser ticks
-    narrow = low > 0 and high / low < 10
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 1.2, 1.5, 2, 3, 5, 7) if narrow else (1, 2, 5)))
+    decades = math.log10(high / low) if 0 < low < high else 0.0
+    if decades < 1:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 1.2, 1.5, 2, 3, 5, 7)))
+    elif decades < 3:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    else:  # wide ranges (a near-exact tiny case next to ordinary ones): one tick per decade or fewer
+        ax.yaxis.set_major_locator(LogLocator(base=10, numticks=8))
     ax.yaxis.set_major_formatter(FuncFormatter(_plain))
     ax.yaxis.set_minor_formatter(NullFormatter())
     if log_lengths:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+    if 0 < low <= RATIO_FLOOR:
+        ax.set_xlabel(f"{xlabel}\n(ratios below {RATIO_FLOOR:g} are drawn at {RATIO_FLOOR:g})", fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
     ax.axhline(1.0, color="0.5", linewidth=0.8, linestyle=":", label="as wrong as the baseline")
     ax.tick_params(labelsize=8)
@@ -101,7 +112,7 @@ def _save(figure, path: Path) -> Path:
 
 def plot_run(results: Iterable[CaseResult], path: Path, title: str = "") -> Path | None:
     """One panel per subject; one colour per dtype; red crosses mark failures. None if no data."""
-    points = ratio_points(results)
+    points = ratio_points(results, RATIO_FLOOR)
     subjects = sorted({s for s, _ in points})
     if not subjects:
         return None
@@ -141,7 +152,7 @@ def plot_run(results: Iterable[CaseResult], path: Path, title: str = "") -> Path
 
 def plot_versions_by_length(runs: Mapping[str, Iterable[CaseResult]], path: Path) -> Path | None:
     """Matrix: one panel per (subject, dtype), one line per JAX version (worst ratio per length)."""
-    per_version = {version: ratio_points(results) for version, results in runs.items()}
+    per_version = {version: ratio_points(results, RATIO_FLOOR) for version, results in runs.items()}
     keys = sorted(
         {key for points in per_version.values() for key in points}, key=lambda k: (k[0], _dtype_order(k[1]))
     )
@@ -179,7 +190,7 @@ def plot_versions(runs: Mapping[str, Iterable[CaseResult]], path: Path) -> Path 
     versions = list(runs)
     worst: dict[tuple[str, str], dict[str, float]] = {}
     for version, results in runs.items():
-        for key, series in ratio_points(results).items():
+        for key, series in ratio_points(results, RATIO_FLOOR).items():
             worst.setdefault(key, {})[version] = max(p[1] for p in series)
     subjects = sorted({s for s, _ in worst})
     if not subjects:

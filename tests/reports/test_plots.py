@@ -44,3 +44,9 @@ def test_matrix_plots_are_pngs(tmp_path):
         path = draw(runs, tmp_path / name)
         assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 10_000
     assert plot_run(standard_results(), tmp_path / "r.png").exists()
+
+
+def test_tiny_ratios_are_drawn_at_the_floor():
+    exact = result("flash", "forward", length=1, ratio=1e-9)
+    assert ratio_points([exact]) == {("flash", "float32"): [(1, 1e-9, False)]}  # the data stays honest
+    assert ratio_points([exact], floor=0.01) == {("flash", "float32"): [(1, 0.01, False)]}
