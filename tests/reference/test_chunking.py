@@ -57,7 +57,7 @@ def assert_chunking_invariant(case: Case, rows: int) -> None:
             assert_close(getattr(g1, name), getattr(g0, name), RTOL, name)
 
 
-@settings(max_examples=examples(40))
+@settings(max_examples=examples(60))
 @given(cases(), st.data())
 def test_small_cases_do_not_depend_on_chunk_rows(case: Case, data: st.DataObject) -> None:
     assert_chunking_invariant(case, data.draw(st.integers(1, case.shape.q_len), label="rows per chunk"))

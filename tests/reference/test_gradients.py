@@ -11,14 +11,24 @@ from collections.abc import Iterator
 
 import numpy as np
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from reference import attention_backward, attention_forward
+from reference import AttentionShape, attention_backward, attention_forward
 from tests.reference.assertions import assert_close
 from tests.reference.profiles import examples
 from tests.reference.prose_masks import visibility
 from tests.reference.strategies import Case, cases, shapes
 
 SMALL = shapes(max_seq=4, max_dim=3, max_group=2)
+# A few fixed shapes for JAX, so that its compiled functions are reused between examples:
+# (B, Hq, Hkv, Sq, Sk, D, Dv) with GQA, MQA, Sq < Sk, Sq > Sk and Dv != D among them.
+JAX_SHAPES = st.sampled_from(
+    [
+        AttentionShape(2, 4, 2, 3, 5, 3, 2),
+        AttentionShape(1, 3, 1, 5, 3, 2, 4),
+        AttentionShape(2, 2, 2, 4, 4, 4, 4),
+    ]
+)
 
 # Central differences with h = 1e-6 carry O(h^2 f''') truncation and O(eps f / h)
 # rounding error, about 1e-9 here; a wrong gradient is off by O(1e-2) or more.
@@ -47,7 +57,7 @@ def finite_difference(case: Case, name: str) -> np.ndarray:
     return grad
 
 
-@settings(max_examples=examples(25))
+@settings(max_examples=examples(80))
 @given(cases(shape=SMALL))
 def test_gradients_match_central_finite_differences(case: Case) -> None:
     grads = attention_backward(case.inputs, case.dout, case.spec)
@@ -85,14 +95,13 @@ def jax_attention_vjp():
     import jax
     import jax.numpy as jnp
 
-    @functools.partial(jax.jit, static_argnames=("group", "use_cap"))
-    def run(q, k, v, bias, vis, dout, scale, cap, group: int, use_cap: bool):
+    @functools.partial(jax.jit, static_argnames=("group",))
+    def run(q, k, v, bias, vis, dout, scale, cap, group: int):
         def f(q, k, v, bias):
             k = jnp.repeat(k, group, axis=1)  # query head h reads kv head h // G
             v = jnp.repeat(v, group, axis=1)
             logits = jnp.einsum("bhqd,bhkd->bhqk", q, k) * scale + bias
-            if use_cap:
-                logits = cap * jnp.tanh(logits / cap)
+            logits = cap * jnp.tanh(logits / cap)
             safe = jnp.where(vis, logits, 0.0)  # keeps -inf (and NaN gradients) out of the graph
             top = jnp.max(jnp.where(vis, logits, -jnp.inf), axis=-1, keepdims=True)
             top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
@@ -111,7 +120,7 @@ def jax_attention_vjp():
 
 
 @settings(max_examples=examples(12))
-@given(cases(shape=SMALL))
+@given(cases(shape=JAX_SHAPES))
 def test_forward_and_gradients_match_jax_autodiff_in_x64(case: Case) -> None:
     import jax.numpy as jnp
 
@@ -126,7 +135,9 @@ def test_forward_and_gradients_match_jax_autodiff_in_x64(case: Case) -> None:
             jnp.asarray(x) for x in (case.inputs.q, case.inputs.k, case.inputs.v, bias, case.dout)
         )
         assert q.dtype == jnp.float64, "x64 is not on: the comparison would be float32"
-        cap = case.spec.softcap
+        # No softcap is cap = 1e200: tanh(x) rounds to x for |x| < 1e-8, so the forward is the
+        # identity to an ulp and its derivative exactly 1; one compiled function serves both.
+        cap = case.spec.softcap or 1e200
         out, lse, (dq, dk, dv, dbias) = jax_attention_vjp()(
             q,
             k,
@@ -135,9 +146,8 @@ def test_forward_and_gradients_match_jax_autodiff_in_x64(case: Case) -> None:
             jnp.asarray(vis),
             dout,
             case.spec.resolved_scale(s.head_dim),
-            cap or 1.0,
+            cap,
             group=s.group_size,
-            use_cap=cap is not None,
         )
         expected = {
             n: np.asarray(x)
