@@ -40,7 +40,11 @@ class ShapeConstraint:
 
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
-    """What an implementation declares it supports. Case generation draws only from this."""
+    """What an implementation declares it supports. Case generation draws only from this.
+
+    ``causal_alignments`` are the diagonals the implementation can place; they
+    apply to causal masks and to windows alike (``docs/semantics.md``).
+    """
 
     dtypes: tuple[str, ...]
     causal_alignments: tuple[Alignment, ...] = ()
@@ -75,6 +79,10 @@ class Capabilities:
             (spec.causal and spec.alignment not in self.causal_alignments,
              f"causal alignment {spec.alignment} not supported"),
             (spec.window is not None and not self.window, "local window not supported"),
+            # A window sits on the same diagonal as causal; it only moves when Sq != Sk.
+            (spec.window is not None and shape.q_len != shape.kv_len
+             and spec.alignment not in self.causal_alignments,
+             f"window alignment {spec.alignment} not supported"),
             (inputs.q_segment_ids is not None and not self.segment_ids, "segment ids not supported"),
             ((inputs.q_lengths is not None or inputs.kv_lengths is not None) and not self.lengths,
              "per-batch valid lengths not supported"),

@@ -114,10 +114,12 @@ def _import_attribute(path: str, what: str) -> Any:
 
 def _resolve_path(path: str) -> Adapter:
     obj = _import_attribute(path, path)
-    if isinstance(obj, Adapter):
-        return obj
+    # Classes first: a class has every attribute of the Adapter protocol, so
+    # isinstance(cls, Adapter) is True for the class object itself.
     if isinstance(obj, type):
         return _check_adapter(_instantiate(obj, path), path)
+    if isinstance(obj, Adapter):
+        return obj
     if not callable(obj):
         raise UnknownSubjectError(f"{path!r}: is a {type(obj).__name__}, not a function or adapter")
     try:
@@ -135,7 +137,7 @@ def _resolve_entry_point(ep: importlib.metadata.EntryPoint) -> Adapter:
             f"{where} failed to load: {type(error).__name__}: {error}; "
             f"fix or uninstall the distribution providing it"
         ) from error
-    if not isinstance(obj, Adapter):
+    if isinstance(obj, type) or not isinstance(obj, Adapter):
         if not callable(obj):
             raise UnknownSubjectError(
                 f"{where} is a {type(obj).__name__}; point it at an adapter class or instance"
@@ -155,7 +157,7 @@ def _instantiate(factory: Callable[[], Any], where: str) -> Any:
 
 
 def _check_adapter(obj: Any, where: str) -> Adapter:
-    if not isinstance(obj, Adapter):
+    if isinstance(obj, type) or not isinstance(obj, Adapter):
         missing = [m for m in ("name", "description", "availability", "capabilities", "forward", "gradients")
                    if not hasattr(obj, m)]
         raise UnknownSubjectError(

@@ -36,6 +36,7 @@ from kernels.jax_runtime import (
     CompiledCache,
     array_key,
     count_primitives,
+    jax_version,
     jax_versions,
     to_jax,
     to_numpy,
@@ -64,8 +65,16 @@ CONSTRAINTS = (
 
 
 # --- version compatibility: everything that differs between JAX versions --------------
-# make_splash_mha gained keyword arguments over time (sinks, q_seq_shards/head_shards
-# became required); we pass the sharding ones only where they exist.
+# * make_splash_mha gained keyword arguments over time; the sharding ones are passed
+#   only where they exist.
+# * Head dims: up to 0.4.38 the forward kernel needs D % 128 == 0 and has no separate
+#   Dv; 0.5.3 and 0.6.2 allow Dv != D but need Dv % 128 == 0; from 0.7.2 neither limit
+#   exists (NotImplementedError where they do). Thresholds are the first versions
+#   verified without the limit; versions in between were not run.
+
+ANY_HEAD_DIM_SINCE = (0, 5, 3)
+ANY_V_HEAD_DIM_SINCE = (0, 7, 2)
+
 
 @dataclasses.dataclass(frozen=True)
 class _Api:
@@ -84,6 +93,28 @@ def _load_api() -> _Api:
         raise TypeError("make_splash_mha has no interpret= argument on this version")
     shards = tuple((name, 1) for name in ("head_shards", "q_seq_shards") if name in params)
     return _Api(splash.make_splash_mha, splash, splash.SegmentIds, shards)
+
+
+def _head_dim_constraints() -> tuple[tuple[ShapeConstraint, ...], bool]:
+    """(constraints on D and Dv, whether Dv != D is supported) for the installed JAX."""
+    version = jax_version()
+    if version < ANY_HEAD_DIM_SINCE:
+        return (ShapeConstraint(
+            name="head_dim_multiple_of_128",
+            reason="before JAX 0.5 the splash forward kernel tiles D in lanes of 128 "
+            "(NotImplementedError otherwise)",
+            holds=lambda shape, spec: shape.head_dim % BLOCK == 0,
+            raises=True,
+        ),), False
+    if version < ANY_V_HEAD_DIM_SINCE:
+        return (ShapeConstraint(
+            name="v_head_dim_multiple_of_128",
+            reason="before JAX 0.7 the splash forward kernel tiles Dv in lanes of 128 "
+            "(NotImplementedError otherwise)",
+            holds=lambda shape, spec: shape.v_head_dim % BLOCK == 0,
+            raises=True,
+        ),), True
+    return (), True
 
 
 # --------------------------------------------------------------------------------------
@@ -168,6 +199,7 @@ class SplashAdapter:
         return Availability(True, "", jax_versions(), execution.description)
 
     def capabilities(self) -> Capabilities:
+        head_dim_constraints, distinct_v_dim = _head_dim_constraints()
         return Capabilities(
             dtypes=("float32", "bfloat16"),
             causal_alignments=("top_left", "bottom_right"),
@@ -176,11 +208,11 @@ class SplashAdapter:
             bool_mask=True,
             gqa=True,
             softcap=True,
-            distinct_v_dim=True,
+            distinct_v_dim=distinct_v_dim,
             backward=True,
             lse=True,
             fully_masked_rows="unspecified",
-            constraints=CONSTRAINTS,
+            constraints=CONSTRAINTS + head_dim_constraints,
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:

@@ -21,18 +21,22 @@ import numpy as np
 
 from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
-from kernels.jax_runtime import default_backend
+from kernels.jax_runtime import default_backend, jax_version
 from reference.spec import AttentionInputs, AttentionSpec
+
+# --- version compatibility ---------------------------------------------------------------
+# From 0.5.3 (verified; 0.4.38 is without it) jax.nn asks dot_general for the
+# F16_F16_F32 algorithm on float16 inputs, which XLA:CPU rejects at compile time
+# ("not supported by dot_general on CPU"): float16 is then declared only off CPU.
+F16_ALGORITHM_SINCE = (0, 5, 3)
 
 
 def _dtypes() -> tuple[str, ...]:
-    """float16 only off CPU: on CPU, jax.nn asks dot_general for the F16_F16_F32 algorithm,
-    which XLA:CPU rejects at compile time ("not supported by dot_general on CPU")."""
     try:
-        on_cpu = default_backend() == "cpu"
+        f16_fails = default_backend() == "cpu" and jax_version() >= F16_ALGORITHM_SINCE
     except Exception:
-        on_cpu = True
-    return ("float32", "bfloat16") if on_cpu else ("float32", "bfloat16", "float16")
+        f16_fails = True
+    return ("float32", "bfloat16") if f16_fails else ("float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -102,6 +102,7 @@ def test_dotted_path_without_declaration_gets_conservative_default():
 
 def test_dotted_path_to_adapter_class_is_instantiated():
     adapter = resolve("kernels.xla:XlaAdapter")
+    assert not isinstance(adapter, type)
     assert adapter.name == "xla"
 
 
@@ -190,7 +191,9 @@ def _fake_entry_points(monkeypatch, *entries: tuple[str, str]) -> None:
 def test_entry_point_adapter_is_listed_and_resolved(monkeypatch):
     _fake_entry_points(monkeypatch, ("my_xla", "kernels.xla:XlaAdapter"))
     assert "my_xla" in subject_names()
-    assert resolve("my_xla").name == "xla"
+    adapter = resolve("my_xla")
+    assert not isinstance(adapter, type), "the class must be instantiated, not returned"
+    assert adapter.name == "xla"
     assert "my_xla" in [a.name for a in resolve_many("all")] or len(resolve_many("all")) == len(BUILTINS) + 1
 
 

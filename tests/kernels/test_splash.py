@@ -22,33 +22,49 @@ def adapter():
 
 
 def test_gqa_forward_and_gradients(adapter):
-    inputs = make_inputs(0, b=1, hq=2, hkv=1, sq=256, sk=256, d=64)
+    inputs = make_inputs(0, b=1, hq=2, hkv=1, sq=256, sk=256, d=128)
     assert check_forward(adapter, inputs, AttentionSpec(), "float32").startswith("pallas_call x1 ")
     check_gradients(adapter, inputs, AttentionSpec(), "float32")
 
 
 def test_segments_bottom_right_softcap_forward_and_gradients(adapter):
     """Sq != Sk: bottom-right causal needs CausalMask(offset=Sk-Sq); softcap follows the scale."""
-    inputs = make_inputs(1, b=2, hq=1, hkv=1, sq=128, sk=256, d=64, segments=True)
+    inputs = make_inputs(1, b=2, hq=1, hkv=1, sq=128, sk=256, d=128, segments=True)
     spec = AttentionSpec(causal=True, alignment="bottom_right", softcap=5.0, scale=0.2)
     check_forward(adapter, inputs, spec, "float32")
     check_gradients(adapter, inputs, spec, "float32")
 
 
 def test_causal_window_with_distinct_v_dim(adapter):
+    capabilities = adapter.capabilities()
+    if not capabilities.distinct_v_dim:
+        pytest.skip("Dv != D not supported on this JAX")
     inputs = make_inputs(2, b=1, hq=2, hkv=2, sq=256, sk=256, d=64, dv=32)
+    if capabilities.violated_constraints(inputs.shape, AttentionSpec(), "forward"):
+        inputs = make_inputs(2, b=1, hq=2, hkv=2, sq=256, sk=256, d=128, dv=256)
     check_forward(adapter, inputs, AttentionSpec(causal=True, window=(40, None)), "float32")
+
+
+def test_declared_head_dim_constraint_really_raises(adapter):
+    dv = 32 if adapter.capabilities().distinct_v_dim else 64
+    inputs = make_inputs(6, b=1, hq=1, hkv=1, sq=128, sk=128, d=64, dv=dv)
+    violated = adapter.capabilities().violated_constraints(inputs.shape, AttentionSpec(), "forward")
+    if not violated:
+        pytest.skip("no head-dim limit on this JAX")
+    assert all(c.raises for c in violated)
+    with pytest.raises(NotImplementedError):
+        adapter.forward(inputs, AttentionSpec())
 
 
 def test_boolean_mask_that_differs_per_batch(adapter):
     mask = np.random.default_rng(3).random((2, 1, 128, 128)) > 0.2
-    inputs = make_inputs(3, b=2, hq=1, hkv=1, sq=128, sk=128, d=64, mask=mask)
+    inputs = make_inputs(3, b=2, hq=1, hkv=1, sq=128, sk=128, d=128, mask=mask)
     ran = check_forward(adapter, inputs, AttentionSpec(window=(10, 20)), "float32")
     assert ran.startswith("pallas_call x2 "), "one kernel per batch element"
 
 
 def test_bfloat16_forward(adapter):
-    inputs = make_inputs(4, b=1, hq=2, hkv=2, sq=128, sk=128, d=64, dtype="bfloat16")
+    inputs = make_inputs(4, b=1, hq=2, hkv=2, sq=128, sk=128, d=128, dtype="bfloat16")
     check_forward(adapter, inputs, AttentionSpec(causal=True), "bfloat16")
 
 
@@ -56,7 +72,7 @@ def test_bfloat16_forward(adapter):
     "name, sq, sk", [("q_len_multiple_of_128", 192, 128), ("kv_len_multiple_of_128", 128, 192)]
 )
 def test_declared_raising_constraints_really_raise(adapter, name, sq, sk):
-    inputs = make_inputs(5, b=1, hq=1, hkv=1, sq=sq, sk=sk, d=64)
+    inputs = make_inputs(5, b=1, hq=1, hkv=1, sq=sq, sk=sk, d=128)
     violated = adapter.capabilities().violated_constraints(inputs.shape, AttentionSpec(), "forward")
     assert [c.name for c in violated] == [name] and violated[0].raises
     with pytest.raises(ValueError):
