@@ -7,6 +7,7 @@ the semantics fix exactly, so none of them trusts a second implementation.
 from __future__ import annotations
 
 import dataclasses
+from random import Random
 
 import numpy as np
 from hypothesis import given, settings
@@ -64,7 +65,7 @@ def bake_positional(case: Case) -> Case:
 
 @settings(max_examples=examples(60))
 @given(cases(), st.randoms(use_true_random=False))
-def test_permuting_keys_with_their_values_changes_nothing(case: Case, random) -> None:
+def test_permuting_keys_with_their_values_changes_nothing(case: Case, random: Random) -> None:
     baked = bake_positional(case)
     assert_same(case, baked)  # the positional masks are exactly their prose visibility
     perm = np.array(random.sample(range(case.shape.kv_len), case.shape.kv_len))
