@@ -4,6 +4,7 @@
     nox -s conformance                    # the conformance suite at the newest JAX
     nox -s "conformance(jax='0.4.38')"    # ... at any JAX version, listed or not -> reports/jax-0.4.38/
     nox -k conformance                    # ... at every version of the matrix
+    nox -s "bench(jax='0.4.38')"          # subject benchmarks -> reports/jax-0.4.38/benchmarks.json
     nox -s matrix                         # one report over all reports/jax-*/ -> reports/matrix/
     nox -s gate -- BASE CANDIDATE         # upgrade verdict; exits non-zero on a regression
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checkout's reports/, whatever nox's cwd
+from benchmarks.sessions import bench_versions  # noqa: E402  (jax_versions' rules, for `bench`)
 from reports import jax_versions  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -30,6 +32,7 @@ nox.options.sessions = ["tests"]
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 NEWEST_JAX = jax_versions.NEWEST
 CONFORMANCE_VERSIONS = jax_versions.session_versions(sys.argv[1:], os.environ)
+BENCH_VERSIONS = bench_versions(sys.argv[1:], os.environ)
 
 
 def install_project(
@@ -80,6 +83,18 @@ def conformance(session: nox.Session, jax: str) -> None:
     report_dir = f"reports/jax-{jax}"
     session.run("python", "-m", "pytest", "conformance", "-p", "no:cacheprovider", "--report-dir", report_dir,
                 f"--junitxml={report_dir}/junit.xml", *session.posargs)
+
+
+@nox.session(python="3.11")
+@nox.parametrize("jax", BENCH_VERSIONS)
+def bench(session: nox.Session, jax: str) -> None:
+    """Subject benchmarks at one JAX version -> reports/jax-<version>/benchmarks.json (pytest-benchmark
+    JSON; the gate reads it). Interpreted kernels get the short `interpret` shape list (benchmarks/)."""
+    install_project(session, jax)
+    report_dir = Path(f"reports/jax-{jax}")
+    report_dir.mkdir(parents=True, exist_ok=True)  # pytest-benchmark opens the JSON file at start-up
+    session.run("python", "-m", "pytest", "benchmarks", "-p", "no:cacheprovider",
+                f"--benchmark-json={report_dir / 'benchmarks.json'}", *session.posargs)
 
 
 @nox.session(python="3.11")
