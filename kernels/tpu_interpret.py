@@ -124,13 +124,25 @@ def interpreted_copy(module_name: str) -> types.ModuleType:
     return module
 
 
-def _interpreting_pallas_namespace(pl: types.ModuleType) -> types.SimpleNamespace:
-    """``jax.experimental.pallas`` as seen by the copy: the same names, interpreting pallas_call."""
-    namespace = types.SimpleNamespace(**{n: getattr(pl, n) for n in dir(pl) if not n.startswith("__")})
-    namespace.pallas_call = functools.partial(pl.pallas_call, interpret=True)
+class _PallasView:
+    """``jax.experimental.pallas`` as the private copy sees it: every name delegates to
+    the real module (lazily, so deprecated names warn only if the kernel uses them),
+    except the overrides set on the instance."""
+
+    def __init__(self, pl: types.ModuleType, **overrides: Any) -> None:
+        self._pl = pl
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pl, name)
+
+
+def _interpreting_pallas_namespace(pl: types.ModuleType) -> _PallasView:
+    """The same names as ``pl``, with ``pallas_call(..., interpret=True)`` (and the shim on old JAX)."""
+    overrides: dict[str, Any] = {"pallas_call": functools.partial(pl.pallas_call, interpret=True)}
     if jax_version() < INT_INDEXER_SHIM_BEFORE:
-        namespace.load, namespace.store = _int_indexer_shim(pl)
-    return namespace
+        overrides["load"], overrides["store"] = _int_indexer_shim(pl)
+    return _PallasView(pl, **overrides)
 
 
 def _int_indexer_shim(pl: Any) -> tuple[Any, Any]:
