@@ -121,16 +121,18 @@ def newly_failing(base: Run, candidate: Run) -> list[Finding]:
 
 
 def _failure_detail(result: CaseResult) -> str:
-    """The reason, or else the worst tensor's ratio against what is allowed."""
+    """Short enough for a table cell: the worst tensor's ratio against its k, else the first
+    line of the reason (the full story is in that run's report.md)."""
     metric = worst_metric(result)
-    measured = f"{metric.tensor}: ratio {md.number(metric.ratio)} (k {metric.k:g})" if metric else ""
-    return " · ".join(part for part in (result.reason, measured) if part)
+    if metric is not None:
+        return f"{metric.tensor}: ratio {md.number(metric.ratio)} (k {metric.k:g})"
+    return md.truncate(result.reason.strip().splitlines()[0] if result.reason.strip() else "")
 
 
 def fixed(base: Run, candidate: Run) -> list[Finding]:
     cand = _index(candidate)
     return [
-        Finding("fixed", r.case.subject, _what(r), r.verdict, "pass", r.reason)
+        Finding("fixed", r.case.subject, _what(r), r.verdict, "pass", "was " + _failure_detail(r))
         for key, r in sorted(_index(base).items())
         if r.verdict in FAILED and key in cand and cand[key].verdict == "pass"
     ]
@@ -228,7 +230,14 @@ def lost_capabilities(base: Run, candidate: Run) -> list[Finding]:
             (old.case.subject, f) in lost_columns for f in old.features
         ):
             findings.append(
-                Finding("lost capability", old.case.subject, _what(old), "pass", new.verdict, new.reason)
+                Finding(
+                    "lost capability",
+                    old.case.subject,
+                    _what(old),
+                    "pass",
+                    new.verdict,
+                    md.truncate(new.reason),
+                )
             )
     return findings
 

@@ -65,5 +65,23 @@ def number(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def truncate(text: str, limit: int = 160) -> str:
+    """One line of at most ``limit`` characters, for a table cell."""
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def change(before: float, after: float) -> str:
+    """How a ratio moved: '+12%' for small moves, '×3.5' / '÷2.4e+06' for large ones."""
+    if before <= 0 or after <= 0 or not math.isfinite(before) or not math.isfinite(after):
+        return ""
+    factor = after / before
+    if factor >= 2:
+        return f"×{number(factor)}"
+    if factor <= 0.5:
+        return f"÷{number(1 / factor)}"
+    return "±0%" if abs(factor - 1) < 0.005 else f"{factor - 1:+.0%}"
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"

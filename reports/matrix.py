@@ -16,7 +16,7 @@ from pathlib import Path
 from reports import markdown as md
 from reports.describe import worst_ratio
 from reports.environment import one_line
-from reports.grid import FAILED, feature_grid
+from reports.grid import FAILED, feature_grid, label
 from reports.jax_versions import sort_versions
 from reports.plots import MATRIX_LENGTH_PLOT, MATRIX_VERSION_PLOT, plot_versions, plot_versions_by_length
 from reports.records import RESULTS_FILE, ResultsFileError, write_text_atomic
@@ -113,7 +113,7 @@ def version_cell(run: Run, subject: str) -> str:
     cell = grid.cell(subject, "all")
     unsupported = f" · ➖ {cell.tally['unsupported']}" if cell.tally["unsupported"] else ""
     if cell.status == "fail":
-        failing = [f for f in grid.features if grid.status(subject, f) == "fail"][:4]
+        failing = [label(f) for f in grid.features if grid.status(subject, f) == "fail"][:4]
         return (
             f"❌ {cell.failed}/{cell.total}" + (f" ({', '.join(failing)})" if failing else "") + unsupported
         )
@@ -129,13 +129,6 @@ def ratio_stats(run: Run, subject: str, dtype: str) -> tuple[float, float] | Non
     return (max(ratios), statistics.median(ratios)) if ratios else None
 
 
-def _change(before: float, after: float) -> str:
-    if before <= 0 or not math.isfinite(before) or not math.isfinite(after):
-        return ""
-    change = after / before - 1
-    return "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
-
-
 def drift_table(matrix: Matrix) -> str | None:
     keys = sorted({(r.case.subject, r.case.dtype) for run in matrix.runs for r in run.results if r.metrics})
     if not keys:
@@ -149,7 +142,7 @@ def drift_table(matrix: Matrix) -> str | None:
                 row.append(md.STATUS_ICON["not run"])
                 continue
             worst, median = stats
-            change = _change(previous, worst) if previous is not None else ""
+            change = md.change(previous, worst) if previous is not None else ""
             row.append(f"{md.number(worst)}{f' ({change})' if change else ''} · med {md.number(median)}")
             previous = worst
         rows.append(row)
@@ -182,25 +175,27 @@ def case_drifts(matrix: Matrix, top: int = TOP_DRIFTS) -> list[list[str]]:
             md.code(r.case.case_id),
             f"{v1} → {v2}",
             f"{md.number(a)} → {md.number(b)}",
-            f"{factor - 1:+.0%}",
+            md.change(a, b),
         ]
         for _, v1, v2, r, a, b, factor in moves[:top]
     ]
 
 
 def capability_changes(matrix: Matrix) -> list[list[str]]:
-    """Grid cells whose status changed between consecutive versions (pass <-> unsupported, etc.)."""
+    """Grid cells whose status changed between consecutive versions (pass <-> unsupported, etc.).
+    A cell an incomplete run never reached is no change: the run stopped before it."""
     rows = []
     for older, newer in zip(matrix.runs, matrix.runs[1:], strict=False):
         old_grid, new_grid = feature_grid(older.results), feature_grid(newer.results)
         for subject in sorted(set(old_grid.subjects) | set(new_grid.subjects)):
             for feature in ("all", *sorted(set(old_grid.features) | set(new_grid.features))):
                 a, b = old_grid.status(subject, feature), new_grid.status(subject, feature)
-                if a != b:
+                unreached = "not run" in (a, b) and not (older.complete and newer.complete)
+                if a != b and not unreached:
                     rows.append(
                         [
                             subject,
-                            feature,
+                            label(feature),
                             f"{matrix.label(older)} → {matrix.label(newer)}",
                             f"{md.STATUS_ICON[a]} {a} → {md.STATUS_ICON[b]} {b}",
                         ]

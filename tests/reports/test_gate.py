@@ -54,10 +54,7 @@ def test_newly_failing_check_fails_the_gate(tmp_path, capsys):
     assert code == EXIT_REGRESSION
     assert "## ❌ Upgrade gate: FAIL — 1 regression" in out
     assert "### ❌ Newly failing (1)" in out
-    assert (
-        "| xla | backward · bfloat16-L1000-full-nomask-s0 | pass | fail | "
-        "dq out of tolerance · dq: ratio 8 (k 3) |" in out
-    )
+    assert "| xla | backward · bfloat16-L1000-full-nomask-s0 | pass | fail | dq: ratio 8 (k 3) |" in out
 
 
 def test_fixed_checks_are_listed_but_do_not_fail(tmp_path, capsys):
@@ -66,7 +63,7 @@ def test_fixed_checks_are_listed_but_do_not_fail(tmp_path, capsys):
     assert code == EXIT_PASS
     assert (
         "### ✅ Fixed (1)" in out
-        and "| xla | backward · bfloat16-L1000-full-nomask-s0 | fail | pass |" in out
+        and "| xla | backward · bfloat16-L1000-full-nomask-s0 | fail | pass | was dq: ratio 8 (k 3) |" in out
     )
 
 
@@ -265,3 +262,17 @@ def test_module_entry_point_exit_codes(tmp_path):
     assert failed.returncode == EXIT_REGRESSION and "Newly failing" in failed.stdout
     missing = run(str(tmp_path / "nope"), str(cand))
     assert missing.returncode == EXIT_BAD_INPUT and "Traceback" not in missing.stderr
+
+
+def test_long_reasons_are_cut_to_one_table_line(tmp_path):
+    base = standard_results()
+    crash = dataclasses.replace(
+        with_verdict(
+            _pick(base), "error", reason="forward raised RuntimeError: " + "x" * 400 + "\nsecond line"
+        ),
+        metrics=(),
+    )
+    result = gate(*_pair(tmp_path, base, standard_results(extra=[crash])))
+    (finding,) = result.regressions
+    assert finding.detail.startswith("forward raised RuntimeError: xxx") and finding.detail.endswith("…")
+    assert len(finding.detail) == 160 and "second line" not in finding.detail
