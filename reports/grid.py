@@ -57,8 +57,8 @@ MASK_KINDS = (
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # same order as kernels.base.DTYPES
 GROUPS = ("checks", "masks and options", "dtypes")
 LABELS = {
-    "causal_top_left": "causal, top-left",
-    "causal_bottom_right": "causal, bottom-right",
+    "causal_top_left": "causal (top-left)",
+    "causal_bottom_right": "causal (bottom-right)",
     "segment_ids": "segment ids",
     "lengths": "valid lengths",
     "bool_mask": "boolean mask",

@@ -119,6 +119,7 @@ def plot_run(results: Iterable[CaseResult], path: Path, title: str = "") -> Path
     figure, axes = _figure(len(subjects), 3)
     for ax, subject in zip(axes, subjects, strict=True):
         dtypes = sorted((d for s, d in points if s == subject), key=_dtype_order)
+        failures_labelled = False  # one legend entry for all failures: the colour of the line says the dtype
         for dtype in dtypes:
             series = points[(subject, dtype)]
             color = DTYPE_COLORS.get(dtype, "0.3")
@@ -142,8 +143,9 @@ def plot_run(results: Iterable[CaseResult], path: Path, title: str = "") -> Path
                     marker="x",
                     color="#b00000",
                     zorder=5,
-                    label=f"{dtype} failed",
+                    label=None if failures_labelled else "failed",
                 )
+                failures_labelled = True
         _style(ax, subject, "sequence length (max of q, kv)", log_lengths=True)
         ax.legend(fontsize=7, loc="best")
     figure.suptitle(title or "Error ratio against sequence length", fontsize=11)

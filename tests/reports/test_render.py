@@ -188,7 +188,7 @@ def test_suite_features_are_grouped_and_labelled(tmp_path):
         "determinism",
         "no leak",
         "*masks and options*",
-        "causal, top-left",
+        "causal (top-left)",
         "Sq ≠ Sk",
         "*dtypes*",
         "float32",
