@@ -70,8 +70,8 @@ class Case:
             lengths = getattr(self, name)
             if lengths is not None and len(lengths) != size:
                 raise ValueError(f"{name} needs one length per batch element ({size}), got {lengths}")
-        if self.input_kind == "nan_padding" and self.q_lengths is None and self.kv_lengths is None:
-            raise ValueError("input kind nan_padding needs q_lengths or kv_lengths (the padding to fill)")
+        if self.input_kind == "nan_padding" and not (self.uses_padding or self.segments):
+            raise ValueError("input kind nan_padding needs lengths or segment ids (padding to fill)")
         # Fail at construction, with the spec's own message, rather than deep inside a check.
         self.spec  # noqa: B018
 

@@ -118,6 +118,8 @@ def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:
     if check == "raises":
         if reason is not None:
             return None
+        if fwd and _raising(fwd) is None:
+            return None  # outside a non-raising forward constraint: out of scope in both directions
         for direction, violated in (("forward", fwd), ("backward", bwd)):
             hit = _raising(violated)
             if hit is not None:
@@ -143,13 +145,14 @@ def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:
 
 
 def _runtime_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
-    """The first ``per_dtype`` runnable cases of each dtype (smallest first): runtime checks
-    repeat calls, so they run on a sample. ``leak`` takes one case only."""
+    """The ``per_dtype`` largest cheap runnable cases of each dtype: runtime checks repeat
+    calls, so they run on a sample, and nondeterminism hides in multi-block reductions,
+    so the sample is as big as the leak case's cost cap allows."""
     chosen: list[Planned] = []
     counts: dict[str, int] = {}
-    runnable = sorted((p for p in planned if p.status == "run"),
-                      key=lambda p: (p.case.shape.flops, p.case.case_id))
-    for item in runnable:
+    runnable = [p for p in planned if p.status == "run"]
+    cheap = [p for p in runnable if p.case.shape.flops <= LEAK_MAX_FLOPS] or runnable
+    for item in sorted(cheap, key=lambda p: (-p.case.shape.flops, p.case.case_id)):
         if counts.get(item.case.dtype, 0) < per_dtype:
             counts[item.case.dtype] = counts.get(item.case.dtype, 0) + 1
             chosen.append(item)

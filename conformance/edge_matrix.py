@@ -30,13 +30,13 @@ def _levelled() -> list[tuple[int, Case]]:
     add(0)
     add(0, input_kind="large")
     add(0, input_kind="integers")
-    add(0, scale=0.3, batch=2)
+    add(0, scale=0.3)
 
     # Lengths: block tails, single rows, primes, one short of / past a block.
     for n in CURATED_LENGTHS:
-        add(0 if n <= 129 else 1, q_len=n, kv_len=n, causal=True)
+        add(0 if n in (1, 7, 113, 128, 129) else 1, q_len=n, kv_len=n, causal=True)
     for n in (1, 113, 129, 1023):
-        add(0 if n <= 129 else 1, q_len=n, kv_len=n)
+        add(0 if n == 113 else 1, q_len=n, kv_len=n)
     add(2, q_len=1000, kv_len=1000, causal=True, alignment="bottom_right", head_dim=128, v_head_dim=128)
 
     # Sq != Sk, both directions, both alignments (bottom-right with Sq > Sk masks whole rows).
@@ -45,7 +45,8 @@ def _levelled() -> list[tuple[int, Case]]:
             add(0, q_len=sq, kv_len=sk, causal=True, alignment=align, batch=2, q_heads=2, kv_heads=2)
     for sq, sk in ((113, 129), (129, 113), (1, 128), (7, 1000)):
         for align in ("top_left", "bottom_right"):
-            add(0 if sk <= 129 else 1, q_len=sq, kv_len=sk, causal=True, alignment=align)
+            core = sk <= 129 and (align == "bottom_right" or sq != 129)
+            add(0 if core else 1, q_len=sq, kv_len=sk, causal=True, alignment=align)
     add(1, q_len=128, kv_len=1024, causal=True, alignment="bottom_right")
     add(1, q_len=384, kv_len=128)
 
@@ -54,7 +55,7 @@ def _levelled() -> list[tuple[int, Case]]:
         add(0 if d in (96, 128) else 1, head_dim=d, v_head_dim=d, causal=True)
     add(2, head_dim=256, v_head_dim=256, q_len=512, kv_len=512)
     add(0, head_dim=64, v_head_dim=128)
-    add(0, head_dim=128, v_head_dim=64, causal=True)
+    add(1, head_dim=128, v_head_dim=64, causal=True)
 
     # Batch > 1 with different data per batch; GQA 2/4/8 and MQA.
     add(0, batch=3, q_heads=2, kv_heads=2, causal=True)
@@ -68,16 +69,17 @@ def _levelled() -> list[tuple[int, Case]]:
     add(0, segments=3, batch=2, q_len=256, kv_len=256)
     add(0, segments=3, orphan_segment=True, batch=2, q_len=256, kv_len=256, causal=True)
     add(0, batch=3, q_lengths=(256, 100, 0), kv_lengths=(256, 130, 17), q_len=256, kv_len=256)
-    add(0, batch=2, kv_lengths=(128, 1), causal=True, q_len=128, kv_len=256)
+    add(0, batch=2, kv_lengths=(128, 0), causal=True, q_len=128, kv_len=256)
     add(0, batch=3, q_lengths=(256, 100, 0), kv_lengths=(256, 130, 17), q_len=256, kv_len=256,
         input_kind="nan_padding")
     add(0, batch=2, kv_lengths=(200, 1), q_len=128, kv_len=256, causal=True, alignment="bottom_right",
         input_kind="nan_padding")
+    add(0, segments=3, orphan_segment=True, batch=2, q_len=256, kv_len=256, input_kind="nan_padding")
     add(1, batch=2, segments=4, kv_lengths=(256, 64), q_len=256, kv_len=256, q_heads=4, kv_heads=2)
 
     # Windows: 0 (the diagonal only), 1, one-sided, wider than the sequence; with causal.
     for window in ((0, 0), (1, 1), (0, 1), (1, 0)):
-        add(0, window=window)
+        add(0 if window[0] == window[1] else 1, window=window)
     add(0, window=(300, 300), q_len=256, kv_len=256)
     add(0, window=(16, 0), causal=True, q_len=256, kv_len=256)
     add(0, window=(4, 4), q_len=128, kv_len=256, alignment="bottom_right")
@@ -88,7 +90,7 @@ def _levelled() -> list[tuple[int, Case]]:
     # Softcap near the logits' scale (std 2) and far from it; with large logits.
     add(0, softcap=1.0)
     add(0, softcap=30.0, causal=True)
-    add(0, softcap=5.0, input_kind="large")
+    add(1, softcap=5.0, input_kind="large")
 
     # Bias: full, and with each broadcast pattern; bias with a mask.
     add(0, bias="bhqk", batch=2, q_heads=2, kv_heads=2)

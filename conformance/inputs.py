@@ -9,11 +9,12 @@ Input kinds (only uniform [0, 1) inputs would let wrong kernels pass as mean(V))
   * ``large``: logits of std ``log(dtype max) / 2``, so the largest reach ~1.5x the
     point where ``exp`` overflows without max-subtraction.
   * ``integers``: sparse small integers in [-3, 3] (60% zeros): q.k is exact in every dtype.
-  * ``nan_padding``: ``normal``, then NaN in q rows past ``q_lengths`` and k rows past
-    ``kv_lengths``, and a large finite sentinel in v rows past ``kv_lengths``. NaN in
-    the masked logits must never reach a valid output. v gets a finite sentinel, not
-    NaN, because an exactly-zero weight times NaN is NaN in IEEE arithmetic for
-    every matmul; the sentinel instead exposes any nonzero weight on a padded key.
+  * ``nan_padding``: ``normal``, then padding is overwritten: NaN in q rows that see no
+    key (e.g. past ``q_lengths``), NaN in k at keys that no query of the batch row sees
+    (past ``kv_lengths``, an orphan segment), and a large finite sentinel in v there.
+    NaN in masked logits must never reach a valid output. v gets a finite sentinel, not
+    NaN, because an exactly-zero weight times NaN is NaN in IEEE arithmetic for every
+    matmul; the sentinel instead exposes any nonzero weight on a padded key.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from conformance import dtypes
 from conformance.cases import Case
+from reference.masks import full_visibility
 from reference.spec import AttentionInputs
 
 # Stream tags for np.random.default_rng([seed, tag]): fixed forever, or old repros change.
@@ -97,6 +99,17 @@ def _q_std(case: Case) -> float:
     return logit_std / (scale * math.sqrt(case.head_dim))
 
 
+def padding(case: Case, masks: MaskArrays) -> tuple[np.ndarray, np.ndarray]:
+    """(dead_rows [B, Hq, Sq], dead_keys [B, Hkv, Sk]): query rows that see no key, and keys
+    that no query of the same batch row (in any head of its group) sees."""
+    skeleton = dataclasses.replace(case.skeleton(), q_segment_ids=masks.q_segment_ids,
+                                   kv_segment_ids=masks.kv_segment_ids, mask=masks.mask)
+    vis = full_visibility(case.spec, skeleton)  # [B, Hq, Sq, Sk]
+    dead_rows = ~vis.any(axis=3)
+    seen = vis.any(axis=2).reshape(case.batch, case.kv_heads, case.q_heads // case.kv_heads, case.kv_len)
+    return dead_rows, ~seen.any(axis=2)
+
+
 def padding_sentinel(case: Case) -> float:
     """The finite value written into v past ``kv_lengths``: huge, yet ``Sk`` of them
     summed with weights <= 1 stay finite in the dtype."""
@@ -118,12 +131,10 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
     bias = None if case.bias is None else _values(case, _BIAS, case.bias_shape, 1.0, salt)
     masks = mask_arrays(case)
     if case.input_kind == "nan_padding":
-        for bi in range(b):
-            if masks.q_lengths is not None:
-                q[bi, :, masks.q_lengths[bi]:] = np.nan
-            if masks.kv_lengths is not None:
-                k[bi, :, masks.kv_lengths[bi]:] = np.nan
-                v[bi, :, masks.kv_lengths[bi]:] = padding_sentinel(case)
+        dead_rows, dead_keys = padding(case, masks)
+        q[dead_rows] = np.nan
+        k[dead_keys] = np.nan
+        v[dead_keys] = padding_sentinel(case)
     cast = lambda x: None if x is None else dtypes.cast(x, case.dtype)  # noqa: E731
     return AttentionInputs(
         q=cast(q), k=cast(k), v=cast(v), bias=cast(bias),

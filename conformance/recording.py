@@ -89,7 +89,7 @@ class Recorder:
         raw = _property(report, RESULT_PROPERTY)
         if raw is not None and report.when == "call":
             return case_result_from_json(json.loads(raw))
-        phase_failed = report.when == "setup" and report.outcome != "passed"
+        phase_failed = report.when == "setup" and report.outcome == "failed"  # a setup skip is pytest's
         crashed = report.when not in ("setup", "call", "teardown")  # xdist's report for a dead worker
         teardown_failed = report.when == "teardown" and report.outcome == "failed"
         if not (report.when == "call" or phase_failed or crashed or teardown_failed):

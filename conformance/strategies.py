@@ -77,7 +77,8 @@ def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -
     if caps.lengths and draw(st.booleans()):
         q_lengths = draw(st.none() | _lengths(batch, q_len))
         kv_lengths = draw(_lengths(batch, kv_len))
-    kinds = ["normal", "large", "integers"] + (["nan_padding"] if q_lengths or kv_lengths else [])
+    padded = q_lengths is not None or kv_lengths is not None or segments > 0
+    kinds = ["normal", "large", "integers"] + (["nan_padding"] if padded else [])
     bias = None
     if caps.bias and draw(st.booleans()):
         bias = draw(st.sampled_from(BIAS_PATTERNS)) if caps.bias_broadcast else "bhqk"
@@ -169,14 +170,14 @@ def within(case: Case, caps: Capabilities) -> st.SearchStrategy[Case]:
             orphan_segment=False,
         )
         q_lengths, kv_lengths = lengths(case.q_lengths), lengths(case.kv_lengths)
+        keeps_padding = case.input_kind != "nan_padding" or q_lengths or kv_lengths or candidate.segments
         fits = lambda ls, n: None if ls is None else tuple(min(x, n) for x in ls)  # noqa: E731
         return dataclasses.replace(
             candidate,
             q_lengths=fits(q_lengths, q_len),
             kv_lengths=fits(kv_lengths, kv_len),
             orphan_segment=case.orphan_segment and candidate.segments > 0,
-            input_kind=case.input_kind if (q_lengths or kv_lengths or case.input_kind != "nan_padding")
-            else "normal",
+            input_kind=case.input_kind if keeps_padding else "normal",
         )
 
     return smaller().filter(lambda c: runnable(c, caps))

@@ -7,9 +7,12 @@ float64 reference on the same quantised inputs:
     mean_abs(subject) <= k_mean * mean_abs(baseline) + floor_mean
 
 ``baseline`` is ``conformance.baseline``: the attention a user would write in the
-subject's dtype. ``floor`` is ``FLOOR_ULPS`` ulps of the dtype at the reference's
-magnitude (max |ref| for the max rule, mean |ref| for the mean rule): it only
-matters when the baseline happens to be (nearly) exact. Max-abs alone misses
+subject's dtype. ``floor_max`` is ``FLOOR_ULPS`` x eps of the dtype at max |ref|,
+``floor_mean`` is ``MEAN_FLOOR_ULPS`` x eps at mean |ref| (an average element is
+off by a fraction of an ulp, so a full ulp there would hide drift), but never less
+than ``floor_max / sqrt(n)`` over n compared elements: a mean of a few elements is a
+noisy sample, and over one element the mean *is* the max. The floors only matter
+when the baseline happens to be (nearly) exact, e.g. in float64 or tiny tensors. Max-abs alone misses
 systematic drift, mean-abs alone misses single outliers; both must hold.
 The README's "Tolerance policy" section explains each k.
 """
@@ -17,6 +20,7 @@ The README's "Tolerance policy" section explains each k.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -24,6 +28,7 @@ from conformance import dtypes, metrics
 from reports.records import TensorMetrics
 
 FLOOR_ULPS = 2.0
+MEAN_FLOOR_ULPS = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +74,13 @@ TOLERANCES: dict[str, TensorTolerance] = {
 
 
 def floors(dtype: str, want: np.ndarray, valid: np.ndarray | None) -> tuple[float, float]:
-    """(floor_max, floor_mean): FLOOR_ULPS ulps of ``dtype`` at max|want| and mean|want|."""
+    """(floor_max, floor_mean): FLOOR_ULPS eps at max|want|; MEAN_FLOOR_ULPS eps at mean|want|,
+    or floor_max / sqrt(n) when that is larger (n: the number of compared elements)."""
     top, mean = metrics.magnitude(want, valid)
-    unit = FLOOR_ULPS * dtypes.eps(dtype)
-    return unit * top, unit * mean
+    count = int(np.broadcast_to(True if valid is None else valid, np.shape(want)).sum())
+    eps = dtypes.eps(dtype)
+    floor_max = FLOOR_ULPS * eps * top
+    return floor_max, max(MEAN_FLOOR_ULPS * eps * mean, floor_max / math.sqrt(max(count, 1)))
 
 
 @dataclasses.dataclass(frozen=True)

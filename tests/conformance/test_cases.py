@@ -1,0 +1,81 @@
+"""Meta-tests of case descriptions, ids and the curated edge matrix."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conformance import edge_matrix
+from conformance.cases import Case
+from conformance.runner import describe
+
+
+def test_case_id_reads_like_a_sentence():
+    case = Case("tpu_flash", "bfloat16", batch=2, q_heads=4, kv_heads=4, q_len=128, kv_len=256,
+                head_dim=128, v_head_dim=128, causal=True)
+    assert case.case_id == "tpu_flash-bfloat16-causal_tl-B2-Hq4-Hkv4-Sq128-Sk256-D128"
+
+
+def test_every_feature_shows_in_the_id():
+    case = Case("x", "float16", causal=True, alignment="bottom_right", window=(4, None), segments=2,
+                orphan_segment=True, q_lengths=(5,), kv_lengths=(7,), bias="1h1k", mask="b1qk",
+                softcap=30.0, scale=0.5, head_dim=64, v_head_dim=32, input_kind="nan_padding")
+    assert case.case_id == ("x-float16-causal_br-win4.inf-seg2x-lenq5-lenkv7-mask_b1qk-bias_1h1k-cap30"
+                            "-scale0.5-B1-Hq1-Hkv1-Sq128-Sk128-D64-Dv32-nan_padding")
+
+
+def test_seed_is_stable_and_the_same_for_every_subject():
+    a, b = Case("tpu_flash", "float32"), Case("xla", "float32")
+    assert a.seed == b.seed == Case("tpu_flash", "float32").seed
+    assert a.seed != Case("tpu_flash", "bfloat16").seed
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"bias": "bhq"}, "pattern"),
+    ({"mask": "bxqk"}, "pattern"),
+    ({"q_lengths": (1, 2)}, "one length per batch"),
+    ({"input_kind": "uniform"}, "unknown input kind"),
+    ({"input_kind": "nan_padding"}, "needs lengths or segment ids"),
+    ({"alignment": "middle"}, "alignment"),
+    ({"window": (-1, 0)}, "window"),
+])
+def test_impossible_cases_fail_at_construction(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Case("x", "float32", **fields)
+
+
+def test_edge_matrix_ids_are_unique_and_cover_the_issue_list():
+    templates = edge_matrix.edge_cases(2)
+    ids = [edge_matrix.instantiate(t, "s", "float32").case_id for t in templates]
+    assert len(ids) == len(set(ids))
+    lengths = {t.q_len for t in templates} | {t.kv_len for t in templates}
+    assert set(edge_matrix.CURATED_LENGTHS) <= lengths
+    assert {t.head_dim for t in templates} >= {64, 96, 128, 256}
+    assert any(t.v_head_dim != t.head_dim for t in templates)
+    assert {t.q_heads // t.kv_heads for t in templates} >= {1, 2, 4, 8}
+    assert any(t.kv_heads == 1 and t.q_heads > 1 for t in templates)
+    aligned = {t.alignment for t in templates if t.causal and t.q_len != t.kv_len}
+    assert aligned == {"top_left", "bottom_right"}
+    assert any(t.q_len > t.kv_len for t in templates) and any(t.q_len < t.kv_len for t in templates)
+    windows = {t.window for t in templates if t.window}
+    assert (0, 0) in windows and (1, 1) in windows
+    assert any(w[0] is not None and w[0] > 256 for w in windows)  # wider than the sequence
+    assert {t.softcap for t in templates if t.softcap} >= {1.0, 30.0}
+    assert {t.bias for t in templates if t.bias} >= {"bhqk", "1h1k", "b11k", "11qk", "111k"}
+    assert {t.input_kind for t in templates} == {"normal", "large", "integers", "nan_padding"}
+    assert any(t.orphan_segment for t in templates)
+    assert any(t.q_lengths and 0 in t.q_lengths for t in templates)
+
+
+def test_ci_level_is_a_subset_of_dev_and_thorough():
+    ci, dev, thorough = (set(edge_matrix.edge_cases(level)) for level in (0, 1, 2))
+    assert ci < dev < thorough
+
+
+def test_description_round_trips_the_fields_a_report_needs():
+    case = Case("x", "bfloat16", segments=2, kv_lengths=(3,), bias="1h1k", window=(1, 2))
+    record = describe(case)
+    assert record.case_id == case.case_id and record.seed == case.seed
+    assert record.masks == ("segment_ids", "lengths") and record.bias_shape == (1, 1, 1, 128)
+    assert dataclasses.asdict(record)["window"] == (1, 2)

@@ -1,0 +1,91 @@
+"""Meta-tests of the catalogue: what each (check, case) is to a subject."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from conformance import catalogue, profiles
+from conformance.cases import Case
+from tests.conformance.fakes import BLOCKED, FULL, subject
+
+
+def test_declared_capabilities_decide_unsupported_with_the_reason():
+    planned = catalogue.classify("forward", Case("s", "float32", window=(1, 1)), BLOCKED)
+    assert planned.status == "unsupported" and "window" in planned.reason
+    planned = catalogue.classify("forward", Case("s", "float16"), BLOCKED)
+    assert planned.status == "unsupported" and "float16" in planned.reason
+
+
+def test_a_raising_constraint_goes_to_the_raises_check_only():
+    case = Case("s", "float32", q_len=128, kv_len=100)
+    raises = catalogue.classify("raises", case, BLOCKED)
+    assert raises.status == "raises" and raises.direction == "forward"
+    assert "kv_multiple_of_128" in raises.reason
+    forward = catalogue.classify("forward", case, BLOCKED)
+    assert forward.status == "unsupported" and "declared to raise" in forward.reason
+
+
+def test_a_non_raising_constraint_is_unsupported_and_not_a_raises_item():
+    case = Case("s", "float32", q_len=64, kv_len=128)
+    assert catalogue.classify("raises", case, BLOCKED) is None
+    planned = catalogue.classify("forward", case, BLOCKED)
+    assert planned.status == "unsupported" and "q_at_least_128" in planned.reason
+
+
+def test_backward_only_constraints_raise_in_the_backward_direction():
+    case = Case("s", "float32", q_len=200, kv_len=128)
+    raises = catalogue.classify("raises", case, BLOCKED)
+    assert raises.status == "raises" and raises.direction == "backward"
+    assert catalogue.classify("forward", case, BLOCKED).status == "run"
+    assert catalogue.classify("backward", case, BLOCKED).status == "unsupported"
+
+
+def test_lse_unsupported_when_not_exposed_and_nan_padding_is_forward_only():
+    case = Case("s", "float32", segments=2, orphan_segment=True, input_kind="nan_padding")
+    assert catalogue.classify("lse", case, BLOCKED).status == "unsupported"
+    assert catalogue.classify("backward", case, FULL) is None
+    assert catalogue.classify("forward", case, FULL).status == "run"
+
+
+def test_fully_masked_check_only_where_rows_are_fully_masked():
+    plain = Case("s", "float32")
+    masked = Case("s", "float32", causal=True, alignment="bottom_right", q_len=64, kv_len=32)
+    assert catalogue.classify("fully_masked", plain, FULL) is None
+    assert catalogue.classify("fully_masked", masked, FULL).status == "run"
+    assert catalogue.has_fully_masked_rows(Case("s", "float32", q_lengths=(5,)))
+    assert not catalogue.has_fully_masked_rows(Case("s", "float32", causal=True, q_len=64, kv_len=32))
+
+
+def test_plan_covers_every_dtype_and_the_unavailable_subject_once_per_check():
+    plan = catalogue.plan((subject("full", FULL), subject("gone", FULL, available=False)),
+                          profiles.get("ci"), draw_seed=0)
+    forward = [p for p in plan["forward"] if p.case.subject == "full"]
+    assert {p.case.dtype for p in forward} == set(FULL.dtypes)
+    gone = [p for check in catalogue.CHECKS for p in plan[check] if p.case.subject == "gone"]
+    assert {p.status for p in gone} == {"unavailable"} and len(gone) == len(catalogue.CHECKS) - 1
+    ids = [p.test_id for p in plan["forward"]]
+    assert len(ids) == len(set(ids))
+    leak = [p for p in plan["leak"] if p.case.subject == "full"]
+    assert len(leak) == 1 and leak[0].status == "run"
+    per_dtype = profiles.get("ci").runtime_cases_per_dtype
+    determinism = [p for p in plan["determinism"] if p.case.subject == "full"]
+    assert len(determinism) == per_dtype * len(FULL.dtypes)
+    assert all(p.case.q_len >= 128 for p in determinism)  # several blocks, not the 1x1 case
+
+
+def test_plan_is_a_pure_function_of_subjects_profile_and_seed():
+    subjects = (subject("full", FULL),)
+    a = catalogue.plan(subjects, profiles.get("dev"), draw_seed=7)
+    b = catalogue.plan(subjects, profiles.get("dev"), draw_seed=7)
+    c = catalogue.plan(subjects, profiles.get("dev"), draw_seed=8)
+    assert [p.key for p in a["forward"]] == [p.key for p in b["forward"]]
+    assert [p.key for p in a["forward"]] != [p.key for p in c["forward"]]
+
+
+def test_every_case_runs_in_every_declared_dtype():
+    cases = catalogue.cases_for(subject("blocked", BLOCKED), profiles.get("ci"), draw_seed=0)
+    by_template = {}
+    for case in cases:
+        by_template.setdefault(dataclasses.replace(case, dtype=""), set()).add(case.dtype)
+    curated = [dtypes for dtypes in by_template.values()]
+    assert sum(1 for d in curated if d == {"float32", "bfloat16"}) >= 40

@@ -1,0 +1,81 @@
+"""The suite end to end, in a subprocess, on tiny NumPy subjects: records, summary, JUnit,
+failure messages with a runnable repro, shrinking, xdist and --resume."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reports.records import read_results
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY = "tests.conformance.toy_subjects"
+SMALL = "float32 and (Sq128-Sk128-D64 or lenkv128.0) and not Dv"
+
+
+def run_suite(tmp_path: Path, impl: str, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "conformance", "--impl", f"{TOY}:{impl}", "--report-dir", str(tmp_path),
+               f"--junitxml={tmp_path / 'junit.xml'}", "-q", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_a_correct_subject_passes_and_every_record_is_written(tmp_path):
+    done = run_suite(tmp_path, "exact", "-k", SMALL)
+    assert done.returncode == 0, done.stdout[-3000:]
+    results = read_results(tmp_path)
+    assert results.complete
+    verdicts = {r.verdict for r in results.results}
+    assert verdicts <= {"pass", "unsupported"} and "pass" in verdicts
+    checks = {r.check for r in results.results if r.verdict == "pass"}
+    assert {"forward", "lse", "shape_dtype", "finite", "no_mutation", "fully_masked"} <= checks
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["profile"] == "ci" and summary["hypothesis_seed"] == 0
+    assert summary["counts"]["pass"] == sum(r.verdict == "pass" for r in results.results)
+    assert "jax" in summary["environment"]["libraries"]
+    junit = (tmp_path / "junit.xml").read_text()
+    assert "conformance_result" in junit
+
+
+def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_repro(tmp_path):
+    done = run_suite(tmp_path, "scaled_wrong", "-k",
+                     "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64")
+    assert done.returncode == 1
+    assert "OUT OF TOLERANCE" in done.stdout and "worst at" in done.stdout and "Repro" in done.stdout
+    failed = [r for r in read_results(tmp_path).results if r.verdict == "fail"]
+    assert failed and all(r.check == "forward" for r in failed)
+    record = failed[0]
+    assert record.metrics[0].ratio > 10 and record.metrics[0].fraction_out_of_tolerance > 0.1
+    assert "Shrunk to a smaller failing case" in record.reason  # 1x1 fails the same way
+    script = tmp_path / "repro.py"
+    script.write_text(record.repro)
+    repro = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, env={"PYTHONPATH": str(ROOT)})
+    assert repro.returncode == 0, repro.stderr[-2000:]
+    assert "OUT OF TOLERANCE" in repro.stdout
+
+
+@pytest.mark.slow
+def test_xdist_gives_the_same_records_as_one_process(tmp_path):
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    assert run_suite(serial, "exact", "-k", SMALL).returncode == 0
+    done = run_suite(parallel, "exact", "-k", SMALL, "-n", "2")
+    assert done.returncode == 0, done.stdout[-3000:]
+    one = {r.key: r.verdict for r in read_results(serial).results}
+    two = {r.key: r.verdict for r in read_results(parallel).results}
+    assert one == two and one
+
+
+def test_resume_skips_what_is_recorded(tmp_path):
+    assert run_suite(tmp_path, "exact", "-k", "test_forward and " + SMALL).returncode == 0
+    first = read_results(tmp_path).results
+    again = run_suite(tmp_path, "exact", "-k", "(test_forward or test_lse) and " + SMALL, "--resume")
+    assert again.returncode == 0
+    assert "deselected" in again.stdout
+    results = read_results(tmp_path)
+    assert results.complete and results.header["resumed"] is False  # the first header is kept
+    assert {r.key for r in first} < {r.key for r in results.results}
+    assert {r.check for r in results.results} == {"forward", "lse"}

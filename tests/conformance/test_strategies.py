@@ -1,0 +1,77 @@
+"""Meta-tests of the hypothesis strategies: draws stay inside what an adapter declares,
+draws are reproducible, and shrinking finds the minimal failing case."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conformance import profiles, strategies
+from conformance.cases import Case
+from conformance.shrink import shrink
+from kernels.base import Capabilities
+from tests.conformance.fakes import BLOCKED, FULL
+
+FLAGS = ("window", "segment_ids", "lengths", "bool_mask", "gqa", "bias", "bias_broadcast", "softcap",
+         "distinct_v_dim", "backward")
+
+
+@st.composite
+def capabilities(draw) -> Capabilities:
+    flags = {flag: draw(st.booleans()) for flag in FLAGS}
+    return dataclasses.replace(
+        BLOCKED if draw(st.booleans()) else FULL,
+        dtypes=tuple(draw(st.lists(st.sampled_from(("float32", "bfloat16", "float16", "float64")),
+                                   min_size=1, max_size=4, unique=True))),
+        causal_alignments=tuple(draw(st.lists(st.sampled_from(("top_left", "bottom_right")), unique=True))),
+        **flags,
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(caps=capabilities(), data=st.data())
+def test_drawn_cases_use_only_declared_features(caps, data):
+    for _ in range(3):
+        case = data.draw(strategies.cases("s", caps, profiles.get("ci")))
+        assert strategies.runnable(case, caps), case
+        assert case.dtype in caps.dtypes
+        assert caps.window or case.window is None
+        assert caps.softcap or case.softcap is None
+        assert caps.gqa or case.q_heads == case.kv_heads
+        assert caps.causal_alignments or not case.causal
+
+
+def test_draws_are_reproducible_for_a_seed():
+    strategy = strategies.cases("s", FULL, profiles.get("dev"))
+    assert strategies.draw_cases(strategy, 10, 3) == strategies.draw_cases(strategy, 10, 3)
+    assert strategies.draw_cases(strategy, 10, 3) != strategies.draw_cases(strategy, 10, 4)
+
+
+def test_blocked_subject_draws_only_block_multiples():
+    cases = strategies.draw_cases(strategies.cases("s", BLOCKED, profiles.get("dev")), 10, 0)
+    assert cases and all(c.kv_len % 128 == 0 and c.q_len % 128 == 0 for c in cases)
+
+
+def test_shrinking_finds_the_minimal_failing_case():
+    big = Case("s", "float32", batch=2, q_heads=4, kv_heads=2, q_len=256, kv_len=256, causal=True,
+               bias="1h1k", softcap=30.0, window=(3, 3))
+
+    def fails(case: Case) -> bool:  # a bug that needs a window and at least 2 heads
+        return case.window is not None and case.q_heads >= 2
+
+    minimal = shrink(big, FULL, fails, budget_s=60)
+    assert minimal is not None and fails(minimal)
+    assert (minimal.batch, minimal.q_heads, minimal.kv_heads) == (1, 2, 1)
+    assert minimal.q_len == 1 and minimal.kv_len == 1
+    assert minimal.bias is None and minimal.softcap is None and not minimal.causal
+
+
+def test_shrinking_stays_inside_the_failing_case():
+    big = Case("s", "float32", batch=2, q_len=128, kv_len=256, segments=3, kv_lengths=(100, 256))
+    seen = []
+    shrink(big, FULL, lambda c: seen.append(c) or False, budget_s=30)
+    for case in seen:
+        assert case.batch <= 2 and case.q_len <= 128 and case.kv_len <= 256
+        assert case.segments in (0, 3) and case.bias is None and not case.causal

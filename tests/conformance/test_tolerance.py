@@ -1,0 +1,85 @@
+"""Meta-tests of the tolerance policy: it accepts the baseline's own error and rejects
+single outliers (max rule), systematic drift (mean rule) and NaN."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance import dtypes, tolerance
+
+
+@pytest.fixture
+def setup():
+    rng = np.random.default_rng(0)
+    want = rng.standard_normal((2, 4, 64, 32))
+    baseline = dtypes.cast(want, "bfloat16")  # the baseline's error is bfloat16 rounding
+    return want, baseline
+
+
+def test_the_baseline_itself_passes_with_ratio_one(setup):
+    want, baseline = setup
+    judged = tolerance.judge("out", baseline, want, baseline, "bfloat16")
+    assert judged.passed
+    assert judged.metrics.ratio == 1.0 and judged.metrics.mean_ratio == 1.0
+    assert judged.metrics.fraction_out_of_tolerance == 0.0
+
+
+def test_a_single_outlier_fails_the_max_rule(setup):
+    want, baseline = setup
+    got = baseline.copy()
+    got[1, 2, 3, 4] = want[1, 2, 3, 4] + 1.0
+    judged = tolerance.judge("out", got, want, baseline, "bfloat16")
+    assert not judged.passed
+    assert judged.metrics.worst_index == (1, 2, 3, 4)
+    assert judged.metrics.mean_ratio < tolerance.TOLERANCES["out"].k_mean  # the mean alone would miss it
+    assert 0 < judged.metrics.fraction_out_of_tolerance < 1e-4
+    assert "OUT OF TOLERANCE" in judged.explain() and "[1, 2, 3, 4]" in judged.explain()
+
+
+def test_systematic_drift_fails_the_mean_rule(setup):
+    want, baseline = setup
+    base_err = np.abs(baseline.astype(np.float64) - want)
+    drift = 0.8 * base_err.max()  # every element off by most of the baseline's worst error
+    got = dtypes.cast(want + drift, "float32")
+    judged = tolerance.judge("out", got, want, baseline, "bfloat16")
+    assert judged.metrics.max_abs <= judged.metrics.tolerance  # the max rule alone would pass it
+    assert not judged.passed
+
+
+def test_nan_fails_and_reports_where(setup):
+    want, baseline = setup
+    got = baseline.copy()
+    got[0, 0, 0, 0] = np.nan
+    judged = tolerance.judge("out", got, want, baseline, "bfloat16")
+    assert not judged.passed and judged.metrics.worst_index == (0, 0, 0, 0)
+
+
+def test_floor_allows_rounding_when_the_baseline_is_exact():
+    want = np.linspace(-2, 2, 101)
+    exact = want.copy()
+    rounded = dtypes.cast(want, "float32").astype(np.float64)  # half an ulp of float32 at most
+    assert tolerance.judge("out", rounded, want, exact, "float32").passed
+    shifted = want + 2 * dtypes.eps("float32")  # every element off by 2 eps: drift
+    assert not tolerance.judge("out", shifted, want, exact, "float32").passed
+    assert not tolerance.judge("out", want + 1e-5, want, exact, "float32").passed
+
+
+def test_excluded_rows_are_not_judged(setup):
+    want, baseline = setup
+    got = baseline.copy()
+    got[:, :, 5] = 1e6
+    valid = np.ones(want.shape[:3], dtype=bool)
+    valid[:, :, 5] = False
+    assert tolerance.judge("out", got, want, baseline, "bfloat16", valid[..., None]).passed
+
+
+def test_every_tensor_has_a_named_justified_k():
+    for name in ("out", "lse", "dq", "dk", "dv", "dbias"):
+        rule = tolerance.TOLERANCES[name]
+        assert rule.k >= 1 and rule.k_mean >= 1 and len(rule.why) > 20
+
+
+def test_shape_mismatch_is_an_error_not_a_pass():
+    with pytest.raises(ValueError, match="shape"):
+        tolerance.judge("out", np.zeros((2, 3)), np.zeros((3, 2)), np.zeros((3, 2)), "float32")
