@@ -21,6 +21,7 @@ session selectors before nox builds its session list:
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 from collections.abc import Mapping, Sequence
 
@@ -54,7 +55,13 @@ PINS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 ALWAYS: tuple[str, ...] = ("absl-py>=1",)
 
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
-_SELECTOR = re.compile(rf"""^\s*{SESSION}(?:-[\d.]+)?\(\s*jax\s*=\s*(['"])(?P<version>.*?)\1\s*\)\s*$""")
+
+
+@functools.cache
+def _selector(session: str) -> re.Pattern[str]:
+    """Matches "<session>(jax='X')" (and nox's "<session>-3.11(jax='X')" spelling)."""
+    name = re.escape(session)
+    return re.compile(rf"""^\s*{name}(?:-[\d.]+)?\(\s*jax\s*=\s*(['"])(?P<version>.*?)\1\s*\)\s*$""")
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -85,17 +92,20 @@ def requested_selectors(argv: Sequence[str], environ: Mapping[str, str]) -> tupl
     return tuple(s for s in environ.get("NOXSESSION", "").split(",") if s)
 
 
-def selected_version(selector: str) -> str | None:
+def selected_version(selector: str, session: str = SESSION) -> str | None:
     """ "conformance(jax='0.4.38')" -> '0.4.38'; None for any other selector."""
-    match = _SELECTOR.match(selector)
+    match = _selector(session).match(selector)
     return match.group("version") if match else None
 
 
-def session_versions(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The parameter list for the ``conformance`` session (rules in the module docstring)."""
+def session_versions(
+    argv: Sequence[str], environ: Mapping[str, str], session: str = SESSION
+) -> tuple[str, ...]:
+    """The parameter list for a session parametrized over JAX versions (``conformance`` unless
+    ``session`` names another, e.g. ``bench``): the rules in the module docstring."""
     selectors = requested_selectors(argv, environ)
-    named = [v for v in map(selected_version, selectors) if v is not None]
-    if SESSION in (s.strip() for s in selectors):
+    named = [v for v in (selected_version(s, session) for s in selectors) if v is not None]
+    if session in (s.strip() for s in selectors):
         return tuple(dict.fromkeys([NEWEST, *named]))
     return tuple(dict.fromkeys([*MATRIX, *named]))
 

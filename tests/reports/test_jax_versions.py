@@ -150,3 +150,10 @@ def test_noxfile_lists_what_the_command_line_asks_for():
     assert listed("-k", "conformance") == [f"conformance(jax='{v}')" for v in jv.MATRIX]
     assert listed("-s", "conformance") == [f"conformance(jax='{jv.NEWEST}')"]
     assert listed("-s", "conformance(jax='0.4.36')")[-1] == "conformance(jax='0.4.36')"
+
+
+def test_the_same_rules_serve_another_versioned_session():
+    assert jv.session_versions(["-s", "bench"], {}, session="bench") == (jv.NEWEST,)
+    assert jv.session_versions(["-s", "bench(jax='0.4.36')"], {}, session="bench") == (*jv.MATRIX, "0.4.36")
+    assert jv.session_versions(["-s", "bench"], {}) == jv.MATRIX  # conformance is not narrowed by `bench`
+    assert jv.selected_version("bench(jax='0.5.3')", "bench") == "0.5.3"
