@@ -36,6 +36,7 @@ class Benchmark:
     memory_bytes: float | None = None
     memory_kind: str = ""
     execution: str = ""
+    subject: str = ""  # extra_info.subject, when the benchmark names it
 
 
 def benchmarks_path(folder: Path) -> Path:
@@ -93,6 +94,7 @@ def _benchmark(entry: Any) -> Benchmark | None:
         memory_bytes=float(extra[memory_key]) if memory_key else None,
         memory_kind=kind if memory_key else "",
         execution=str(extra.get("execution", "")),
+        subject=str(extra.get("subject", "")),
     )
 
 

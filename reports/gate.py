@@ -256,7 +256,7 @@ def benchmark_regressions(
             findings.append(
                 Finding(
                     "slower",
-                    "",
+                    new.subject,
                     name,
                     _seconds(old.median_s),
                     _seconds(new.median_s),
@@ -272,7 +272,7 @@ def benchmark_regressions(
             findings.append(
                 Finding(
                     "more memory",
-                    "",
+                    new.subject,
                     f"{name} ({old.memory_kind})",
                     _bytes(old.memory_bytes),
                     _bytes(new.memory_bytes),

@@ -181,7 +181,7 @@ def test_speed_and_memory_regressions_from_benchmarks(tmp_path, capsys):
     _bench(
         base,
         [
-            ("b.py::fwd[1024]", 0.010, {**native, "peak_memory_bytes": 100 * 2**20}),
+            ("b.py::fwd[1024]", 0.010, {**native, "peak_memory_bytes": 100 * 2**20, "subject": "xla"}),
             ("b.py::bwd[1024]", 0.030, {**native, "peak_memory_bytes": 300 * 2**20}),
             ("b.py::fwd[4096]", 0.100, {"execution": "interpret"}),
         ],
@@ -189,7 +189,7 @@ def test_speed_and_memory_regressions_from_benchmarks(tmp_path, capsys):
     _bench(
         cand,
         [
-            ("b.py::fwd[1024]", 0.014, {**native, "peak_memory_bytes": 100 * 2**20}),
+            ("b.py::fwd[1024]", 0.014, {**native, "peak_memory_bytes": 100 * 2**20, "subject": "xla"}),
             ("b.py::bwd[1024]", 0.031, {**native, "peak_memory_bytes": 400 * 2**20}),
             ("b.py::fwd[4096]", 0.300, {"execution": "native"}),
         ],
@@ -197,7 +197,7 @@ def test_speed_and_memory_regressions_from_benchmarks(tmp_path, capsys):
     code = main(["gate", str(base), str(cand)])
     out = capsys.readouterr().out
     assert code == EXIT_REGRESSION
-    assert "### ❌ Slower (1)" in out and "| — | b.py::fwd[1024] | 10 ms | 14 ms | +40% |" in out
+    assert "### ❌ Slower (1)" in out and "| xla | b.py::fwd[1024] | 10 ms | 14 ms | +40% |" in out
     assert (
         "### ❌ More memory (1)" in out
         and "| — | b.py::bwd[1024] (device) | 300 MiB | 400 MiB | +33% |" in out
