@@ -157,3 +157,22 @@ def test_the_same_rules_serve_another_versioned_session():
     assert jv.session_versions(["-s", "bench(jax='0.4.36')"], {}, session="bench") == (*jv.MATRIX, "0.4.36")
     assert jv.session_versions(["-s", "bench"], {}) == jv.MATRIX  # conformance is not narrowed by `bench`
     assert jv.selected_version("bench(jax='0.5.3')", "bench") == "0.5.3"
+
+
+@pytest.mark.skipif(
+    shutil.which("nox") is None and not (Path(sys.executable).parent / "nox").exists(),
+    reason="nox is not installed in this environment",
+)
+def test_nox_session_with_a_bad_version_fails_in_one_line(tmp_path):
+    nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
+    done = subprocess.run(
+        [nox, "--envdir", str(tmp_path), "-s", "conformance(jax='latest')"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    aborted = [line for line in done.stderr.splitlines() if "aborted" in line]
+    assert len(aborted) == 1 and "jax 'latest' is not a release number" in aborted[0]
+    assert "Traceback" not in done.stderr
