@@ -11,14 +11,19 @@ Kinds (``extra_info.memory_kind``; the gate compares peaks only between equal ki
 * ``host_rss``: the process's peak resident set while the work ran (Linux: the VmHWM
   high-water mark, reset through ``/proc/self/clear_refs`` first). A stated proxy for
   backends without memory statistics, such as JAX's CPU backend: it includes the
-  interpreter, JAX and every library loaded, not only the kernel's buffers.
+  interpreter, JAX and every library loaded, not only the kernel's buffers. Free heap
+  is handed back to the OS first (``gc.collect``, glibc's ``malloc_trim``), so what
+  earlier benchmarks freed does not count; ``host_rss_increase_bytes`` is the rise
+  above the RSS at the start, the part that belongs to the work itself.
 * ``host_rss_bound``: the peak could not be reset (not Linux, or /proc refused): the
   process's lifetime peak RSS (``resource``), an upper bound.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import gc
 import resource
 import sys
 from collections.abc import Callable, Mapping
@@ -52,6 +57,7 @@ class MemoryReading:
             "memory_kind": self.kind,
             "host_peak_rss_bytes": self.host_peak_rss_bytes,
             "host_rss_before_bytes": self.host_rss_before_bytes,
+            "host_rss_increase_bytes": max(self.host_peak_rss_bytes - self.host_rss_before_bytes, 0),
         }
         if self.device_in_use_before_bytes is not None:
             info["device_in_use_before_bytes"] = self.device_in_use_before_bytes
@@ -78,6 +84,7 @@ def measure_peak(
     returns None the host RSS is the headline reading.
     """
     before = device_stats()
+    _release_free_memory()
     reset = _reset_host_peak()
     rss_before = psutil.Process().memory_info().rss
     result = work()
@@ -91,6 +98,15 @@ def measure_peak(
     else:
         reading = MemoryReading(host_peak, "host_rss" if reset else "host_rss_bound", host_peak, rss_before)
     return result, reading
+
+
+def _release_free_memory() -> None:
+    """Collect garbage and return glibc's free heap pages to the OS (a no-op elsewhere)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _reset_host_peak() -> bool:

@@ -93,7 +93,7 @@ class ShapeList:
     compile_shapes: tuple[BenchShape, ...]
     target_s: float  # rounds are chosen so that the timed part takes about this long ...
     min_rounds: int = 3  # ... but never fewer rounds than this (a median needs a few) ...
-    max_rounds: int = 50  # ... nor more than this
+    max_rounds: int = 500  # ... nor more than this (fast calls get many: a median of few is noise)
     compile_rounds: int = 3  # fresh-adapter first calls per compile benchmark
 
 
@@ -151,7 +151,7 @@ def shape_list(name: str) -> ShapeList:
             _ordered(grid((512, 1024, 2048, 4096), (64, 128), (False, True), ("float32", "bfloat16"), 2, 8)),
             _ordered(grid((512,), (64, 128), (False, True), ("float32", "bfloat16"), 2, 8)),
             target_s=0.5,
-            max_rounds=200,
+            max_rounds=1000,
         )
     if name == "smoke":
         tiny = BenchShape(128, 64, "float32", False, 1, 1)
