@@ -35,12 +35,19 @@ class BaselineOutput:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class BaselineGrads:
-    """dq, dk, dv in the inputs' shapes and dtype; dbias in the bias's shape, or None."""
+    """dq, dk, dv in the inputs' shapes and dtype; dbias in the bias's shape, or None.
+
+    cancellation: per tensor (dq, dk, dbias), the largest magnitude of the terms that
+    ``ds = p * (dp - delta)`` cancels, carried through to that tensor: scale * |delta| * |k|
+    for dq, scale * max_j sum_i p_ij |delta_i| * |q| for dk, sum of p |delta| over the bias's
+    broadcast axes for dbias. The tolerance's floor uses it where the reference is zero.
+    """
 
     dq: np.ndarray
     dk: np.ndarray
     dv: np.ndarray
     dbias: np.ndarray | None
+    cancellation: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,4 +158,21 @@ def gradients(inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) ->
     dq = r(r(ds @ fwd.k) * scale)
     q = inputs.q.astype(w)
     dk = r(_group_sum(r(r(ds.swapaxes(-1, -2) @ q) * scale), kv_heads))
-    return BaselineGrads(dq=dq.astype(pr.dtype), dk=dk.astype(pr.dtype), dv=dv.astype(pr.dtype), dbias=dbias)
+    return BaselineGrads(dq=dq.astype(pr.dtype), dk=dk.astype(pr.dtype), dv=dv.astype(pr.dtype), dbias=dbias,
+                         cancellation=_cancellation(fwd, delta, q, inputs.bias))
+
+
+def _cancellation(fwd: _Forward, delta: np.ndarray, q: np.ndarray,
+                  bias: np.ndarray | None) -> dict[str, float]:
+    """Magnitudes of the cancelling terms of ds, carried to dq, dk and dbias (see BaselineGrads)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        weight = np.abs(np.nan_to_num(delta.astype(np.float64)))  # [B, Hq, Sq, 1]
+        p = np.nan_to_num(fwd.p.astype(np.float64))
+        per_key = (p * weight).sum(axis=2)  # [B, Hq, Sk]: sum_i p_ij |delta_i|
+        out = {
+            "dq": fwd.scale * float(weight.max(initial=0.0)) * float(np.abs(fwd.k).max(initial=0.0)),
+            "dk": fwd.scale * float(per_key.max(initial=0.0)) * float(np.abs(q).max(initial=0.0)),
+        }
+        if bias is not None:
+            out["dbias"] = float(_sum_to(p * weight, bias.shape).max(initial=0.0))
+    return out

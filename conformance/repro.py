@@ -45,7 +45,8 @@ ref = attention_backward(inputs, dout, case.spec, ref_out)  # float64
 base = baseline.gradients(inputs, case.spec, dout)  # plain attention's gradients at {dtype} precision
 for name in ("dq", "dk", "dv", "dbias"):
     if getattr(ref, name) is not None and getattr(got, name) is not None:
-        print(judge(name, getattr(got, name), getattr(ref, name), getattr(base, name), case.dtype).explain())
+        print(judge(name, getattr(got, name), getattr(ref, name), getattr(base, name), case.dtype,
+                    cancellation=base.cancellation.get(name, 0.0)).explain())
 '''
 
 _GENERIC = '''from conformance.runner import run_check

@@ -55,28 +55,41 @@ TOLERANCES: dict[str, TensorTolerance] = {
             "lse = m + log(l) accumulates the same rescaled partial sums as out.",
         ),
         TensorTolerance(
-            "dq", 4.0, 3.0,
-            "Gradients recompute p from the saved lse and chain two more matmuls "
-            "(dp = do v^T, ds = p (dp - delta)), each adding a rounding per block.",
+            "dq", 5.0, 3.0,
+            "A flash backward recomputes p from the saved lse and chains three matmuls and "
+            "a cancellation (ds = p (dp - delta), delta from the rounded out), each blocked, "
+            "so each adds roundings the one-pass baseline lacks; float32 ratios reach ~2.5 at "
+            "ci sizes and grow slowly with the number of blocks. A wrong gradient is off by "
+            "orders of magnitude.",
         ),
         TensorTolerance(
-            "dk", 4.0, 3.0,
-            "dk sums ds^T q over every query block (and over the GQA group): one more "
-            "blocked reduction than the baseline's single matmul.",
+            "dk", 5.0, 3.0,
+            "dk sums ds^T q over every query block (and the GQA group): one more blocked "
+            "reduction than dq; float32 ratios reach ~2.8 at ci sizes.",
         ),
-        TensorTolerance("dv", 4.0, 3.0, "dv sums p^T do over query blocks, as dk does."),
+        TensorTolerance("dv", 5.0, 3.0, "dv sums p^T do over query blocks, as dk does (~2.3 seen)."),
         TensorTolerance(
-            "dbias", 4.0, 3.0,
-            "dbias is ds itself, summed over any broadcast axes: the same error as dq's input.",
+            "dbias", 5.0, 3.0,
+            "dbias is ds itself, summed over the bias's broadcast axes: dq's error before its matmul.",
         ),
     )
 }
 
 
-def floors(dtype: str, want: np.ndarray, valid: np.ndarray | None) -> tuple[float, float]:
+def floors(dtype: str, want: np.ndarray, valid: np.ndarray | None,
+           cancellation: float = 0.0) -> tuple[float, float]:
     """(floor_max, floor_mean): FLOOR_ULPS eps at max|want|; MEAN_FLOOR_ULPS eps at mean|want|,
-    or floor_max / sqrt(n) when that is larger (n: the number of compared elements)."""
+    or floor_max / sqrt(n) when that is larger (n: the number of compared elements).
+
+    ``cancellation``: the magnitude of terms that cancel to give ``want`` (see
+    ``baseline.BaselineGrads.cancellation``). When ``want`` is numerically zero next to
+    it (e.g. dq and dk when every row sees a single key: ds = p (dp - delta) = 0 exactly),
+    the floors are taken at that magnitude instead: a correct kernel leaves a few ulps
+    of it behind, and a zero reference gives no scale of its own.
+    """
     top, mean = metrics.magnitude(want, valid)
+    if top <= dtypes.eps(dtype) * cancellation:
+        top = mean = cancellation
     count = int(np.broadcast_to(True if valid is None else valid, np.shape(want)).sum())
     eps = dtypes.eps(dtype)
     floor_max = FLOOR_ULPS * eps * top
@@ -117,18 +130,20 @@ def judge(
     baseline: np.ndarray,
     dtype: str,
     valid: np.ndarray | None = None,
+    cancellation: float = 0.0,
 ) -> Judgement:
     """Compare ``got`` (subject) and ``baseline`` to ``want`` (float64 reference) over ``valid``.
 
     All three share one shape (e.g. out: [B, Hq, Sq, Dv]); ``valid`` is a bool array
     broadcastable to it (fully masked rows excluded), or None for every element.
+    ``cancellation``: see ``floors``.
     """
     if np.shape(got) != np.shape(want):
         raise ValueError(f"{tensor}: subject shape {np.shape(got)} != reference shape {np.shape(want)}")
     rule = TOLERANCES[tensor]
     sub = metrics.error_stats(got, want, valid)
     base = metrics.error_stats(baseline, want, valid)
-    floor_max, floor_mean = floors(dtype, want, valid)
+    floor_max, floor_mean = floors(dtype, want, valid, cancellation)
     tol_max = rule.k * base.max_abs + floor_max
     tol_mean = rule.k_mean * base.mean_abs + floor_mean
     passed = sub.max_abs <= tol_max and sub.mean_abs <= tol_mean

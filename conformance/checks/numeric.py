@@ -50,4 +50,6 @@ def backward(ctx: CheckContext) -> Outcome:
     problems = [p for p in (_shape_mismatch(n, g, r) for n, g, r, _ in tensors) if p]
     if problems:
         return failed("; ".join(problems))
-    return from_judgements([judge(name, g, r, b, ctx.dtype) for name, g, r, b in tensors])
+    cancel = base.cancellation
+    return from_judgements([judge(name, g, r, b, ctx.dtype, cancellation=cancel.get(name, 0.0))
+                            for name, g, r, b in tensors])
