@@ -83,3 +83,26 @@ def test_every_tensor_has_a_named_justified_k():
 def test_shape_mismatch_is_an_error_not_a_pass():
     with pytest.raises(ValueError, match="shape"):
         tolerance.judge("out", np.zeros((2, 3)), np.zeros((3, 2)), np.zeros((3, 2)), "float32")
+
+
+def test_one_element_mean_is_judged_like_its_max():
+    want = np.array([1.3157])
+    baseline = want + 3e-8  # a lucky baseline
+    got = dtypes.cast(want, "float32").astype(np.float64) + 1.2e-7  # ~1 ulp off
+    judged = tolerance.judge("lse", got, want, baseline, "float32")
+    assert judged.passed, judged.explain()
+
+
+def test_a_zero_reference_takes_its_floor_from_the_cancelling_terms():
+    want = np.zeros((1, 1, 1, 64))  # dq when the only key is seen: ds = p (dp - delta) = 0
+    baseline = np.zeros_like(want)
+    noise = np.full_like(want, 3e-3)  # bfloat16 rounding of delta, carried through scale * k
+    assert not tolerance.judge("dq", noise, want, baseline, "bfloat16").passed
+    assert tolerance.judge("dq", noise, want, baseline, "bfloat16", cancellation=2.0).passed
+    assert not tolerance.judge("dq", noise + 1.0, want, baseline, "bfloat16", cancellation=2.0).passed
+
+
+def test_cancellation_does_not_loosen_a_nonzero_reference():
+    want = np.linspace(1, 2, 64)
+    judged = tolerance.judge("dq", want + 1e-3, want, want.copy(), "float32", cancellation=10.0)
+    assert not judged.passed
