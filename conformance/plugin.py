@@ -215,12 +215,18 @@ class ConformancePlugin:
             "subjects": [_subject_summary(s) for s in self.subjects],
             "profile": self.profile.name,
             "hypothesis_seed": self.seed,
-            "command": " ".join(["pytest", *sys.argv[1:]]),
+            "command": _command_line(),
         }
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self.recorder.finish(summary, interrupted=interrupted)
         self.recorder = None
         _render_report(self.report_dir, self.config)
+
+
+def _command_line() -> str:
+    """The command, with the home folder shown as ``~`` (summaries get pasted into reviews)."""
+    home = str(Path.home())
+    return " ".join(["pytest", *(arg.replace(home, "~") for arg in sys.argv[1:])])
 
 
 def _planned_of(item: pytest.Item) -> Planned | None:

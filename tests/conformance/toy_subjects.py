@@ -3,14 +3,19 @@
 
 ``exact`` is float64 attention rounded to the input dtype: it must pass every check.
 ``scaled_wrong`` multiplies the logits by 1.25: the forward and lse checks must reject it.
+``finite_mask`` masks with -1e30 (mean(v) on fully masked rows), declared or not;
+``make_leaky()`` keeps every output; ``noisy`` flips a last bit now and then.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from kernels.base import Capabilities
 from reference import AttentionInputs, AttentionSpec, attention_forward
+from reference.masks import full_visibility
 
 CAPS = Capabilities(dtypes=("float32", "float16"), causal_alignments=("top_left", "bottom_right"),
                     lengths=True, lse=True, fully_masked_rows="zeros")
@@ -34,3 +39,52 @@ def scaled_wrong(q, k, v, *, scale, causal=False, alignment="top_left", q_length
 
 exact.attention_capabilities = CAPS
 scaled_wrong.attention_capabilities = CAPS
+
+
+def _finite_mask(q, k, v, scale, causal, alignment, q_lengths, kv_lengths):
+    """Attention that masks with a large finite negative number: fully masked rows get mean(v)."""
+    inputs = AttentionInputs(q=q, k=k, v=v, q_lengths=q_lengths, kv_lengths=kv_lengths)
+    spec = AttentionSpec(scale=scale, causal=causal, alignment=alignment)
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k.astype(np.float64)) * scale
+    s = np.where(full_visibility(spec, inputs), s, -1e30)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
+    return (p @ v.astype(np.float64)).astype(q.dtype), lse.astype(np.float32)
+
+
+def finite_mask(q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None, kv_lengths=None):
+    """Large-negative masking; declares the mean_v convention."""
+    return _finite_mask(q, k, v, scale, causal, alignment, q_lengths, kv_lengths)
+
+
+def finite_mask_claims_zeros(q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None,
+                             kv_lengths=None):
+    """Large-negative masking, but declares zeros on fully masked rows."""
+    return _finite_mask(q, k, v, scale, causal, alignment, q_lengths, kv_lengths)
+
+
+def make_leaky():
+    """A correct subject that keeps every output alive (a per-call host leak)."""
+    kept = []
+
+    def leaky(q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None, kv_lengths=None):
+        result = _attention(q, k, v, scale, causal, alignment, q_lengths, kv_lengths)
+        kept.append(result[0].copy())
+        return result
+
+    leaky.attention_capabilities = CAPS
+    return leaky
+
+
+def noisy(q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None, kv_lengths=None):
+    """Correct to rounding, but the last bit of one element flips from call to call."""
+    out, lse = _attention(q, k, v, scale, causal, alignment, q_lengths, kv_lengths)
+    if np.random.default_rng().random() < 0.5:
+        out.flat[0] = np.nextafter(out.flat[0], np.inf, dtype=out.dtype)
+    return out, lse
+
+
+finite_mask.attention_capabilities = dataclasses.replace(CAPS, fully_masked_rows="mean_v")
+finite_mask_claims_zeros.attention_capabilities = CAPS
+noisy.attention_capabilities = CAPS
