@@ -26,6 +26,7 @@ MATRIX_DIR = "matrix"
 REPORT_FILE = "report.md"
 TOP_DRIFTS = 15
 MOVE_THRESHOLD = 0.2  # per-check ratio moves smaller than 20% are version-to-version rounding noise
+MOVE_MIN_RATIO = 0.1  # ...and so are moves among ratios far below 1 (near-exact values, e.g. a bf16 lse)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +161,7 @@ def case_drifts(matrix: Matrix, top: int = TOP_DRIFTS) -> list[list[str]]:
             if old is None:
                 continue
             a, b = worst_ratio(old), worst_ratio(result)
-            if a is None or b is None or a <= 0 or b <= 0:
+            if a is None or b is None or a <= 0 or b <= 0 or max(a, b) < MOVE_MIN_RATIO:
                 continue
             factor = b / a
             if abs(math.log(factor)) > math.log(1 + MOVE_THRESHOLD):
@@ -256,6 +257,8 @@ def render_matrix(matrix: Matrix, *, plot_links: Sequence[str] = ()) -> str:
     moves = case_drifts(matrix)
     parts += [
         f"## Checks whose error ratio moved by more than {MOVE_THRESHOLD:.0%} between consecutive versions",
+        "",
+        f"Moves among ratios below {MOVE_MIN_RATIO:g} (near-exact values) are left out as noise.",
         "",
     ]
     if moves:

@@ -132,3 +132,10 @@ def test_cells_an_incomplete_run_never_reached_are_not_changes(tmp_path):
     write_run(tmp_path / "jax-0.10.2", cut, complete=False)
     matrix = load_matrix(discover(tmp_path))
     assert capability_changes(matrix) == []  # segment ids were simply not reached yet
+
+
+def test_moves_among_tiny_ratios_are_noise(tmp_path):
+    results = standard_results(drift=0.01)  # every ratio ~0.01: near-exact
+    write_run(tmp_path / "jax-0.9.2", results, jax="0.9.2")
+    write_run(tmp_path / "jax-0.10.2", standard_results(drift=0.03))  # tripled, still tiny
+    assert case_drifts(load_matrix(discover(tmp_path))) == []
