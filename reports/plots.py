@@ -85,7 +85,10 @@ def _style(ax, title: str, xlabel: str, *, log_lengths: bool = False) -> None:
     ax.set_yscale("log")
     low, high = ax.dataLim.intervaly  # call after drawing the data: narrow ranges need denser ticks
     decades = math.log10(high / low) if 0 < low < high else 0.0
-    if decades < 1:
+    if 0 < low == high:  # a flat line (e.g. every ratio exactly 1): centre it in one decade
+        ax.set_ylim(low / 3, high * 3)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    elif decades < 1:
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 1.2, 1.5, 2, 3, 5, 7)))
     elif decades < 3:
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
