@@ -21,14 +21,26 @@ from kernels.base import Capabilities
 MAX_EXAMPLES = 40
 
 
+def _size(case: Case) -> tuple[int, int, str]:
+    return (case.shape.flops, len(case.features), case.case_id)
+
+
 def shrink(case: Case, caps: Capabilities, fails: Callable[[Case], bool], budget_s: float) -> Case | None:
-    """The smallest case found that ``fails``; None when none was found in the budget."""
+    """The smallest case found that ``fails``; None when none was found in the budget.
+
+    Best effort: answers are cached per candidate so hypothesis always sees the same
+    answer for the same case (after the deadline, unseen candidates answer "passes"),
+    and if the search still ends in an error the smallest failure seen is returned.
+    """
     deadline = time.monotonic() + budget_s
+    answers: dict[Case, bool] = {}
 
     def still_fails(candidate: Case) -> bool:
-        if time.monotonic() > deadline:
-            return False
-        return candidate == case or fails(candidate)
+        if candidate not in answers:
+            if time.monotonic() > deadline:
+                return False
+            answers[candidate] = candidate == case or fails(candidate)
+        return answers[candidate]
 
     try:
         return find(
@@ -39,3 +51,6 @@ def shrink(case: Case, caps: Capabilities, fails: Callable[[Case], bool], budget
         )
     except (NoSuchExample, Unsatisfiable):
         return None
+    except Exception:  # noqa: BLE001 - e.g. hypothesis' flakiness report; shrinking is best effort
+        failing = [c for c, failed in answers.items() if failed]
+        return min(failing, key=_size) if failing else None

@@ -4,6 +4,7 @@ draws are reproducible, and shrinking finds the minimal failing case."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -75,3 +76,14 @@ def test_shrinking_stays_inside_the_failing_case():
     for case in seen:
         assert case.batch <= 2 and case.q_len <= 128 and case.kv_len <= 256
         assert case.segments in (0, 3) and case.bias is None and not case.causal
+
+
+def test_shrinking_that_runs_out_of_time_returns_the_best_so_far_without_raising():
+    big = Case("s", "float32", batch=2, q_heads=2, kv_heads=2, q_len=256, kv_len=256, causal=True)
+
+    def slow_fails(case: Case) -> bool:
+        time.sleep(0.05)
+        return case.causal
+
+    minimal = shrink(big, FULL, slow_fails, budget_s=0.3)
+    assert minimal is None or (minimal.causal and minimal.shape.flops <= big.shape.flops)
