@@ -37,7 +37,9 @@ class CheckContext:
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """verdict: "pass" or "fail" (errors are SubjectError, raised); reason: one paragraph
-    naming what failed, the worst element and the fraction failing."""
+    naming what failed, the worst element and the fraction failing; details: numbers the
+    check measured (e.g. the leak check's growth), recorded next to the result's timings
+    because the record format has no other numeric field."""
 
     verdict: Literal["pass", "fail"]
     reason: str = ""
