@@ -1,0 +1,97 @@
+"""The mutant catalogue: every deliberately wrong implementation, and the check meant to reject it.
+
+``MUTANTS`` is what ``tests/test_mutation.py`` runs the suite against; ``CONTROLS`` are
+correct subjects that must pass every check they run. Adding a mutant is one line here
+plus its function; the meta-test picks it up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+PACKAGE = "tests.mutants"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    """name: short id. path: ``--impl`` dotted path. checks: the suite checks meant to reject
+    it (each must record a ``fail``). concern: what it covers. bug: the bug, in one line."""
+
+    name: str
+    path: str
+    checks: tuple[str, ...]
+    concern: str
+    bug: str
+
+
+def _m(name: str, target: str, checks: tuple[str, ...] | str, concern: str, bug: str) -> Mutant:
+    checks = (checks,) if isinstance(checks, str) else checks
+    return Mutant(name, f"{PACKAGE}.{target}", checks, concern, bug)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    _m("scale_inverse_d", "scaling:scale_inverse_d", "forward", "scaling",
+       "logits scaled by 1/D, the given scale ignored"),
+    _m("bias_before_scale", "scaling:bias_before_scale", "forward", "scaling",
+       "(q.k + bias) * scale: the bias is scaled too"),
+    _m("softcap_unscaled_tanh", "scaling:softcap_unscaled_tanh", "forward", "softcap",
+       "c * tanh(s) instead of c * tanh(s / c)"),
+    _m("causal_off_by_one", "masking:causal_off_by_one", "forward", "mask edges",
+       "causal j < i: each query loses its diagonal key"),
+    _m("causal_bottom_right", "masking:causal_bottom_right", "forward", "causal alignment",
+       "declares top-left, places the diagonal bottom-right"),
+    _m("window_exclusive_left", "masking:window_exclusive_left", "forward", "window edges",
+       "window's left edge exclusive (diag - left < j)"),
+    _m("segment_shifted_kv", "masking:segment_shifted_kv", "forward", "segment ids",
+       "kv segment ids read one key late"),
+    _m("gqa_modulo", "masking:gqa_modulo", "forward", "GQA mapping",
+       "query head h reads kv head h % Hkv, not h // G"),
+    _m("batch_zero_kv", "masking:batch_zero_kv", "forward", "batch mixing",
+       "every batch row attends to batch row 0's k and v"),
+    _m("drops_tail_block", "blocked:drops_tail_block", "forward", "block tails",
+       "Sk // 128 key blocks: a partial tail block is dropped"),
+    _m("online_softmax_no_rescale", "blocked:online_softmax_no_rescale", "forward", "online softmax",
+       "running sum and output never rescaled when the max grows"),
+    _m("bf16_accumulator", "blocked:bf16_accumulator", "forward", "precision",
+       "running sum and output accumulated key by key in bfloat16"),
+    _m("returns_zeros", "degenerate:returns_zeros", "forward", "degenerate", "returns zeros"),
+    _m("returns_mean_v", "degenerate:returns_mean_v", "forward", "degenerate",
+       "returns mean(V) for every query"),
+    _m("passes_q_through", "degenerate:passes_q_through", "forward", "degenerate", "returns q"),
+    _m("wrong_dk", "backward:WrongDkAdapter", "backward", "backward only",
+       "custom_vjp backward whose dk misses the scale; forward right"),
+    _m("nondeterministic", "runtime:nondeterministic", "determinism", "determinism",
+       "~1% of elements move one ulp between runs"),
+    _m("leaks_buffers", "runtime:leaks_buffers", "leak", "leak",
+       "keeps every call's device inputs and outputs in a list"),
+    _m("recompiles", "runtime:recompiles", "recompile", "recompilation",
+       "jits a fresh closure on every call"),
+    _m("mutates_inputs", "contract:mutates_inputs", "no_mutation", "input mutation",
+       "pre-scales q in place"),
+    _m("wrong_dtype", "contract:wrong_dtype", "shape_dtype", "output dtype",
+       "returns float32 for bfloat16 inputs"),
+    _m("wrong_layout", "contract:wrong_layout", ("shape_dtype", "forward"), "output shape",
+       "returns [B, Sq, Hq, Dv] instead of [B, Hq, Sq, Dv]"),
+    _m("lse_missing_max", "contract:lse_missing_max", "lse", "lse",
+       "lse = log(sum(exp(s - max))), max not added back"),
+    _m("fully_masked_not_zero", "contract:fully_masked_not_zero", "fully_masked", "fully masked rows",
+       "declares zeros, returns mean(V) on fully masked rows"),
+    _m("skips_validation", "contract:skips_validation", "raises", "declared raises",
+       "declares Sk % 128 != 0 raises, never checks it"),
+    _m("nan_padding_leak", "padding:nan_padding_leak", ("finite", "forward"), "NaN padding",
+       "additive -inf padding mask: NaN padded keys poison valid rows"),
+)
+
+CONTROLS: tuple[str, ...] = (
+    f"{PACKAGE}.correct:attention",
+    f"{PACKAGE}.correct:CorrectAdapter",
+    "xla",
+)
+
+
+def by_check() -> dict[str, tuple[Mutant, ...]]:
+    """First target check -> its mutants, in catalogue order (one suite run per check)."""
+    groups: dict[str, list[Mutant]] = {}
+    for mutant in MUTANTS:
+        groups.setdefault(mutant.checks[0], []).append(mutant)
+    return {check: tuple(group) for check, group in groups.items()}

@@ -1,0 +1,133 @@
+"""Proof that the suite catches bugs: every mutant in ``tests/mutants`` must be rejected by
+the check meant to catch it, and the correct controls must pass.
+
+The suite runs once, in a subprocess (as a user runs it: ``python -m conformance``), over
+every mutant and control together, at the ``ci`` profile. To fit the CI budget it keeps,
+for the per-case checks, a fixed smoke selection of the curated edge matrix (``SMOKE``:
+one case per concern, the same for every subject, chosen by concern and not by mutant);
+the runtime checks (determinism, recompile, leak) keep the cases the suite picks for
+them. Each check's verdicts come from ``results.jsonl``. ``tests/conftest.py`` turns the
+recorded outcomes into the ``mutation score: X/Y`` line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conformance.catalogue import CHECKS, RUNTIME_CHECKS
+from reports.records import read_results
+from tests.conftest import MUTANT_PROPERTY
+from tests.mutants.catalogue import CONTROLS, MUTANTS, Mutant
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT_S = 900
+
+# Semantic-id fragments of level-0 edge cases (any dtype): one per concern of the edge matrix.
+SMOKE: tuple[str, ...] = (
+    "causal_tl-B2-Hq2-Hkv2-Sq128-Sk256-D64",  # Sq != Sk, B > 1, several key blocks
+    "causal_tl-B1-Hq1-Hkv1-Sq129-Sk129-D64",  # one key past a 128-key block
+    "causal_tl-B1-Hq4-Hkv2-Sq128-Sk128-D64",  # GQA
+    "full-B1-Hq1-Hkv1-Sq128-Sk128-D64-integers",  # exact products: the smallest baseline error
+    "seg3-B2",  # segment ids
+    "win1.1_tl",  # window edges
+    "causal_tl-cap30",  # softcap far from the logits' scale
+    "bias_bhqk",  # bias
+    "lenq256.100.0",  # padding and fully masked rows (normal and NaN-padded)
+    "nan_padding",  # NaN written into padding
+)
+
+
+def selection() -> str:
+    """The ``-k`` expression: smoke cases for per-case checks, every case of runtime checks."""
+    per_case = " or ".join(f"test_{c}" for c in CHECKS if c not in RUNTIME_CHECKS)
+    runtime = " or ".join(f"test_{c}" for c in CHECKS if c in RUNTIME_CHECKS)
+    return f"(({per_case}) and ({' or '.join(SMOKE)})) or {runtime}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteRun:
+    """One suite run: subject name -> check -> verdicts, by ``--impl`` path."""
+
+    verdicts: dict[str, dict[str, frozenset[str]]]
+    seconds: float
+    output: str
+
+    def of(self, path: str) -> dict[str, frozenset[str]]:
+        if path not in self.verdicts:
+            raise AssertionError(f"no records for {path}; suite output:\n{self.output[-3000:]}")
+        return self.verdicts[path]
+
+
+def run_suite(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
+    """``python -m conformance`` over ``impls`` with the smoke selection; verdicts by impl path."""
+    command = [sys.executable, "-m", "conformance", "--impl", ",".join(impls), "--profile", "ci",
+               "--report-dir", str(report_dir), "--no-shrink", "-q", "-k", selection()]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    seconds = time.perf_counter() - start
+    output = done.stdout + done.stderr
+    if done.returncode not in (0, 1):  # 1: some checks failed, as mutants must
+        raise AssertionError(f"suite run exited {done.returncode}:\n{output[-3000:]}")
+    results = read_results(report_dir)
+    assert results.complete, f"suite run did not finish:\n{output[-3000:]}"
+    # The header lists subject names in --impl order: map them back to the paths.
+    names = dict(zip(results.header["subjects"], impls, strict=True))
+    verdicts: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for record in results.results:
+        verdicts[names[record.case.subject]][record.check].add(record.verdict)
+    frozen = {path: {check: frozenset(v) for check, v in by_check.items()}
+              for path, by_check in verdicts.items()}
+    return SuiteRun(frozen, seconds, output)
+
+
+class LazySuite:
+    """Runs the suite on first use, inside a test, so a broken run fails (and is counted
+    against) each mutant instead of erroring in setup."""
+
+    def __init__(self, report_dir: Path):
+        self.report_dir = report_dir
+
+    @functools.cached_property
+    def run(self) -> SuiteRun:
+        return run_suite((*(m.path for m in MUTANTS), *CONTROLS), self.report_dir)
+
+
+@pytest.fixture(scope="session")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> LazySuite:
+    return LazySuite(tmp_path_factory.mktemp("mutation"))
+
+
+def test_the_catalogue_is_complete():
+    names = [m.name for m in MUTANTS]
+    assert len(names) == len(set(names)) >= 15
+    assert all(set(m.checks) <= set(CHECKS) for m in MUTANTS)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_mutant_is_rejected_by_its_check(mutant: Mutant, suite: LazySuite, record_property):
+    caught, verdicts = False, {}
+    try:
+        verdicts = suite.run.of(mutant.path)
+        caught = all("fail" in verdicts.get(check, ()) for check in mutant.checks)
+    finally:
+        record_property(MUTANT_PROPERTY, {"mutant": mutant.name, "caught": caught})
+    assert caught, (f"{mutant.name} ({mutant.bug}) was not rejected by {mutant.checks}; "
+                    f"verdicts: { {c: sorted(v) for c, v in verdicts.items()} }")
+
+
+@pytest.mark.parametrize("control", CONTROLS)
+def test_correct_subject_passes_every_check(control: str, suite: LazySuite):
+    verdicts = suite.run.of(control)
+    bad = {check: sorted(v - {"pass", "unsupported"}) for check, v in verdicts.items()
+           if v - {"pass", "unsupported"}}
+    assert not bad, f"{control} is correct but got {bad}:\n{suite.run.output[-3000:]}"
+    ran = {check for check, v in verdicts.items() if "pass" in v}
+    assert {"shape_dtype", "forward", "finite", "no_mutation", "determinism", "recompile", "leak"} <= ran
