@@ -1,5 +1,6 @@
-"""Hypothesis profiles for tests/reference (see ``profiles.py``): loaded before any test module."""
+"""Register the reference tests' hypothesis profiles (see ``profiles.py``), so that
+``--hypothesis-profile=ci`` also names them; the tests pick theirs from HYPOTHESIS_PROFILE."""
 
-from tests.reference.profiles import register_and_load
+from tests.reference.profiles import register
 
-register_and_load()
+register()

@@ -1,12 +1,13 @@
 """Hypothesis profiles for the reference's tests, picked by ``HYPOTHESIS_PROFILE``.
 
-    HYPOTHESIS_PROFILE=ci        derandomized: the same examples on every run (the default under CI=...)
+    HYPOTHESIS_PROFILE=ci        derandomized: the same examples on every run (the default when CI is set)
     HYPOTHESIS_PROFILE=dev       random examples, kept in the local example database (the default)
     HYPOTHESIS_PROFILE=thorough  ten times the examples of each test, for a long local run
 
-Each test states a modest example budget through ``examples(n)``; an explicit
-``max_examples`` in ``@settings`` would override any profile, so the profile scales
-the budget instead.
+Tests take their settings from ``profiled(n)``: the active profile as parent, with a
+budget of ``n`` examples scaled by the profile. Nothing is loaded globally, so other
+folders' hypothesis tests keep their own settings, and a profile of the same name
+registered elsewhere first (say by a root conftest) is used as it is.
 """
 
 from __future__ import annotations
@@ -29,16 +30,23 @@ def active_profile() -> str:
     return os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 
 
-def register_and_load() -> None:
-    """Register our profiles unless a profile of that name already exists (a root conftest wins)."""
+def register() -> None:
+    """Register our profiles unless a profile of that name already exists."""
     for name, options in PROFILES.items():
         try:
             settings.get_profile(name)
         except InvalidArgument:
             settings.register_profile(name, **options)
-    settings.load_profile(active_profile())
 
 
-def examples(n: int) -> int:
-    """The example budget for a test that wants ``n`` under the normal profiles."""
-    return n * EXAMPLE_SCALE.get(active_profile(), 1)
+def profiled(max_examples: int) -> settings:
+    """Settings for a test that wants ``max_examples`` under the normal profiles."""
+    register()
+    name = active_profile()
+    try:
+        parent = settings.get_profile(name)
+    except InvalidArgument:
+        raise ValueError(
+            f"HYPOTHESIS_PROFILE={name!r} is not a registered profile; use one of {sorted(PROFILES)}"
+        ) from None
+    return settings(parent, max_examples=max_examples * EXAMPLE_SCALE.get(name, 1))

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from reference import AttentionInputs, AttentionSpec, attention_backward, attention_forward
 from reference import attention as attention_module
 from tests.reference.assertions import assert_close
-from tests.reference.profiles import examples
+from tests.reference.profiles import profiled
 from tests.reference.strategies import Case, cases
 
 # Same math, different GEMM shapes and dk/dv/dbias accumulation order: a few ulps.
@@ -57,7 +57,7 @@ def assert_chunking_invariant(case: Case, rows: int) -> None:
             assert_close(getattr(g1, name), getattr(g0, name), RTOL, name)
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases(), st.data())
 def test_small_cases_do_not_depend_on_chunk_rows(case: Case, data: st.DataObject) -> None:
     assert_chunking_invariant(case, data.draw(st.integers(1, case.shape.q_len), label="rows per chunk"))

@@ -10,12 +10,12 @@ import functools
 from collections.abc import Iterator
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from reference import AttentionShape, attention_backward, attention_forward
 from tests.reference.assertions import assert_close
-from tests.reference.profiles import examples
+from tests.reference.profiles import profiled
 from tests.reference.prose_masks import visibility
 from tests.reference.strategies import Case, cases, shapes
 
@@ -58,7 +58,7 @@ def finite_difference(case: Case, name: str) -> np.ndarray:
     return grad
 
 
-@settings(max_examples=examples(80))
+@profiled(80)
 @given(cases(shape=SMALL))
 def test_gradients_match_central_finite_differences(case: Case) -> None:
     grads = attention_backward(case.inputs, case.dout, case.spec)
@@ -120,7 +120,7 @@ def jax_attention_vjp():
     return run
 
 
-@settings(max_examples=examples(12))
+@profiled(12)
 @given(cases(shape=JAX_SHAPES))
 def test_forward_and_gradients_match_jax_autodiff_in_x64(case: Case) -> None:
     import jax.numpy as jnp

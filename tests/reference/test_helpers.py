@@ -16,6 +16,7 @@ import pytest
 from reference import AttentionInputs, AttentionSpec
 from tests.reference import mp_oracle
 from tests.reference.assertions import assert_close
+from tests.reference.profiles import profiled
 from tests.reference.prose_masks import visibility
 
 
@@ -123,3 +124,22 @@ def test_assert_close_rejects_misplaced_infinities_and_nan(actual: list, expecte
 def test_assert_close_rejects_a_missing_tensor() -> None:
     with pytest.raises(AssertionError, match="missing"):
         assert_close(None, np.zeros(2), 1e-13, "dbias")
+
+
+@pytest.mark.parametrize(
+    "name, derandomize, examples", [("ci", True, 7), ("dev", False, 7), ("thorough", False, 70)]
+)
+def test_profiles_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, name: str, derandomize: bool, examples: int
+) -> None:
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", name)
+    chosen = profiled(7)
+    assert chosen.derandomize is derandomize
+    assert chosen.max_examples == examples
+    assert chosen.deadline is None
+
+
+def test_an_unknown_profile_is_an_error_not_a_silent_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "nightly-typo")
+    with pytest.raises(ValueError, match="not a registered profile"):
+        profiled(7)

@@ -10,12 +10,12 @@ import dataclasses
 from random import Random
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
 from tests.reference.assertions import assert_close
-from tests.reference.profiles import examples
+from tests.reference.profiles import profiled
 from tests.reference.prose_masks import visibility
 from tests.reference.strategies import Case, cases, shapes
 
@@ -63,7 +63,7 @@ def bake_positional(case: Case) -> Case:
     )
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases(), st.randoms(use_true_random=False))
 def test_permuting_keys_with_their_values_changes_nothing(case: Case, random: Random) -> None:
     baked = bake_positional(case)
@@ -92,7 +92,7 @@ def test_permuting_keys_with_their_values_changes_nothing(case: Case, random: Ra
         assert_close(g1.dbias, cols(g0.dbias), RTOL, "dbias")
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases(bias=False))
 def test_equal_logits_give_the_mean_of_the_visible_values(case: Case) -> None:
     case = case.replace(q=np.zeros_like(case.inputs.q))
@@ -111,7 +111,7 @@ def test_equal_logits_give_the_mean_of_the_visible_values(case: Case) -> None:
     assert_close(grads.dv, dv, RTOL, "dv")
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases(positional=False, segments=False, lengths=False, mask=False, neg_inf_bias=False), st.data())
 def test_a_single_allowed_key_gives_that_keys_value_row(case: Case, data: st.DataObject) -> None:
     s = case.shape
@@ -144,7 +144,7 @@ def test_a_single_allowed_key_gives_that_keys_value_row(case: Case, data: st.Dat
     assert_close(grads.dv, dv, RTOL, "dv")
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases())
 def test_gqa_equals_repeated_kv_heads(case: Case) -> None:
     s = case.shape
@@ -162,7 +162,7 @@ def test_gqa_equals_repeated_kv_heads(case: Case) -> None:
         assert_close(g0.dbias, g1.dbias, RTOL, "dbias")
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases(neg_inf_bias=False), st.integers(0, 2**32 - 1))
 def test_a_neg_inf_bias_equals_a_mask(case: Case, seed: int) -> None:
     s = case.shape
@@ -174,7 +174,7 @@ def test_a_neg_inf_bias_equals_a_mask(case: Case, seed: int) -> None:
     assert_same(as_mask, as_bias)
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases(segments=False), st.integers(0, 2**32 - 1), st.integers(1, 3))
 def test_segment_ids_equal_the_block_diagonal_mask(case: Case, seed: int, ids: int) -> None:
     s = case.shape
@@ -193,14 +193,14 @@ def square_shapes(draw: st.DrawFn):
     return dataclasses.replace(s, kv_len=s.q_len)
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases(shape=square_shapes()))
 def test_top_left_equals_bottom_right_when_sq_equals_sk(case: Case) -> None:
     other = "top_left" if case.spec.alignment == "bottom_right" else "bottom_right"
     assert_same(case, case.replace(spec=dataclasses.replace(case.spec, alignment=other)))
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases(softcap=False))
 def test_a_huge_softcap_is_the_identity(case: Case) -> None:
     # c * tanh(s / c) = s - s^3 / (3 c^2): at c = 1e12 that is far below an ulp of s.
@@ -224,7 +224,7 @@ def cases_with_dead_rows(draw: st.DrawFn) -> tuple[Case, np.ndarray]:
     return case, ~visibility(case.spec, case.inputs).any(axis=-1)
 
 
-@settings(max_examples=examples(60))
+@profiled(60)
 @given(cases_with_dead_rows(), st.integers(0, 2**32 - 1))
 def test_fully_masked_rows_are_zero_flagged_and_inert(case_dead: tuple[Case, np.ndarray], seed: int) -> None:
     case, dead = case_dead
