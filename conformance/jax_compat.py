@@ -4,14 +4,30 @@
   (``/jax/core/compile/backend_compile_duration``, emitted by every version we support);
   listeners are unregistered by whichever name the version has.
 * ``live_array_count()``: ``len(jax.live_arrays())``.
+* ``enable_compilation_cache(folder)``: JAX's persistent compilation cache in ``folder``,
+  with the thresholds lowered so that every compilation is kept (config names checked
+  on 0.4.38, 0.5.3 and 0.10.2; a name a version lacks is skipped and reported).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from pathlib import Path
 from typing import Any
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+# JAX config -> value for the persistent cache. JAX's defaults keep only compilations
+# that took >= 1 s; the suite compiles hundreds of small kernels of 0.1-1 s each
+# (interpret-mode Pallas included), so both thresholds go to "keep everything".
+# min_entry_size: -1 disables the size limit (0 would let JAX pick one per filesystem).
+CACHE_THRESHOLDS: tuple[tuple[str, object], ...] = (
+    ("jax_persistent_cache_min_compile_time_secs", 0.0),
+    ("jax_persistent_cache_min_entry_size_bytes", -1),
+)
+CACHE_DIR_OPTION = "jax_compilation_cache_dir"
+CACHE_ENABLE_OPTION = "jax_enable_compilation_cache"
 
 
 class CompileCounter:
@@ -69,3 +85,41 @@ def live_array_count() -> int:
     import jax
 
     return len(jax.live_arrays())
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSettings:
+    """What ``enable_compilation_cache`` did: the folder, the config names it set, and
+    those this JAX version does not have (a newer or older JAX renamed or lacks them)."""
+
+    folder: Path
+    applied: tuple[tuple[str, object], ...]
+    missing: tuple[str, ...]
+
+
+def compilation_cache_settings(folder: Path) -> tuple[tuple[str, object], ...]:
+    """The (config name, value) pairs that turn the persistent cache on in ``folder``."""
+    return ((CACHE_ENABLE_OPTION, True), (CACHE_DIR_OPTION, str(folder)), *CACHE_THRESHOLDS)
+
+
+def enable_compilation_cache(folder: Path | str, config: Any = None) -> CacheSettings:
+    """Turn on JAX's persistent compilation cache in ``folder`` (created if missing).
+
+    Call it before the first compilation: JAX decides once per process whether the
+    cache is used. ``config`` is ``jax.config`` unless given (tests pass a fake).
+    """
+    folder = Path(folder).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    if config is None:
+        import jax
+
+        config = jax.config
+    applied, missing = [], []
+    for name, value in compilation_cache_settings(folder):
+        try:
+            config.update(name, value)
+        except (AttributeError, KeyError):  # the name this version does not know
+            missing.append(name)
+        else:
+            applied.append((name, value))
+    return CacheSettings(folder, tuple(applied), tuple(missing))

@@ -1,7 +1,8 @@
 """The pytest plugin behind ``pytest conformance``: options, parametrization, records.
 
 Options: ``--impl NAME|all|a,b|package.module:function`` (default: the primary subject),
-``--profile ci|dev|thorough``, ``--report-dir DIR``, ``--resume``, ``--no-shrink``.
+``--profile ci|dev|thorough``, ``--report-dir DIR``, ``--resume``, ``--no-shrink``,
+``--jax-cache-dir DIR`` (JAX's persistent compilation cache).
 Hypothesis' own ``--hypothesis-seed`` picks the seed of the drawn cases (the ci
 profile always uses seed 0, so its cases never change).
 
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conformance import profiles, recording
+from conformance import jax_compat, profiles, recording
 from conformance.catalogue import CHECKS, Planned, plan
 from conformance.runner import Runner, describe
 from conformance.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
@@ -49,10 +50,16 @@ def add_options(parser: pytest.Parser) -> None:
                     help="append to the report folder's results.jsonl and skip the checks already recorded")
     group.addoption("--no-shrink", action="store_true",
                     help="do not shrink failing cases (faster failing runs)")
+    group.addoption("--jax-cache-dir", default=None,
+                    help="JAX's persistent compilation cache folder (every compilation kept, so a "
+                         "rerun skips XLA compiles). Default: off (nox -s conformance sets one)")
 
 
 def configure(config: pytest.Config) -> None:
     if config.pluginmanager.get_plugin(PLUGIN_NAME) is None:
+        cache_dir = config.getoption("jax_cache_dir")
+        if cache_dir:  # before any compilation, in every process (xdist workers configure too)
+            jax_compat.enable_compilation_cache(cache_dir)
         plugin = ConformancePlugin(config)
         config.pluginmanager.register(plugin, PLUGIN_NAME)
         if config.pluginmanager.hasplugin("xdist"):
