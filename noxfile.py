@@ -5,6 +5,7 @@
     nox -s "conformance(jax='0.4.38')"    # ... at any JAX version, listed or not -> reports/jax-0.4.38/
     nox -k conformance                    # ... at every version of the matrix
     nox -s "bench(jax='0.4.38')"          # subject benchmarks -> reports/jax-0.4.38/benchmarks.json
+    nox -s perf                           # the suite's own speed: cold/warm runs, time split (10-20 min)
     nox -s matrix                         # one report over all reports/jax-*/ -> reports/matrix/
     nox -s gate -- BASE CANDIDATE         # upgrade verdict; exits non-zero on a regression
 
@@ -81,8 +82,10 @@ def conformance(session: nox.Session, jax: str) -> None:
     junit.xml). Default subject: the primary one; `-- --impl all` (or a name, or package.module:function)."""
     install_project(session, jax)
     report_dir = f"reports/jax-{jax}"
+    # JAX's persistent compilation cache lives with the environment: a rerun skips XLA compiles.
+    jax_cache = Path(session.virtualenv.location) / "jax-cache"
     session.run("python", "-m", "pytest", "conformance", "-p", "no:cacheprovider", "--report-dir", report_dir,
-                f"--junitxml={report_dir}/junit.xml", *session.posargs)
+                f"--junitxml={report_dir}/junit.xml", f"--jax-cache-dir={jax_cache}", *session.posargs)
 
 
 @nox.session(python="3.11")
@@ -95,6 +98,16 @@ def bench(session: nox.Session, jax: str) -> None:
     report_dir.mkdir(parents=True, exist_ok=True)  # pytest-benchmark opens the JSON file at start-up
     session.run("python", "-m", "pytest", "benchmarks", "-p", "no:cacheprovider",
                 f"--benchmark-json={report_dir / 'benchmarks.json'}", *session.posargs)
+
+
+@nox.session(python="3.11")
+def perf(session: nox.Session) -> None:
+    """The suite's own speed: cold and warm `--impl all` ci runs (2 workers), the time split (subject,
+    reference, baseline, harness) and the reference's GFLOP/s ratio, as a table. 10-20 minutes.
+    `-- --impl xla --workers 0 -- -k float32` narrows it (options: python -m benchmarks.suite_speed -h)."""
+    install_project(session)
+    out = Path(session.create_tmp()) / "perf"
+    session.run("python", "-m", "benchmarks.suite_speed", "--out", str(out), *session.posargs)
 
 
 @nox.session(python="3.11")

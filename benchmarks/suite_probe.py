@@ -1,0 +1,96 @@
+"""A pytest plugin that times where a conformance run spends its time, loaded by
+``benchmarks.suite_speed`` as ``-p benchmarks.suite_probe`` in the runs it starts.
+
+It wraps the three kinds of work that are not the harness's own, at the names the suite
+calls them by (so nothing is counted twice):
+
+    subject    conformance.artifacts.timed_call: every subject call (trace, compile, run)
+    reference  conformance.artifacts.attention_forward / attention_backward (float64)
+    baseline   conformance.baseline.forward / gradients (NumPy, same dtype)
+
+and writes one JSON file per process (xdist workers included) into the folder named by
+``$SUITE_PROBE_DIR``: the seconds and calls of each kind, the tests the process ran, and
+its lifetime from process start (imports included) to pytest's unconfigure. Everything
+else a process did is harness. Without ``$SUITE_PROBE_DIR`` the plugin does nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+PROBE_DIR_ENV = "SUITE_PROBE_DIR"
+KINDS = ("subject", "reference", "baseline")
+# (module, attribute, kind): patched on the module object, where the suite looks them up.
+TARGETS: tuple[tuple[str, str, str], ...] = (
+    ("conformance.artifacts", "timed_call", "subject"),
+    ("conformance.artifacts", "attention_forward", "reference"),
+    ("conformance.artifacts", "attention_backward", "reference"),
+    ("conformance.baseline", "forward", "baseline"),
+    ("conformance.baseline", "gradients", "baseline"),
+)
+
+
+class Probe:
+    """Per-process accumulators (a plugin instance, never module state)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.tests = 0
+        self.patch = pytest.MonkeyPatch()
+
+    def timed(self, kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[kind] += time.perf_counter() - start
+                self.calls[kind] += 1
+
+        return wrapper
+
+    def install(self) -> None:
+        import importlib
+
+        for module_name, attribute, kind in TARGETS:
+            module = importlib.import_module(module_name)
+            self.patch.setattr(module, attribute, self.timed(kind, getattr(module, attribute)))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        yield
+        self.tests += 1  # runs only where tests execute: the xdist workers, or the one process
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.patch.undo()
+        worker = getattr(config, "workerinput", {}).get("workerid", "")
+        record = {
+            "pid": os.getpid(),
+            "worker": worker,
+            "tests": self.tests,
+            "lifetime_s": time.time() - psutil.Process().create_time(),
+            "seconds": {k: self.seconds[k] for k in KINDS},
+            "calls": {k: self.calls[k] for k in KINDS},
+        }
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"probe-{os.getpid()}.json").write_text(json.dumps(record, indent=1))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    folder = os.environ.get(PROBE_DIR_ENV)
+    if not folder:
+        return
+    probe = Probe(Path(folder))
+    probe.install()
+    config.pluginmanager.register(probe, "suite-probe")

@@ -1,0 +1,250 @@
+"""The conformance suite's own speed: cold and warm runs, where the time goes, and the
+reference's GFLOP/s ratio, as one Markdown table (``nox -s perf``).
+
+    python -m benchmarks.suite_speed                       # --impl all, ci profile, 2 workers
+    python -m benchmarks.suite_speed --impl xla -- -k float32
+
+It starts the suite twice in subprocesses with one compilation-cache folder: *cold*
+(the folder emptied first) and *warm* (the folder the cold run filled). Each run loads
+``benchmarks.suite_probe``, which times subject calls, the float64 reference and the
+baseline in every process; everything else a process did (start-up, collection, inputs,
+judging, records, idle workers) is *harness*. Then ``python -m reference.bench`` gives
+the reference's GFLOP/s ratio to float64 matmul. The goals of the table's last lines:
+the ci run within 10 minutes, harness at most 10%, warm at least 2x faster than cold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.suite_probe import KINDS, PROBE_DIR_ENV
+from reports.records import read_results
+
+ROOT = Path(__file__).resolve().parents[1]
+RAN = ("pass", "fail", "error")  # verdicts of checks that ran (not unsupported/unavailable)
+GOAL_WALL_S = 600.0
+GOAL_HARNESS_FRACTION = 0.10
+GOAL_WARM_SPEEDUP = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessTimes:
+    """One process's probe file: seconds per kind (``KINDS``), tests run, lifetime."""
+
+    seconds: dict[str, float]
+    tests: int
+    lifetime_s: float
+    worker: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Seconds of subject calls, reference, baseline and harness over the processes that ran
+    tests (with xdist: the workers; their seconds add up to about workers x wall time)."""
+
+    subject: float
+    reference: float
+    baseline: float
+    harness: float
+
+    @property
+    def total(self) -> float:
+        return self.subject + self.reference + self.baseline + self.harness
+
+    def fraction(self, kind: str) -> float:
+        return getattr(self, kind) / self.total if self.total > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMeasurement:
+    """One suite run: wall time from the parent, checks and cases that ran, the split."""
+
+    label: str
+    wall_s: float
+    cases: int
+    checks: int
+    split: Split
+    returncode: int = 0
+
+    @property
+    def cases_per_s(self) -> float:
+        return self.cases / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceSpeed:
+    """``reference.bench``'s last line: the float64 reference's GFLOP/s over matmul's."""
+
+    reference_gflops: float
+    matmul_gflops: float
+    ratio: float
+
+
+@dataclasses.dataclass(frozen=True)
+class PerfReport:
+    cold: RunMeasurement
+    warm: RunMeasurement
+    reference: ReferenceSpeed | None
+    command: str = ""
+
+    @property
+    def speedup(self) -> float:
+        return self.cold.wall_s / self.warm.wall_s if self.warm.wall_s > 0 else 0.0
+
+
+def split_of(processes: Iterable[ProcessTimes]) -> Split:
+    """Subject, reference and baseline seconds summed over the processes that ran tests;
+    harness is the rest of their lifetimes (never below zero)."""
+    ran = [p for p in processes if p.tests > 0]
+    parts = {kind: sum(p.seconds.get(kind, 0.0) for p in ran) for kind in KINDS}
+    lifetime = sum(p.lifetime_s for p in ran)
+    return Split(**parts, harness=max(0.0, lifetime - sum(parts.values())))
+
+
+def read_probes(folder: Path) -> tuple[ProcessTimes, ...]:
+    return tuple(
+        ProcessTimes(seconds=data["seconds"], tests=int(data["tests"]), lifetime_s=float(data["lifetime_s"]),
+                     worker=data.get("worker", ""))
+        for data in (json.loads(p.read_text()) for p in sorted(folder.glob("probe-*.json"))))
+
+
+def count_ran(report_dir: Path) -> tuple[int, int]:
+    """(distinct cases, checks) among the records of checks that ran."""
+    ran = [r for r in read_results(report_dir).results if r.verdict in RAN]
+    return len({r.case.case_id for r in ran}), len(ran)
+
+
+def parse_bench(stdout: str) -> ReferenceSpeed:
+    """The JSON on ``python -m reference.bench``'s last line."""
+    data = json.loads(stdout.strip().splitlines()[-1])
+    return ReferenceSpeed(float(data["reference_gflops"]), float(data["matmul_gflops"]), float(data["ratio"]))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s ({seconds / 60:.1f} min)"
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def render(report: PerfReport) -> str:
+    """The Markdown table and the goal lines ``nox -s perf`` prints."""
+    lines = ["| run | wall | cases | checks | cases/s | subject | reference | baseline | harness |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in (report.cold, report.warm):
+        s = run.split
+        failed = "" if run.returncode in (0, 1) else f" (exit {run.returncode})"
+        shares = " | ".join(f"{100 * s.fraction(k):.1f}%" for k in (*KINDS, "harness"))
+        lines.append(f"| {run.label}{failed} | {_minutes(run.wall_s)} | {run.cases} | {run.checks} | "
+                     f"{run.cases_per_s:.2f} | {shares} |")
+    lines.append("")
+    lines.append("Split: shares of the seconds of the processes that ran tests (xdist workers add up); "
+                 "harness = everything outside subject calls, the float64 reference and the baseline.")
+    if report.reference is not None:
+        ref = report.reference
+        lines.append(f"Reference: {ref.reference_gflops:.2f} GFLOP/s, {ref.ratio:.3f} x float64 matmul "
+                     f"({ref.matmul_gflops:.2f} GFLOP/s) [python -m reference.bench --quick].")
+    lines += ["", "| goal | measured | |", "|---|---:|---|"]
+    lines.append(f"| ci run <= {GOAL_WALL_S / 60:.0f} min (cold) | {_minutes(report.cold.wall_s)} | "
+                 f"{_verdict(report.cold.wall_s <= GOAL_WALL_S)} |")
+    for run in (report.cold, report.warm):
+        harness = run.split.fraction("harness")
+        lines.append(f"| harness <= {100 * GOAL_HARNESS_FRACTION:.0f}% ({run.label}) | "
+                     f"{100 * harness:.1f}% | {_verdict(harness <= GOAL_HARNESS_FRACTION)} |")
+    lines.append(f"| warm >= {GOAL_WARM_SPEEDUP:.0f}x faster than cold | {report.speedup:.2f}x | "
+                 f"{_verdict(report.speedup >= GOAL_WARM_SPEEDUP)} |")
+    if report.command:
+        lines += ["", f"Command: `{report.command}`"]
+    return "\n".join(lines)
+
+
+def suite_command(impl: str, report_dir: Path, cache_dir: Path, workers: int,
+                  extra: Sequence[str] = ()) -> list[str]:
+    """The run ``nox -s conformance`` does, plus the probe plugin."""
+    command = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), "-p", "no:cacheprovider",
+               "-p", "benchmarks.suite_probe", "--impl", impl, "--profile", "ci",
+               "--report-dir", str(report_dir), "--jax-cache-dir", str(cache_dir), "-q"]
+    if workers > 0:
+        command += ["-n", str(workers)]
+    return [*command, *extra]
+
+
+def measure_run(label: str, folder: Path, command: list[str]) -> RunMeasurement:
+    """Run one suite subprocess; its probe files go to ``folder/probe``."""
+    probe_dir = folder / "probe"
+    shutil.rmtree(probe_dir, ignore_errors=True)
+    env = {**os.environ, PROBE_DIR_ENV: str(probe_dir)}
+    log = folder / f"{label.split()[0]}.log"
+    start = time.perf_counter()
+    with log.open("w") as out:
+        done = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - start
+    report_dir = Path(command[command.index("--report-dir") + 1])
+    cases, checks = count_ran(report_dir)
+    return RunMeasurement(label, wall, cases, checks, split_of(read_probes(probe_dir)), done.returncode)
+
+
+def measure_reference(quick: bool = True) -> ReferenceSpeed | None:
+    command = [sys.executable, "-m", "reference.bench", *(["--quick"] if quick else [])]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"reference.bench failed: {done.stderr.strip()[-500:]}", file=sys.stderr)
+        return None
+    return parse_bench(done.stdout)
+
+
+def main(argv: list[str] | None = None) -> PerfReport:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--impl", default="all", help="subjects, as for the suite. Default: %(default)s")
+    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: one process)")
+    parser.add_argument("--out", default=None,
+                        help="folder for the runs, cache, perf.md and perf.json. Default: a new temp folder")
+    parser.add_argument("--full-bench", action="store_true", help="reference.bench without --quick")
+    parser.add_argument("extra", nargs="*", help="more pytest arguments for both runs (after --)")
+    args = parser.parse_args(argv)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="suite-speed-"))
+    out.mkdir(parents=True, exist_ok=True)
+    cache = out / "jax-cache"
+    shutil.rmtree(cache, ignore_errors=True)  # cold means an empty compilation cache
+    runs = []
+    for label in ("cold (empty cache)", "warm (cache filled)"):
+        folder = out / label.split()[0]
+        shutil.rmtree(folder / "report", ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        command = suite_command(args.impl, folder / "report", cache, args.workers, args.extra)
+        runs.append(measure_run(label, folder, command))
+        print(f"{label}: {runs[-1].wall_s:.0f} s", file=sys.stderr, flush=True)
+    shown = " ".join(["pytest", *suite_command(args.impl, Path("DIR"), Path("CACHE"), args.workers,
+                                               args.extra)[3:]])
+    report = PerfReport(runs[0], runs[1], measure_reference(quick=not args.full_bench), shown)
+    text = render(report)
+    (out / "perf.md").write_text(text + "\n")
+    (out / "perf.json").write_text(json.dumps(_as_json(report), indent=1))
+    print(text)
+    return report
+
+
+def _as_json(report: PerfReport) -> dict[str, Any]:
+    data = dataclasses.asdict(report)
+    data["speedup"] = report.speedup
+    for name in ("cold", "warm"):
+        run = getattr(report, name)
+        data[name]["cases_per_s"] = run.cases_per_s
+        data[name]["fractions"] = {k: run.split.fraction(k) for k in (*KINDS, "harness")}
+    return data
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The perf table from fake measurements, and the overhead-split arithmetic (no suite runs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.suite_speed import (
+    PerfReport,
+    ProcessTimes,
+    ReferenceSpeed,
+    RunMeasurement,
+    Split,
+    parse_bench,
+    read_probes,
+    render,
+    split_of,
+)
+
+
+def _times(subject: float, reference: float, baseline: float, lifetime: float, tests: int = 10,
+           worker: str = "gw0") -> ProcessTimes:
+    return ProcessTimes({"subject": subject, "reference": reference, "baseline": baseline}, tests, lifetime, worker)
+
+
+def test_the_split_adds_the_workers_and_leaves_out_the_controller():
+    controller = _times(0.0, 0.0, 0.0, lifetime=100.0, tests=0, worker="")
+    split = split_of([controller, _times(50, 10, 5, 80), _times(40, 20, 5, 90, worker="gw1")])
+    assert split == Split(subject=90, reference=30, baseline=10, harness=170 - 130)
+    assert split.total == pytest.approx(170)
+    assert split.fraction("harness") == pytest.approx(40 / 170)
+    assert sum(split.fraction(k) for k in ("subject", "reference", "baseline", "harness")) == pytest.approx(1)
+
+
+def test_harness_is_never_negative_and_an_empty_run_has_no_shares():
+    assert split_of([_times(10, 1, 1, lifetime=11.9)]).harness == 0.0  # clock skew between the two timers
+    empty = split_of([])
+    assert empty.total == 0 and empty.fraction("subject") == 0.0
+
+
+def test_probe_files_are_read_back(tmp_path):
+    record = {"pid": 1, "worker": "gw0", "tests": 3, "lifetime_s": 9.5,
+              "seconds": {"subject": 4.0, "reference": 1.0, "baseline": 0.5},
+              "calls": {"subject": 6, "reference": 1, "baseline": 1}}
+    (tmp_path / "probe-1.json").write_text(json.dumps(record))
+    (probe,) = read_probes(tmp_path)
+    assert probe == ProcessTimes({"subject": 4.0, "reference": 1.0, "baseline": 0.5}, 3, 9.5, "gw0")
+    assert split_of([probe]).harness == pytest.approx(4.0)
+
+
+def test_the_bench_ratio_comes_from_the_last_line():
+    out = 'float64 matmul  20.00 GFLOP/s\n{"matmul_gflops": 20.0, "reference_gflops": 12.5, "ratio": 0.625}\n'
+    assert parse_bench(out) == ReferenceSpeed(12.5, 20.0, 0.625)
+
+
+def _report(cold_wall: float, warm_wall: float, harness: float) -> PerfReport:
+    split = Split(subject=100 - harness - 15, reference=10, baseline=5, harness=harness)
+    return PerfReport(
+        cold=RunMeasurement("cold (empty cache)", cold_wall, cases=300, checks=1200, split=split),
+        warm=RunMeasurement("warm (cache filled)", warm_wall, cases=300, checks=1200, split=split),
+        reference=ReferenceSpeed(12.5, 20.0, 0.625), command="pytest conformance --impl all")
+
+
+def test_the_table_shows_walls_rates_shares_and_the_reference_ratio():
+    text = render(_report(cold_wall=420.0, warm_wall=150.0, harness=6.0))
+    rows = [line for line in text.splitlines() if line.startswith(("| cold (", "| warm ("))]
+    assert len(rows) == 2
+    cold = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert cold == ["cold (empty cache)", "420 s (7.0 min)", "300", "1200", "0.71", "79.0%", "10.0%", "5.0%",
+                    "6.0%"]
+    assert "0.625 x float64 matmul" in text and "12.50 GFLOP/s" in text
+    assert "| warm >= 2x faster than cold | 2.80x | met |" in text
+    assert "NOT met" not in text
+    assert "`pytest conformance --impl all`" in text
+
+
+def test_the_table_says_which_goals_are_not_met():
+    text = render(_report(cold_wall=900.0, warm_wall=600.0, harness=25.0))
+    assert "| ci run <= 10 min (cold) | 900 s (15.0 min) | NOT met |" in text
+    assert "| harness <= 10% (cold (empty cache)) | 25.0% | NOT met |" in text
+    assert "| warm >= 2x faster than cold | 1.50x | NOT met |" in text
+
+
+def test_a_crashed_run_is_flagged_and_a_missing_bench_is_left_out():
+    report = _report(100.0, 40.0, 5.0)
+    crashed = PerfReport(RunMeasurement("cold", 100.0, 0, 0, Split(0, 0, 0, 0), returncode=3),
+                         report.warm, None)
+    text = render(crashed)
+    assert "| cold (exit 3) |" in text and "GFLOP/s" not in text
