@@ -1,0 +1,37 @@
+"""Meta-tests of the JAX hooks the recompile and leak checks rest on."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from conformance.jax_compat import CompileCounter, live_array_count
+
+
+def test_compile_counter_sees_a_compile_and_then_none():
+    fn = jax.jit(lambda x: x * 3 - 1)
+    x = jnp.asarray(np.arange(5.0, dtype=np.float32))
+    with CompileCounter() as first:
+        fn(x).block_until_ready()
+    with CompileCounter() as second:
+        fn(x + 1).block_until_ready()
+    with CompileCounter() as new_shape:
+        fn(jnp.ones(6)).block_until_ready()
+    assert first.count >= 1 and second.count == 0 and new_shape.count >= 1
+
+
+def test_compile_counter_unregisters_its_listener():
+    from jax._src import monitoring
+
+    before = len(getattr(monitoring, "_event_duration_secs_listeners", []))
+    with CompileCounter():
+        pass
+    assert len(getattr(monitoring, "_event_duration_secs_listeners", [])) == before
+
+
+def test_live_arrays_count_kept_arrays():
+    before = live_array_count()
+    kept = [jnp.ones(3) + i for i in range(4)]
+    assert live_array_count() >= before + 4
+    del kept
