@@ -21,7 +21,8 @@ from benchmarks.suite_speed import (
 
 def _times(subject: float, reference: float, baseline: float, lifetime: float, tests: int = 10,
            worker: str = "gw0") -> ProcessTimes:
-    return ProcessTimes({"subject": subject, "reference": reference, "baseline": baseline}, tests, lifetime, worker)
+    seconds = {"subject": subject, "reference": reference, "baseline": baseline}
+    return ProcessTimes(seconds, tests, lifetime, worker)
 
 
 def test_the_split_adds_the_workers_and_leaves_out_the_controller():
