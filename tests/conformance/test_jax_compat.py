@@ -12,12 +12,13 @@ from conformance.jax_compat import CompileCounter, live_array_count
 def test_compile_counter_sees_a_compile_and_then_none():
     fn = jax.jit(lambda x: x * 3 - 1)
     x = jnp.asarray(np.arange(5.0, dtype=np.float32))
+    same_shape, new_shape_input = jnp.asarray(np.ones(5, np.float32)), jnp.asarray(np.ones(6, np.float32))
     with CompileCounter() as first:
         fn(x).block_until_ready()
     with CompileCounter() as second:
-        fn(x + 1).block_until_ready()
+        fn(same_shape).block_until_ready()
     with CompileCounter() as new_shape:
-        fn(jnp.ones(6)).block_until_ready()
+        fn(new_shape_input).block_until_ready()
     assert first.count >= 1 and second.count == 0 and new_shape.count >= 1
 
 
