@@ -102,7 +102,7 @@ def bench(session: nox.Session, jax: str) -> None:
 
 @nox.session(python="3.11")
 def perf(session: nox.Session) -> None:
-    """The suite's own speed: cold and warm `--impl all` ci runs (2 workers), the time split (subject,
+    """The suite's own speed: cold and warm `--impl all` ci runs, the time split (subject,
     reference, baseline, harness) and the reference's GFLOP/s ratio, as a table. 10-20 minutes.
     `-- --impl xla --workers 0 -- -k float32` narrows it (options: python -m benchmarks.suite_speed -h)."""
     install_project(session)

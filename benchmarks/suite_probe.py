@@ -46,10 +46,11 @@ class Probe:
         self.folder = folder
         self.seconds: collections.Counter[str] = collections.Counter()
         self.calls: collections.Counter[str] = collections.Counter()
+        self.target_calls: collections.Counter[str] = collections.Counter()  # by "module.attribute"
         self.tests = 0
         self.patch = pytest.MonkeyPatch()
 
-    def timed(self, kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(self, kind: str, target: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
@@ -57,6 +58,7 @@ class Probe:
             finally:
                 self.seconds[kind] += time.perf_counter() - start
                 self.calls[kind] += 1
+                self.target_calls[target] += 1
 
         return wrapper
 
@@ -65,7 +67,8 @@ class Probe:
 
         for module_name, attribute, kind in TARGETS:
             module = importlib.import_module(module_name)
-            self.patch.setattr(module, attribute, self.timed(kind, getattr(module, attribute)))
+            wrapped = self.timed(kind, f"{module_name}.{attribute}", getattr(module, attribute))
+            self.patch.setattr(module, attribute, wrapped)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
@@ -82,6 +85,7 @@ class Probe:
             "lifetime_s": time.time() - psutil.Process().create_time(),
             "seconds": {k: self.seconds[k] for k in KINDS},
             "calls": {k: self.calls[k] for k in KINDS},
+            "target_calls": dict(self.target_calls),
         }
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / f"probe-{os.getpid()}.json").write_text(json.dumps(record, indent=1))

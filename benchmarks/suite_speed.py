@@ -1,7 +1,7 @@
 """The conformance suite's own speed: cold and warm runs, where the time goes, and the
 reference's GFLOP/s ratio, as one Markdown table (``nox -s perf``).
 
-    python -m benchmarks.suite_speed                       # --impl all, ci profile, 2 workers
+    python -m benchmarks.suite_speed                       # --impl all, ci profile
     python -m benchmarks.suite_speed --impl xla -- -k float32
 
 It starts the suite twice in subprocesses with one compilation-cache folder: *cold*
@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from reports.records import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RAN = ("pass", "fail", "error")  # verdicts of checks that ran (not unsupported/unavailable)
+REFERENCE_TARGET = "conformance.artifacts.attention_forward"
 GOAL_WALL_S = 600.0
 GOAL_HARNESS_FRACTION = 0.10
 GOAL_WARM_SPEEDUP = 2.0
@@ -46,6 +48,7 @@ class ProcessTimes:
     tests: int
     lifetime_s: float
     worker: str = ""
+    target_calls: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +71,11 @@ class Split:
 
 @dataclasses.dataclass(frozen=True)
 class RunMeasurement:
-    """One suite run: wall time from the parent, checks and cases that ran, the split."""
+    """One suite run: wall time from the parent, checks and cases that ran, the split.
+
+    reference_calls: float64 forward passes computed; reference_cases: cases whose checks
+    need one (every ran case but those only the ``raises`` check runs). Shrinking a
+    failure adds calls for the smaller cases it tries."""
 
     label: str
     wall_s: float
@@ -76,6 +83,8 @@ class RunMeasurement:
     checks: int
     split: Split
     returncode: int = 0
+    reference_calls: int = 0
+    reference_cases: int = 0
 
     @property
     def cases_per_s(self) -> float:
@@ -115,14 +124,19 @@ def split_of(processes: Iterable[ProcessTimes]) -> Split:
 def read_probes(folder: Path) -> tuple[ProcessTimes, ...]:
     return tuple(
         ProcessTimes(seconds=data["seconds"], tests=int(data["tests"]), lifetime_s=float(data["lifetime_s"]),
-                     worker=data.get("worker", ""))
+                     worker=data.get("worker", ""), target_calls=data.get("target_calls", {}))
         for data in (json.loads(p.read_text()) for p in sorted(folder.glob("probe-*.json"))))
 
 
-def count_ran(report_dir: Path) -> tuple[int, int]:
-    """(distinct cases, checks) among the records of checks that ran."""
+def count_ran(report_dir: Path) -> tuple[int, int, int]:
+    """(distinct cases, checks, cases that need the reference) among the records of checks that ran."""
     ran = [r for r in read_results(report_dir).results if r.verdict in RAN]
-    return len({r.case.case_id for r in ran}), len(ran)
+    need_reference = {r.case.case_id for r in ran if r.check != "raises"}
+    return len({r.case.case_id for r in ran}), len(ran), len(need_reference)
+
+
+def reference_calls(processes: Iterable[ProcessTimes]) -> int:
+    return sum(p.target_calls.get(REFERENCE_TARGET, 0) for p in processes)
 
 
 def parse_bench(stdout: str) -> ReferenceSpeed:
@@ -152,6 +166,10 @@ def render(report: PerfReport) -> str:
     lines.append("")
     lines.append("Split: shares of the seconds of the processes that ran tests (xdist workers add up); "
                  "harness = everything outside subject calls, the float64 reference and the baseline.")
+    for run in (report.cold, report.warm):
+        if run.reference_cases:
+            lines.append(f"Float64 reference ({run.label}): {run.reference_calls} forward passes for "
+                         f"{run.reference_cases} cases that need one (shrinking a failure adds some).")
     if report.reference is not None:
         ref = report.reference
         lines.append(f"Reference: {ref.reference_gflops:.2f} GFLOP/s, {ref.ratio:.3f} x float64 matmul "
@@ -170,13 +188,13 @@ def render(report: PerfReport) -> str:
     return "\n".join(lines)
 
 
-def suite_command(impl: str, report_dir: Path, cache_dir: Path, workers: int,
+def suite_command(impl: str, report_dir: Path, cache_dir: Path, workers: int | None,
                   extra: Sequence[str] = ()) -> list[str]:
-    """The run ``nox -s conformance`` does, plus the probe plugin."""
-    command = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), "-p", "no:cacheprovider",
-               "-p", "benchmarks.suite_probe", "--impl", impl, "--profile", "ci",
-               "--report-dir", str(report_dir), "--jax-cache-dir", str(cache_dir), "-q"]
-    if workers > 0:
+    """The run ``nox -s conformance`` does (``python -m conformance``: the suite's own defaults,
+    process isolation included), plus the probe plugin. ``workers``: xdist's ``-n``, if given."""
+    command = [sys.executable, "-m", "conformance", "-p", "benchmarks.suite_probe", "--impl", impl,
+               "--profile", "ci", "--report-dir", str(report_dir), "--jax-cache-dir", str(cache_dir), "-q"]
+    if workers is not None:
         command += ["-n", str(workers)]
     return [*command, *extra]
 
@@ -192,8 +210,10 @@ def measure_run(label: str, folder: Path, command: list[str]) -> RunMeasurement:
         done = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - start
     report_dir = Path(command[command.index("--report-dir") + 1])
-    cases, checks = count_ran(report_dir)
-    return RunMeasurement(label, wall, cases, checks, split_of(read_probes(probe_dir)), done.returncode)
+    cases, checks, reference_cases = count_ran(report_dir)
+    probes = read_probes(probe_dir)
+    return RunMeasurement(label, wall, cases, checks, split_of(probes), done.returncode,
+                          reference_calls(probes), reference_cases)
 
 
 def measure_reference(quick: bool = True) -> ReferenceSpeed | None:
@@ -208,7 +228,8 @@ def measure_reference(quick: bool = True) -> ReferenceSpeed | None:
 def main(argv: list[str] | None = None) -> PerfReport:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--impl", default="all", help="subjects, as for the suite. Default: %(default)s")
-    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: one process)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="pytest-xdist workers (0: one process). Default: the suite's own")
     parser.add_argument("--out", default=None,
                         help="folder for the runs, cache, perf.md and perf.json. Default: a new temp folder")
     parser.add_argument("--full-bench", action="store_true", help="reference.bench without --quick")
@@ -226,8 +247,8 @@ def main(argv: list[str] | None = None) -> PerfReport:
         command = suite_command(args.impl, folder / "report", cache, args.workers, args.extra)
         runs.append(measure_run(label, folder, command))
         print(f"{label}: {runs[-1].wall_s:.0f} s", file=sys.stderr, flush=True)
-    shown = " ".join(["pytest", *suite_command(args.impl, Path("DIR"), Path("CACHE"), args.workers,
-                                               args.extra)[3:]])
+    shown = shlex.join(["python", *suite_command(args.impl, Path("DIR"), Path("CACHE"), args.workers,
+                                                 args.extra)[1:]])
     report = PerfReport(runs[0], runs[1], measure_reference(quick=not args.full_bench), shown)
     text = render(report)
     (out / "perf.md").write_text(text + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,6 +15,7 @@ from benchmarks.suite_speed import (
     Split,
     parse_bench,
     read_probes,
+    reference_calls,
     render,
     split_of,
 )
@@ -89,3 +91,15 @@ def test_a_crashed_run_is_flagged_and_a_missing_bench_is_left_out():
                          report.warm, None)
     text = render(crashed)
     assert "| cold (exit 3) |" in text and "GFLOP/s" not in text
+
+
+def test_reference_passes_are_counted_over_processes_and_shown_per_run():
+    target = "conformance.artifacts.attention_forward"
+    procs = [ProcessTimes({}, 0, 1.0, "", {}), ProcessTimes({}, 5, 9.0, "gw0", {target: 7, "other": 3}),
+             ProcessTimes({}, 5, 9.0, "gw1", {target: 5})]
+    assert reference_calls(procs) == 12
+    report = _report(100.0, 40.0, 5.0)
+    cold = dataclasses.replace(report.cold, reference_calls=12, reference_cases=12)
+    text = render(dataclasses.replace(report, cold=cold))
+    assert "Float64 reference (cold (empty cache)): 12 forward passes for 12 cases" in text
+    assert "Float64 reference (warm" not in text  # no count, no line
