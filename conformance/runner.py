@@ -103,12 +103,12 @@ class Runner:
         timings = {**run.timings(), "check_s": elapsed}
         forward = run.__dict__.get("forward_call")
         ran = getattr(forward.value, "ran", "") if forward is not None and forward.value is not None else ""
+        details: dict[str, float] = {}
         if isinstance(result, SubjectError):
             reason, metrics = str(result), ()
         else:
             reason, metrics = result.reason, result.metrics
-            if result.details:
-                timings.update({k: float(v) for k, v in result.details.items() if isinstance(v, int | float)})
+            details = {k: float(v) for k, v in result.details.items() if isinstance(v, int | float)}
         repro_case = case
         if verdict != "pass":
             minimal = self._shrink(check, case, verdict)
@@ -116,7 +116,7 @@ class Runner:
                 reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.describe()})"
                 repro_case = minimal
         return CaseResult(
-            verdict=verdict, reason=reason, metrics=metrics, timings=timings,
+            verdict=verdict, reason=reason, metrics=metrics, timings=timings, details=details,
             availability=_availability(subject, ran),
             repro="" if verdict == "pass" else repro.script(repro_case, check, subject.spec), **base,
         )

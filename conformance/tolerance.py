@@ -166,5 +166,8 @@ def judge(
         worst_reference=sub.worst_want,
         fraction_out_of_tolerance=metrics.fraction_above(got, want, tol_max, valid),
         passed=bool(passed),
+        k_mean=rule.k_mean,
+        floor_mean=floor_mean,
+        mean_tolerance=tol_mean,
     )
     return Judgement(record, tol_mean)

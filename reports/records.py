@@ -75,6 +75,11 @@ class TensorMetrics:
     worst_reference: float
     fraction_out_of_tolerance: float
     passed: bool
+    # The mean-abs rule (k_mean * baseline_mean_abs + floor_mean); None in records
+    # written before it was stored, which then show only the max-abs rule.
+    k_mean: float | None = None
+    floor_mean: float | None = None
+    mean_tolerance: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +95,7 @@ class CaseResult:
         str, ...
     ] = ()  # grid columns this result counts towards, e.g. ("forward", "causal", "bfloat16")
     repro: str = ""  # standalone Python script that reproduces the case
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)  # check-specific measurements
 
     @property
     def key(self) -> tuple[str, str, str]:

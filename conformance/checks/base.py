@@ -38,8 +38,7 @@ class CheckContext:
 class Outcome:
     """verdict: "pass" or "fail" (errors are SubjectError, raised); reason: one paragraph
     naming what failed, the worst element and the fraction failing; details: numbers the
-    check measured (e.g. the leak check's growth), recorded next to the result's timings
-    because the record format has no other numeric field."""
+    check measured (e.g. the leak check's growth), recorded in the result's ``details``."""
 
     verdict: Literal["pass", "fail"]
     reason: str = ""
