@@ -6,6 +6,8 @@
     nox -k conformance                    # ... at every version of the matrix
     nox -s "bench(jax='0.4.38')"          # subject benchmarks -> reports/jax-0.4.38/benchmarks.json
     nox -s perf                           # the suite's own speed: cold/warm runs, time split (10-20 min)
+    nox -s "kernels(jax='0.4.35')"        # the adapters' tests at one JAX version (`-k kernels`: all)
+    nox -s torch                          # the adapters' tests with the optional PyTorch subject
     nox -s matrix                         # one report over all reports/jax-*/ -> reports/matrix/
     nox -s gate -- BASE CANDIDATE         # upgrade verdict; exits non-zero on a regression
 
@@ -34,6 +36,7 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 NEWEST_JAX = jax_versions.NEWEST
 CONFORMANCE_VERSIONS = jax_versions.session_versions(sys.argv[1:], os.environ)
 BENCH_VERSIONS = bench_versions(sys.argv[1:], os.environ)
+KERNELS_VERSIONS = jax_versions.session_versions(sys.argv[1:], os.environ, session="kernels")
 
 
 def install_project(
@@ -73,6 +76,22 @@ def tests(session: nox.Session) -> None:
     """The project's own tests: reference, adapters, checks, mutants, reports."""
     install_project(session)
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.11")
+@nox.parametrize("jax", KERNELS_VERSIONS)
+def kernels(session: nox.Session, jax: str) -> None:
+    """The adapters' own tests at one JAX version: availability and unavailability (why) per subject."""
+    install_project(session, jax)
+    session.run("pytest", "tests/kernels", *session.posargs)
+
+
+@nox.session(python="3.11", venv_backend="virtualenv")
+def torch(session: nox.Session) -> None:
+    """The adapters' tests with the optional PyTorch subject (CPU build). pip, not uv: pip honours the
+    machine's pip configuration (find-links, constraints), which is where a local CPU wheel lives."""
+    install_project(session, groups=("test", "torch"))
+    session.run("pytest", "tests/kernels", *session.posargs)
 
 
 @nox.session(python="3.11")
