@@ -1,0 +1,33 @@
+"""The probe plugin ``nox -s perf`` loads into each suite run: one file per process with the
+seconds and calls of subject, reference and baseline, and the harness as the rest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import suite_probe
+from benchmarks.suite_speed import REFERENCE_TARGET, count_ran, read_probes, reference_calls, split_of
+from conformance import artifacts, baseline
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY = "tests.conformance.toy_subjects:exact"
+SMALL = "float32 and full-B1-Hq1-Hkv1-Sq128-Sk128-D64"
+
+
+def test_a_run_with_the_probe_writes_its_split_and_restores_the_suite(tmp_path, monkeypatch):
+    originals = (artifacts.timed_call, artifacts.attention_forward, baseline.forward)
+    monkeypatch.setenv(suite_probe.PROBE_DIR_ENV, str(tmp_path / "probe"))
+    code = pytest.main([str(ROOT / "conformance"), "-p", "no:cacheprovider", "-q", "--no-header",
+                        "-p", "benchmarks.suite_probe", "--impl", TOY,
+                        "--report-dir", str(tmp_path / "report"), "-k", SMALL])
+    assert code == 0
+    (probe,) = read_probes(tmp_path / "probe")
+    cases, checks, need_reference = count_ran(tmp_path / "report")
+    assert probe.tests >= checks > cases > 0
+    assert reference_calls([probe]) == need_reference == probe.target_calls[REFERENCE_TARGET]
+    assert all(probe.seconds[kind] > 0 for kind in suite_probe.KINDS)
+    split = split_of([probe])
+    assert split.total == pytest.approx(probe.lifetime_s) and split.harness > 0
+    assert (artifacts.timed_call, artifacts.attention_forward, baseline.forward) == originals
