@@ -20,8 +20,10 @@ from hypothesis.errors import InvalidArgument
 _COMMON = {"deadline": None, "print_blob": True, "suppress_health_check": [HealthCheck.too_slow]}
 PROFILES: dict[str, dict] = {
     "ci": {**_COMMON, "derandomize": True, "database": None},
-    "dev": dict(_COMMON),
-    "thorough": dict(_COMMON),
+    # Explicit, because hypothesis loads its own derandomized "ci" profile as the parent
+    # default whenever CI is set, and dev/thorough would silently inherit that.
+    "dev": {**_COMMON, "derandomize": False},
+    "thorough": {**_COMMON, "derandomize": False},
 }
 EXAMPLE_SCALE = {"ci": 1, "dev": 1, "thorough": 10}
 
