@@ -4,7 +4,8 @@
 
 Everything after the module name goes to pytest, so ``-k``, ``-x``, ``-n 2`` and the
 suite's own options (``--impl``, ``--profile``, ``--report-dir``, ``--resume``) all work.
-``--impl`` imports and runs the code it names.
+``--impl`` imports and runs the code it names. The checks run in a worker process with
+a per-test timeout (``conformance/launch.py``) unless the arguments say otherwise (``-n 0``).
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from conformance.launch import isolated_args
+
 
 def main(argv: list[str] | None = None) -> int:
     suite = Path(__file__).resolve().parent
-    args = [str(suite), "-p", "no:cacheprovider", *(sys.argv[1:] if argv is None else argv)]
+    given = sys.argv[1:] if argv is None else argv
+    args = [str(suite), "-p", "no:cacheprovider", *isolated_args(given)]
     return int(pytest.main(args))
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conformance import jax_compat, profiles, recording
+from conformance import isolation, jax_compat, profiles, recording
 from conformance.catalogue import CHECKS, Planned, plan
 from conformance.runner import Runner, describe
 from conformance.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
@@ -34,6 +34,7 @@ from reports.records import SCHEMA_VERSION, ResultsFileError, completed_keys, re
 
 PLUGIN_NAME = "conformance-suite"
 SEED_KEY = "conformance_seed"
+RESUME_KEY = "conformance_resume_keys"
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -53,6 +54,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--jax-cache-dir", default=None,
                     help="JAX's persistent compilation cache folder (every compilation kept, so a "
                          "rerun skips XLA compiles). Default: off (nox -s conformance sets one)")
+    isolation.add_options(group)
 
 
 def configure(config: pytest.Config) -> None:
@@ -64,6 +66,7 @@ def configure(config: pytest.Config) -> None:
         config.pluginmanager.register(plugin, PLUGIN_NAME)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistSeed(plugin), PLUGIN_NAME + "-xdist")
+        isolation.configure(config, plugin.planned)
 
 
 def of(config: pytest.Config) -> ConformancePlugin:
@@ -86,6 +89,10 @@ class _XdistSeed:
 
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[SEED_KEY] = self.plugin.seed
+        if self.plugin.resume:
+            # Read once by the controller: a worker started after a crash must deselect exactly
+            # what the first one did (xdist requires equal collections), not this run's new records.
+            node.workerinput[RESUME_KEY] = sorted(self.plugin.resume_keys())
 
 
 class ConformancePlugin:
@@ -104,6 +111,9 @@ class ConformancePlugin:
         self._subjects: tuple[Subject, ...] | None = None
         self._plan: dict[str, tuple[Planned, ...]] | None = None
         self._runner: Runner | None = None
+        self._resume_keys: set[tuple[str, str, str]] | None = None
+        if self.resume and self.is_controller:
+            self.resume_keys()  # a bad or mismatched results file stops the run here, in one line
 
     # -- session state --------------------------------------------------------------------
     @property
@@ -139,6 +149,10 @@ class ConformancePlugin:
         if self._runner is None:
             self._runner = Runner(self.subjects, self.profile, shrink=self.shrink)
         return self._runner
+
+    def planned(self, check: str, case_id: str) -> Planned | None:
+        """The planned item of a check by case id (isolation: the case a dead worker was running)."""
+        return next((p for p in self.plan.get(check, ()) if p.case.case_id == case_id), None)
 
     def lookup(self, check: str, case_id: str):
         """The description of a planned case by check and id (for records of crashed tests)."""
@@ -176,7 +190,7 @@ class ConformancePlugin:
 
         items.sort(key=key)
         if self.resume:
-            done = self._recorded_keys()
+            done = self.resume_keys()
             keep, dropped = [], []
             for item in items:
                 planned = _planned_of(item)
@@ -192,20 +206,54 @@ class ConformancePlugin:
                 order.setdefault(item.case.case_id, len(order))
         return order
 
+    def resume_keys(self) -> set[tuple[str, str, str]]:
+        """The (subject, case, check) keys a --resume run skips: read once, by the controller."""
+        if self._resume_keys is None:
+            worker = getattr(self.config, "workerinput", None)
+            if worker and RESUME_KEY in worker:
+                self._resume_keys = {tuple(key) for key in worker[RESUME_KEY]}
+            else:
+                self._resume_keys = self._recorded_keys()
+        return self._resume_keys
+
     def _recorded_keys(self) -> set[tuple[str, str, str]]:
         try:
-            return completed_keys(read_results(self.report_dir).results)
+            recorded = read_results(self.report_dir)
         except ResultsFileError as error:
             if not (self.report_dir / "results.jsonl").exists():
                 return set()
             raise pytest.UsageError(f"--resume: {error}") from None
+        self._check_resumable(recorded.header)
+        return completed_keys(recorded.results)
+
+    def _check_resumable(self, header: dict[str, Any]) -> None:
+        """--resume continues the same run: other options would mix two runs' cases in one file.
+        Without --hypothesis-seed, a resumed run takes the recorded run's seed (its drawn cases)."""
+        recorded_seed = header.get("hypothesis_seed")
+        if self.config.getoption("hypothesis_seed", default=None) is None and isinstance(recorded_seed, int):
+            self.seed = recorded_seed
+        ours = {"--profile": self.profile.name, "--impl": self.impl, "--hypothesis-seed": self.seed}
+        theirs = {"--profile": header.get("profile"), "--impl": header.get("impl"),
+                  "--hypothesis-seed": header.get("hypothesis_seed")}
+        for option, value in ours.items():
+            if theirs[option] is not None and theirs[option] != value:
+                path = self.report_dir / "results.jsonl"
+                raise pytest.UsageError(
+                    f"--resume: {path} was recorded with {option} {theirs[option]}, not {value}; "
+                    f"rerun with {option} {theirs[option]}, or drop --resume to start over")
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.resume and self.is_controller and self._resume_keys:
+            terminalreporter.write_line(
+                f"conformance: --resume: {len(self._resume_keys)} checks already recorded were deselected")
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if not self.is_controller:
             return
         header = {"impl": self.impl, "subjects": [s.name for s in self.subjects],
                   "profile": self.profile.name,
-                  "hypothesis_seed": self.seed}
+                  "hypothesis_seed": self.seed,
+                  "environment": environment_block()}  # a killed run's report still names its environment
         self.recorder = recording.Recorder(self.report_dir, header, resume=self.resume, lookup=self.lookup)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -277,7 +325,8 @@ class Bound:
 
     def check(self, planned: Planned) -> None:
         """Evaluate, attach the record, and turn the verdict into pytest's outcome."""
-        self.node.user_properties.append(recording.case_property(describe(planned.case), planned.check))
+        self.node.user_properties.append(recording.case_property(
+            describe(planned.case), planned.check, isolation.planned_features(planned)))
         result = self.plugin.runner.evaluate(planned)
         self.node.user_properties.append(recording.result_property(result))
         if result.verdict in ("unsupported", "unavailable"):

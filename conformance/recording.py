@@ -32,6 +32,7 @@ from reports.records import (
 
 RESULT_PROPERTY = "conformance_result"
 CASE_PROPERTY = "conformance_case"
+_WORKER_LINE = re.compile(r"^\[gw\d+\] \S+ -- Python ")
 _NODE_ID = re.compile(r"::test_(?P<check>\w+)\[(?P<case_id>.*)\]$")
 
 
@@ -39,9 +40,12 @@ def result_property(result: CaseResult) -> tuple[str, str]:
     return RESULT_PROPERTY, json.dumps(case_result_to_json(result), allow_nan=True)
 
 
-def case_property(description: CaseDescription, check: str) -> tuple[str, str]:
-    """Attached at the start of a test, so even a test that dies mid-call names its case."""
-    return CASE_PROPERTY, json.dumps({"check": check, "case": description.__dict__}, allow_nan=True)
+def case_property(description: CaseDescription, check: str,
+                  features: tuple[str, ...] = ()) -> tuple[str, str]:
+    """Attached at the start of a test, so even a test that dies mid-call names its case
+    (and its grid columns, so the error shows in the report's grid)."""
+    return CASE_PROPERTY, json.dumps({"check": check, "case": description.__dict__,
+                                      "features": list(features)}, allow_nan=True)
 
 
 def _property(report: Any, name: str) -> str | None:
@@ -59,7 +63,8 @@ def parse_node_id(nodeid: str) -> tuple[str, str] | None:
 
 def _failure_text(report: Any) -> str:
     text = str(getattr(report, "longreprtext", "") or getattr(report, "longrepr", "") or "")
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+    # xdist heads a worker's report with "[gw0] linux -- Python ...": where, not what.
+    lines = [line for line in text.strip().splitlines() if line.strip() and not _WORKER_LINE.match(line)]
     # The last lines of a traceback name the exception; a crash report is a single line.
     return "\n".join(lines[-6:]) if lines else f"test {report.outcome} without a result record"
 
@@ -101,6 +106,7 @@ class Recorder:
         if raw is not None:
             data = json.loads(raw)
             check = data["check"]
+            features = tuple(data.get("features", ()))
             description = CaseDescription(**{k: tuple(v) if isinstance(v, list) else v
                                              for k, v in data["case"].items()})
         else:
@@ -108,13 +114,15 @@ class Recorder:
             if parsed is None:
                 return None  # not a conformance check (e.g. a meta-test collected alongside)
             check, case_id = parsed
+            features = ()
             description = self.lookup(check, case_id) or CaseDescription(
                 case_id=case_id, subject=case_id.split("-")[0], dtype="?", batch=0, q_heads=0, kv_heads=0,
                 q_len=0, kv_len=0, head_dim=0, v_head_dim=0)
         if report.when == "call" and report.outcome == "skipped":
             return None  # a skip without a record is pytest's own (e.g. -x); nothing ran
-        return CaseResult(case=description, check=check, verdict="error",
-                          reason=f"[{report.when}] " + _failure_text(report))
+        phase = "" if report.when not in ("setup", "call", "teardown") else f"[{report.when}] "
+        return CaseResult(case=description, check=check, verdict="error", features=features,
+                          reason=phase + _failure_text(report))
 
     def finish(self, summary: dict[str, Any], interrupted: bool) -> dict[str, Any]:
         """Write summary.json; close results.jsonl with a footer unless the run was interrupted."""

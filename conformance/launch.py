@@ -1,0 +1,55 @@
+"""The pytest options every conformance run gets unless the user gives their own.
+
+Stdlib only: ``noxfile.py`` imports this before any session has pytest installed.
+``python -m conformance`` and ``nox -s conformance`` both call ``isolated_args``, so
+the two run the same way:
+
+* ``-n 1``: the checks run in one pytest-xdist worker process, reused until it dies;
+  a subject that crashes it costs one case (``conformance/isolation.py``).
+* ``--max-worker-restart``: how many dead workers xdist replaces before it gives up.
+  Each crashing case costs one (a crashed case is never rerun), so this bounds a
+  subject that crashes everywhere, not a healthy run.
+* ``--timeout``: pytest-timeout's per-test limit, sized to the profile (a thorough
+  run shrinks failures for longer inside one test).
+
+Pass ``-n 0`` (or ``-p no:xdist``) to run everything in one process instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+WORKER_RESTARTS = 200
+TIMEOUT_S = {"ci": 600, "dev": 900, "thorough": 3600}
+
+
+def _given(args: Sequence[str], *names: str) -> bool:
+    """Whether any of ``names`` appears, as ``--opt``, ``--opt=x`` or ``-nX``."""
+    for arg in args:
+        for name in names:
+            if arg == name or arg.startswith(name + "=") or (len(name) == 2 and arg.startswith(name)):
+                return True
+    return False
+
+
+def _profile(args: Sequence[str]) -> str:
+    for i, arg in enumerate(args):
+        if arg == "--profile" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--profile="):
+            return arg.partition("=")[2]
+    return "ci"
+
+
+def isolated_args(args: Sequence[str]) -> list[str]:
+    """``args`` plus the isolation defaults the user did not set themselves."""
+    args = list(args)
+    extra: list[str] = []
+    no_xdist = any(a == "no:xdist" or a == "-pno:xdist" for a in args)
+    if not no_xdist and not _given(args, "-n", "--numprocesses", "--dist", "-d", "--tx"):
+        extra += ["-n", "1"]
+    if not no_xdist and not _given(args, "--max-worker-restart", "--maxworkerrestart"):
+        extra += ["--max-worker-restart", str(WORKER_RESTARTS)]
+    if not _given(args, "--timeout"):
+        extra += ["--timeout", str(TIMEOUT_S.get(_profile(args), TIMEOUT_S["ci"]))]
+    return [*extra, *args]

@@ -1,0 +1,1 @@
+"""Purpose-built faulty implementations for the reliability meta-tests (``tests/reliability``)."""

@@ -1,0 +1,89 @@
+"""Plug-in functions (``--impl tests.faulty.kernels:<name>``) that fail in one way each.
+
+Every one is the float64 reference on most cases and misbehaves only when the query
+length is ``TRIGGER_LEN``, so one run holds both the fault and healthy cases whose
+results must all still be there:
+
+``segfault``     dereferences NULL (SIGSEGV)         ``abort``        calls os.abort() (SIGABRT)
+``hang``         blocks forever inside a C call that holds the GIL (a deadlocked kernel)
+``hog``          allocates (and touches) memory until the worker's limit stops it
+``raises``       raises RuntimeError                 ``wrong_shape``  drops the last query row
+``wrong_type``   returns a string                    ``healthy``      never misbehaves
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from reference import AttentionInputs, AttentionSpec, attention_forward
+
+TRIGGER_LEN = 113  # ci cases with Sq 113 exist for the default (float32, no mask) capabilities
+
+
+def _reference(q, k, v, scale):
+    out = attention_forward(AttentionInputs(q=q, k=k, v=v), AttentionSpec(scale=scale)).out
+    return out.astype(q.dtype)
+
+
+def _triggered(q) -> bool:
+    return q.shape[2] == TRIGGER_LEN
+
+
+def healthy(q, k, v, *, scale):
+    """float64 attention, rounded to the input dtype."""
+    return _reference(q, k, v, scale)
+
+
+def segfault(q, k, v, *, scale):
+    """Reads address 0 on the trigger length."""
+    if _triggered(q):
+        ctypes.string_at(0)
+    return _reference(q, k, v, scale)
+
+
+def abort(q, k, v, *, scale):
+    """os.abort() on the trigger length."""
+    if _triggered(q):
+        os.abort()
+    return _reference(q, k, v, scale)
+
+
+def hang(q, k, v, *, scale):
+    """Locks a plain pthread mutex twice through PyDLL (which keeps the GIL): no signal,
+    no Python thread can end it; only a watchdog outside the interpreter can."""
+    if _triggered(q):
+        libc = ctypes.PyDLL(None)
+        mutex = ctypes.create_string_buffer(64)  # zeroed = PTHREAD_MUTEX_INITIALIZER on glibc
+        libc.pthread_mutex_lock(mutex)
+        libc.pthread_mutex_lock(mutex)
+    return _reference(q, k, v, scale)
+
+
+def hog(q, k, v, *, scale):
+    """Keeps 256 MiB blocks (written, so they are resident) until allocation fails."""
+    if _triggered(q):
+        blocks = []
+        while True:
+            blocks.append(np.ones(1 << 25))
+    return _reference(q, k, v, scale)
+
+
+def raises(q, k, v, *, scale):
+    """Raises on the trigger length."""
+    if _triggered(q):
+        raise RuntimeError("kernel launch failed: invalid configuration argument")
+    return _reference(q, k, v, scale)
+
+
+def wrong_shape(q, k, v, *, scale):
+    """Drops the last query row on the trigger length."""
+    out = _reference(q, k, v, scale)
+    return out[:, :, :-1] if _triggered(q) else out
+
+
+def wrong_type(q, k, v, *, scale):
+    """Returns a string on the trigger length."""
+    return "not an array" if _triggered(q) else _reference(q, k, v, scale)
