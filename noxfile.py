@@ -27,6 +27,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checkout's reports/, whatever nox's cwd
 from benchmarks.sessions import bench_versions  # noqa: E402  (jax_versions' rules, for `bench`)
+from conformance.launch import isolated_args  # noqa: E402  (worker process, per-test timeout)
 from reports import jax_versions  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -104,7 +105,8 @@ def conformance(session: nox.Session, jax: str) -> None:
     # JAX's persistent compilation cache lives with the environment: a rerun skips XLA compiles.
     jax_cache = Path(session.virtualenv.location) / "jax-cache"
     session.run("python", "-m", "pytest", "conformance", "-p", "no:cacheprovider", "--report-dir", report_dir,
-                f"--junitxml={report_dir}/junit.xml", f"--jax-cache-dir={jax_cache}", *session.posargs)
+                f"--junitxml={report_dir}/junit.xml", f"--jax-cache-dir={jax_cache}",
+                *isolated_args(session.posargs))  # -n 1, --max-worker-restart, --timeout unless given
 
 
 @nox.session(python="3.11")
