@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import os
+import resource
 import shlex
 import shutil
 import subprocess
@@ -85,6 +86,7 @@ class RunMeasurement:
     returncode: int = 0
     reference_calls: int = 0
     reference_cases: int = 0
+    cpu_s: float = 0.0  # CPU seconds of all its processes: on a shared machine, what it would cost alone
 
     @property
     def cases_per_s(self) -> float:
@@ -155,17 +157,18 @@ def _verdict(met: bool) -> str:
 
 def render(report: PerfReport) -> str:
     """The Markdown table and the goal lines ``nox -s perf`` prints."""
-    lines = ["| run | wall | cases | checks | cases/s | subject | reference | baseline | harness |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| run | wall | CPU | cases | checks | cases/s | subject | reference | baseline | harness |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in (report.cold, report.warm):
         s = run.split
         failed = "" if run.returncode in (0, 1) else f" (exit {run.returncode})"
         shares = " | ".join(f"{100 * s.fraction(k):.1f}%" for k in (*KINDS, "harness"))
-        lines.append(f"| {run.label}{failed} | {_minutes(run.wall_s)} | {run.cases} | {run.checks} | "
-                     f"{run.cases_per_s:.2f} | {shares} |")
+        lines.append(f"| {run.label}{failed} | {_minutes(run.wall_s)} | {run.cpu_s:.0f} s | {run.cases} | "
+                     f"{run.checks} | {run.cases_per_s:.2f} | {shares} |")
     lines.append("")
     lines.append("Split: shares of the seconds of the processes that ran tests (xdist workers add up); "
-                 "harness = everything outside subject calls, the float64 reference and the baseline.")
+                 "harness = everything outside subject calls, the float64 reference and the baseline. "
+                 "CPU: user + system seconds of all the run's processes (wall >> CPU: a busy machine).")
     for run in (report.cold, report.warm):
         if run.reference_cases:
             lines.append(f"Float64 reference ({run.label}): {run.reference_calls} forward passes for "
@@ -205,15 +208,23 @@ def measure_run(label: str, folder: Path, command: list[str]) -> RunMeasurement:
     shutil.rmtree(probe_dir, ignore_errors=True)
     env = {**os.environ, PROBE_DIR_ENV: str(probe_dir)}
     log = folder / f"{label.split()[0]}.log"
+    cpu_before = _children_cpu_s()
     start = time.perf_counter()
     with log.open("w") as out:
         done = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - start
+    cpu = _children_cpu_s() - cpu_before
     report_dir = Path(command[command.index("--report-dir") + 1])
     cases, checks, reference_cases = count_ran(report_dir)
     probes = read_probes(probe_dir)
     return RunMeasurement(label, wall, cases, checks, split_of(probes), done.returncode,
-                          reference_calls(probes), reference_cases)
+                          reference_calls(probes), reference_cases, cpu)
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of every waited-for descendant (xdist workers roll up into their controller)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def measure_reference(quick: bool = True) -> ReferenceSpeed | None:
