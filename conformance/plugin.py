@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 
-from conformance import isolation, jax_compat, profiles, recording
+from conformance import isolation, jax_compat, profiles, recording, user_cases
 from conformance.catalogue import CHECKS, Planned, plan
 from conformance.runner import Runner, describe
 from conformance.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
+from kernels.base import DTYPES
 from kernels.registry import UnknownSubjectError
 from reports.environment import environment_block
 from reports.records import SCHEMA_VERSION, ResultsFileError, completed_keys, read_results
@@ -54,6 +55,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--jax-cache-dir", default=None,
                     help="JAX's persistent compilation cache folder (every compilation kept, so a "
                          "rerun skips XLA compiles). Default: off (nox -s conformance sets one)")
+    group.addoption("--case", action="append", default=[], metavar="SPEC",
+                    help="also check this case of your own on every subject (repeatable), e.g. "
+                         f"--case '{user_cases.EXAMPLE}' (keys: conformance/user_cases.py)")
     isolation.add_options(group)
 
 
@@ -112,6 +116,10 @@ class ConformancePlugin:
         self._plan: dict[str, tuple[Planned, ...]] | None = None
         self._runner: Runner | None = None
         self._resume_keys: set[tuple[str, str, str]] | None = None
+        try:
+            self.user_cases = tuple(user_cases.parse_case(text, DTYPES) for text in config.getoption("case"))
+        except user_cases.CaseSyntaxError as error:
+            raise pytest.UsageError(str(error)) from None
         if self.resume and self.is_controller:
             self.resume_keys()  # a bad or mismatched results file stops the run here, in one line
 
@@ -142,6 +150,8 @@ class ConformancePlugin:
     def plan(self) -> dict[str, tuple[Planned, ...]]:
         if self._plan is None:
             self._plan = plan(self.subjects, self.profile, self.seed)
+            if self.user_cases:
+                self._plan = user_cases.extend_plan(self._plan, self.subjects, self.user_cases)
         return self._plan
 
     @property
