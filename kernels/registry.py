@@ -102,6 +102,11 @@ def _import_attribute(path: str, what: str) -> Any:
             f"{what!r}: cannot import module {module_name!r} ({error}); "
             f"check the spelling and that it is on sys.path"
         ) from error
+    except Exception as error:  # the module itself fails while importing: still one line, not a traceback
+        raise UnknownSubjectError(
+            f"{what!r}: importing module {module_name!r} raised {type(error).__name__}: {error}; "
+            f"fix that module (or what it imports) and retry"
+        ) from error
     for part in attribute.split("."):
         try:
             obj = getattr(obj, part)
