@@ -1,0 +1,93 @@
+"""Faults of the implementation under test: each becomes a failed case naming the fault,
+and every healthy case's result is still there (tests.faulty.kernels, one run for all)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reports.records import read_results
+from tests.reliability.suite import FAULTY, FAULTY_CASE, HEALTHY_CASE, TINY, run_suite
+
+FAULTS = ("segfault", "abort", "hang", "hog", "raises", "wrong_shape", "wrong_type")
+CHECKS = ("shape_dtype", "forward", "finite")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """All faulty subjects and a healthy one in one run: 10 s timeout, 2 GiB per worker."""
+    folder = tmp_path_factory.mktemp("faults")
+    impl = ",".join(f"{FAULTY}:{name}" for name in (*FAULTS, "healthy"))
+    done = run_suite(folder, impl, "-k", TINY, "--timeout", "10", "--worker-memory-limit", "2G")
+    results = read_results(folder)
+    records = {(r.case.subject.split(":")[1], r.case.case_id.split("-", 1)[1], r.check): r
+               for r in results.results}
+    return done, results, records, (folder / "report.md").read_text()
+
+
+def faulted(records, name):
+    """The first check of the faulty case (the one that met the fault) and the case's other records."""
+    first, *rest = (records[(name, FAULTY_CASE, check)] for check in CHECKS)
+    return first, rest
+
+
+def test_the_run_finishes_and_every_healthy_result_is_there(run):
+    done, results, records, _ = run
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert results.complete  # the run went on to its end record
+    assert "Traceback" not in done.stderr
+    for name in (*FAULTS, "healthy"):
+        for check in CHECKS:
+            assert records[(name, HEALTHY_CASE, check)].verdict == "pass", (name, check)
+    assert all(records[("healthy", FAULTY_CASE, check)].verdict == "pass" for check in CHECKS)
+
+
+def test_segfault_names_the_signal(run):
+    _, _, records, report = run
+    first, rest = faulted(records, "segfault")
+    assert first.verdict == "error" and "SIGSEGV" in first.reason
+    assert "tests/faulty/kernels.py" in first.reason and "in segfault" in first.reason  # where it died
+    assert first.features == ("shape_dtype", "float32")  # so the error shows in the report's grid
+    assert all(r.verdict == "error" and "not run" in r.reason and "SIGSEGV" in r.reason for r in rest)
+    assert "SIGSEGV" in report
+
+
+def test_abort_names_the_signal(run):
+    first, rest = faulted(run[2], "abort")
+    assert first.verdict == "error" and "SIGABRT" in first.reason
+    assert all(r.verdict == "error" and "SIGABRT" in r.reason for r in rest)
+
+
+def test_a_hang_inside_c_holding_the_gil_times_out(run):
+    first, rest = faulted(run[2], "hang")
+    assert first.verdict == "error"
+    assert "timed out" in first.reason and "--timeout 10 s" in first.reason and "in hang" in first.reason
+    assert all(r.verdict == "error" and "timed out" in r.reason for r in rest)  # not hung again
+    assert "timed out" in run[3]
+
+
+def test_memory_exhaustion_stops_at_the_worker_limit(run):
+    first, rest = faulted(run[2], "hog")
+    assert first.verdict == "error" and "MemoryError" in first.reason
+    assert all(r.verdict == "error" for r in rest)
+
+
+def test_an_exception_is_an_error_with_its_message(run):
+    first, rest = faulted(run[2], "raises")
+    expected = "RuntimeError: kernel launch failed: invalid configuration argument"
+    assert first.verdict == "error" and expected in first.reason
+    assert all(expected in r.reason for r in rest)
+
+
+def test_a_wrong_shape_fails_shape_and_forward(run):
+    records = run[2]
+    for check in ("shape_dtype", "forward"):
+        record = records[("wrong_shape", FAULTY_CASE, check)]
+        assert record.verdict == "fail" and "(1, 1, 112, 64), expected (1, 1, 113, 64)" in record.reason
+
+
+def test_a_wrong_type_fails_shape_and_forward(run):
+    records = run[2]
+    shape = records[("wrong_type", FAULTY_CASE, "shape_dtype")]
+    assert shape.verdict == "fail" and "expected float32" in shape.reason
+    assert records[("wrong_type", FAULTY_CASE, "forward")].verdict == "fail"
+
