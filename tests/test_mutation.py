@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import subprocess
 import sys
 import time
@@ -23,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from conformance.catalogue import CHECKS, RUNTIME_CHECKS
-from reports.records import read_results
+from reports.records import CaseResult, read_results
 from tests.conftest import MUTANT_PROPERTY
-from tests.mutants.catalogue import CONTROLS, MUTANTS, Mutant
+from tests.mutants.catalogue import CONTROLS, MUTANTS, Mutant, by_name
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
@@ -54,16 +55,23 @@ def selection() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class SuiteRun:
-    """One suite run: subject name -> check -> verdicts, by ``--impl`` path."""
+    """One suite run's records, by ``--impl`` path, and its output."""
 
-    verdicts: dict[str, dict[str, frozenset[str]]]
+    records: dict[str, tuple[CaseResult, ...]]
     seconds: float
     output: str
 
-    def of(self, path: str) -> dict[str, frozenset[str]]:
-        if path not in self.verdicts:
+    def of(self, path: str) -> tuple[CaseResult, ...]:
+        if path not in self.records:
             raise AssertionError(f"no records for {path}; suite output:\n{self.output[-3000:]}")
-        return self.verdicts[path]
+        return self.records[path]
+
+    def verdicts(self, path: str) -> dict[str, frozenset[str]]:
+        """check -> the verdicts it gave ``path`` over the selected cases."""
+        by_check: dict[str, set[str]] = defaultdict(set)
+        for record in self.of(path):
+            by_check[record.check].add(record.verdict)
+        return {check: frozenset(v) for check, v in by_check.items()}
 
 
 def run_suite(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
@@ -80,12 +88,10 @@ def run_suite(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
     assert results.complete, f"suite run did not finish:\n{output[-3000:]}"
     # The header lists subject names in --impl order: map them back to the paths.
     names = dict(zip(results.header["subjects"], impls, strict=True))
-    verdicts: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    records: dict[str, list[CaseResult]] = defaultdict(list)
     for record in results.results:
-        verdicts[names[record.case.subject]][record.check].add(record.verdict)
-    frozen = {path: {check: frozenset(v) for check, v in by_check.items()}
-              for path, by_check in verdicts.items()}
-    return SuiteRun(frozen, seconds, output)
+        records[names[record.case.subject]].append(record)
+    return SuiteRun({path: tuple(r) for path, r in records.items()}, seconds, output)
 
 
 class LazySuite:
@@ -115,7 +121,7 @@ def test_the_catalogue_is_complete():
 def test_mutant_is_rejected_by_its_check(mutant: Mutant, suite: LazySuite, record_property):
     caught, verdicts = False, {}
     try:
-        verdicts = suite.run.of(mutant.path)
+        verdicts = suite.run.verdicts(mutant.path)
         caught = all("fail" in verdicts.get(check, ()) for check in mutant.checks)
     finally:
         record_property(MUTANT_PROPERTY, {"mutant": mutant.name, "caught": caught})
@@ -125,9 +131,22 @@ def test_mutant_is_rejected_by_its_check(mutant: Mutant, suite: LazySuite, recor
 
 @pytest.mark.parametrize("control", CONTROLS)
 def test_correct_subject_passes_every_check(control: str, suite: LazySuite):
-    verdicts = suite.run.of(control)
+    verdicts = suite.run.verdicts(control)
     bad = {check: sorted(v - {"pass", "unsupported"}) for check, v in verdicts.items()
            if v - {"pass", "unsupported"}}
     assert not bad, f"{control} is correct but got {bad}:\n{suite.run.output[-3000:]}"
     ran = {check for check, v in verdicts.items() if "pass" in v}
     assert {"shape_dtype", "forward", "finite", "no_mutation", "determinism", "recompile", "leak"} <= ran
+
+
+def test_precision_loss_is_caught_by_the_baseline_ratio(suite: LazySuite):
+    """bf16 accumulation is not garbage: its error is finite and of the order of plain bf16
+    attention's own rounding error. It is rejected because it is more than k times that error,
+    the baseline-relative rule, where a fixed bf16 tolerance loose enough for the plain
+    implementation on every input kind could not tell the two apart."""
+    failed = [r for r in suite.run.of(by_name("bf16_accumulator").path)
+              if r.check == "forward" and r.verdict == "fail"]
+    assert failed
+    for record in failed:
+        (out,) = record.metrics
+        assert math.isfinite(out.max_abs) and out.k < out.ratio < 20, out

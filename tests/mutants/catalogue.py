@@ -89,9 +89,10 @@ CONTROLS: tuple[str, ...] = (
 )
 
 
-def by_check() -> dict[str, tuple[Mutant, ...]]:
-    """First target check -> its mutants, in catalogue order (one suite run per check)."""
-    groups: dict[str, list[Mutant]] = {}
+def by_name(name: str) -> Mutant:
+    """The mutant called ``name`` (KeyError naming the choices otherwise)."""
     for mutant in MUTANTS:
-        groups.setdefault(mutant.checks[0], []).append(mutant)
-    return {check: tuple(group) for check, group in groups.items()}
+        if mutant.name == name:
+            return mutant
+    raise KeyError(f"no mutant {name!r}; mutants are {[m.name for m in MUTANTS]}")
+
