@@ -149,6 +149,8 @@ class ControllerIsolation:
         self.memory_limit = parse_size(config.getoption("worker_memory_limit"))
         self.started: dict[str, float] = {}
         self.faults: dict[str, str] = {}
+        self.scheduled: set[str] = set()  # every test a worker collected (after deselection)
+        self.finished: set[str] = set()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -157,6 +159,25 @@ class ControllerIsolation:
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self.started[nodeid] = time.monotonic()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.scheduled.update(ids)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when in ("teardown", "???"):  # "???": xdist's report of a test whose worker died
+            self.finished.add(report.nodeid)
+
+    def unfinished(self) -> int:
+        """Tests scheduled but never reported: xdist gave up (--max-worker-restart) or -x stopped it."""
+        return len(self.scheduled - self.finished)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        missing = self.unfinished()
+        if missing:
+            terminalreporter.write_line(
+                f"conformance: {missing} checks never ran; results.jsonl is left incomplete: "
+                "rerun with --resume (and a larger --max-worker-restart) to finish it", red=True)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
@@ -265,6 +286,12 @@ def _known_faults(folder: Path) -> dict[str, str]:
         return json.loads((folder / FAULTS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def unfinished(config: pytest.Config) -> int:
+    """How many scheduled tests never reported (0 without xdist: there, pytest itself stops)."""
+    plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    return plugin.unfinished() if isinstance(plugin, ControllerIsolation) else 0
 
 
 def configure(config: pytest.Config, lookup: Callable[[str, str], Planned | None]) -> None:

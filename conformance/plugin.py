@@ -282,7 +282,8 @@ class ConformancePlugin:
             "hypothesis_seed": self.seed,
             "command": _command_line(),
         }
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        # Checks that never ran (xdist out of worker restarts) leave the file incomplete, for --resume.
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or isolation.unfinished(self.config) > 0
         self.recorder.finish(summary, interrupted=interrupted)
         self.recorder = None
         _render_report(self.report_dir, self.config)

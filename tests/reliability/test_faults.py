@@ -91,3 +91,12 @@ def test_a_wrong_type_fails_shape_and_forward(run):
     assert shape.verdict == "fail" and "expected float32" in shape.reason
     assert records[("wrong_type", FAULTY_CASE, "forward")].verdict == "fail"
 
+
+
+def test_when_xdist_gives_up_on_restarts_the_results_stay_incomplete(tmp_path):
+    done = run_suite(tmp_path, f"{FAULTY}:abort", "-k", TINY, "--max-worker-restart", "0")
+    assert done.returncode == 1
+    assert "checks never ran" in done.stdout and "--resume" in done.stdout
+    results = read_results(tmp_path)
+    assert not results.complete  # the gate will not take a run that skipped cases for a clean one
+    assert [r.verdict for r in results.results] == ["error"]
