@@ -8,7 +8,9 @@ calls them by (so nothing is counted twice):
     reference  conformance.artifacts.attention_forward / attention_backward (float64)
     baseline   conformance.baseline.forward / gradients (NumPy, same dtype)
 
-and writes one JSON file per process (xdist workers included) into the folder named by
+Calls made while a failure is being shrunk (``conformance.shrink.shrink``) are also counted
+under ``<target>@shrink``, so "once per case" can be told apart from shrinking's extra cases.
+It writes one JSON file per process (xdist workers included) into the folder named by
 ``$SUITE_PROBE_DIR``: the seconds and calls of each kind, the tests the process ran, and
 its lifetime from process start (imports included) to pytest's unconfigure. Everything
 else a process did is harness. Without ``$SUITE_PROBE_DIR`` the plugin does nothing.
@@ -48,6 +50,7 @@ class Probe:
         self.calls: collections.Counter[str] = collections.Counter()
         self.target_calls: collections.Counter[str] = collections.Counter()  # by "module.attribute"
         self.tests = 0
+        self.shrinking = 0  # depth of conformance.shrink.shrink calls in progress
         self.patch = pytest.MonkeyPatch()
 
     def timed(self, kind: str, target: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,7 +61,17 @@ class Probe:
             finally:
                 self.seconds[kind] += time.perf_counter() - start
                 self.calls[kind] += 1
-                self.target_calls[target] += 1
+                self.target_calls[target + ("@shrink" if self.shrinking else "")] += 1
+
+        return wrapper
+
+    def flagged(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.shrinking += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.shrinking -= 1
 
         return wrapper
 
@@ -69,6 +82,8 @@ class Probe:
             module = importlib.import_module(module_name)
             wrapped = self.timed(kind, f"{module_name}.{attribute}", getattr(module, attribute))
             self.patch.setattr(module, attribute, wrapped)
+        shrink = importlib.import_module("conformance.shrink")  # looked up at each use by the runner
+        self.patch.setattr(shrink, "shrink", self.flagged(shrink.shrink))
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):

@@ -74,9 +74,9 @@ class Split:
 class RunMeasurement:
     """One suite run: wall time from the parent, checks and cases that ran, the split.
 
-    reference_calls: float64 forward passes computed; reference_cases: cases whose checks
-    need one (every ran case but those only the ``raises`` check runs). Shrinking a
-    failure adds calls for the smaller cases it tries."""
+    reference_calls: float64 forward passes computed for the run's cases; reference_cases:
+    cases whose checks need one (every ran case but those only the ``raises`` check runs);
+    shrink_reference_calls: passes for the smaller cases tried while shrinking failures."""
 
     label: str
     wall_s: float
@@ -87,6 +87,7 @@ class RunMeasurement:
     reference_calls: int = 0
     reference_cases: int = 0
     cpu_s: float = 0.0  # CPU seconds of all its processes: on a shared machine, what it would cost alone
+    shrink_reference_calls: int = 0
 
     @property
     def cases_per_s(self) -> float:
@@ -137,8 +138,11 @@ def count_ran(report_dir: Path) -> tuple[int, int, int]:
     return len({r.case.case_id for r in ran}), len(ran), len(need_reference)
 
 
-def reference_calls(processes: Iterable[ProcessTimes]) -> int:
-    return sum(p.target_calls.get(REFERENCE_TARGET, 0) for p in processes)
+def reference_calls(processes: Iterable[ProcessTimes], shrinking: bool = False) -> int:
+    """Float64 forward passes for the run's own cases (or, ``shrinking``, for the smaller
+    cases tried while shrinking failures)."""
+    target = REFERENCE_TARGET + ("@shrink" if shrinking else "")
+    return sum(p.target_calls.get(target, 0) for p in processes)
 
 
 def parse_bench(stdout: str) -> ReferenceSpeed:
@@ -172,7 +176,8 @@ def render(report: PerfReport) -> str:
     for run in (report.cold, report.warm):
         if run.reference_cases:
             lines.append(f"Float64 reference ({run.label}): {run.reference_calls} forward passes for "
-                         f"{run.reference_cases} cases that need one (shrinking a failure adds some).")
+                         f"{run.reference_cases} cases that need one, and {run.shrink_reference_calls} "
+                         "for smaller cases tried while shrinking failures.")
     if report.reference is not None:
         ref = report.reference
         lines.append(f"Reference: {ref.reference_gflops:.2f} GFLOP/s, {ref.ratio:.3f} x float64 matmul "
@@ -218,7 +223,7 @@ def measure_run(label: str, folder: Path, command: list[str]) -> RunMeasurement:
     cases, checks, reference_cases = count_ran(report_dir)
     probes = read_probes(probe_dir)
     return RunMeasurement(label, wall, cases, checks, split_of(probes), done.returncode,
-                          reference_calls(probes), reference_cases, cpu)
+                          reference_calls(probes), reference_cases, cpu, reference_calls(probes, True))
 
 
 def _children_cpu_s() -> float:

@@ -12,7 +12,8 @@ from benchmarks.suite_speed import REFERENCE_TARGET, count_ran, read_probes, ref
 from conformance import artifacts, baseline
 
 ROOT = Path(__file__).resolve().parents[2]
-TOY = "tests.conformance.toy_subjects:exact"
+TOYS = "tests.conformance.toy_subjects"
+TOY = f"{TOYS}:exact"
 SMALL = "float32 and full-B1-Hq1-Hkv1-Sq128-Sk128-D64"
 
 
@@ -31,3 +32,14 @@ def test_a_run_with_the_probe_writes_its_split_and_restores_the_suite(tmp_path, 
     split = split_of([probe])
     assert split.total == pytest.approx(probe.lifetime_s) and split.harness > 0
     assert (artifacts.timed_call, artifacts.attention_forward, baseline.forward) == originals
+
+
+def test_reference_passes_while_shrinking_a_failure_are_counted_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv(suite_probe.PROBE_DIR_ENV, str(tmp_path / "probe"))
+    code = pytest.main([str(ROOT / "conformance"), "-p", "no:cacheprovider", "-q", "--no-header",
+                        "-p", "benchmarks.suite_probe", "--impl", f"{TOYS}:scaled_wrong",
+                        "--report-dir", str(tmp_path / "report"), "-k", "test_forward and " + SMALL])
+    assert code == 1  # the forward check fails, and the failure is shrunk
+    (probe,) = read_probes(tmp_path / "probe")
+    assert reference_calls([probe]) == count_ran(tmp_path / "report")[2]  # the run's own cases, once each
+    assert reference_calls([probe], shrinking=True) >= 1  # the smaller cases shrinking tried

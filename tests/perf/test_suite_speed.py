@@ -96,10 +96,11 @@ def test_a_crashed_run_is_flagged_and_a_missing_bench_is_left_out():
 def test_reference_passes_are_counted_over_processes_and_shown_per_run():
     target = "conformance.artifacts.attention_forward"
     procs = [ProcessTimes({}, 0, 1.0, "", {}), ProcessTimes({}, 5, 9.0, "gw0", {target: 7, "other": 3}),
-             ProcessTimes({}, 5, 9.0, "gw1", {target: 5})]
-    assert reference_calls(procs) == 12
+             ProcessTimes({}, 5, 9.0, "gw1", {target: 5, target + "@shrink": 4})]
+    assert reference_calls(procs) == 12 and reference_calls(procs, shrinking=True) == 4
     report = _report(100.0, 40.0, 5.0)
-    cold = dataclasses.replace(report.cold, reference_calls=12, reference_cases=12)
+    cold = dataclasses.replace(report.cold, reference_calls=12, reference_cases=12, shrink_reference_calls=4)
     text = render(dataclasses.replace(report, cold=cold))
-    assert "Float64 reference (cold (empty cache)): 12 forward passes for 12 cases" in text
+    assert ("Float64 reference (cold (empty cache)): 12 forward passes for 12 cases that need one, "
+            "and 4 for smaller cases tried while shrinking failures.") in text
     assert "Float64 reference (warm" not in text  # no count, no line
