@@ -105,10 +105,14 @@ class ReferenceSpeed:
 
 @dataclasses.dataclass(frozen=True)
 class PerfReport:
+    """differing: checks whose verdict differs between the cold and warm run (the cache must
+    change speed only); None when not compared."""
+
     cold: RunMeasurement
     warm: RunMeasurement
     reference: ReferenceSpeed | None
     command: str = ""
+    differing: tuple[str, ...] | None = None
 
     @property
     def speedup(self) -> float:
@@ -145,6 +149,15 @@ def reference_calls(processes: Iterable[ProcessTimes], shrinking: bool = False) 
     return sum(p.target_calls.get(target, 0) for p in processes)
 
 
+def differing_verdicts(cold_dir: Path, warm_dir: Path) -> tuple[str, ...]:
+    """``case_id check: cold -> warm`` for each check whose verdict differs (or is missing)."""
+    cold = {r.key: r.verdict for r in read_results(cold_dir).results}
+    warm = {r.key: r.verdict for r in read_results(warm_dir).results}
+    return tuple(f"{case} {check}: {cold.get(k, 'missing')} -> {warm.get(k, 'missing')}"
+                 for k in sorted(cold.keys() | warm.keys()) if cold.get(k) != warm.get(k)
+                 for _, case, check in (k,))
+
+
 def parse_bench(stdout: str) -> ReferenceSpeed:
     """The JSON on ``python -m reference.bench``'s last line."""
     data = json.loads(stdout.strip().splitlines()[-1])
@@ -178,6 +191,10 @@ def render(report: PerfReport) -> str:
             lines.append(f"Float64 reference ({run.label}): {run.reference_calls} forward passes for "
                          f"{run.reference_cases} cases that need one, and {run.shrink_reference_calls} "
                          "for smaller cases tried while shrinking failures.")
+    if report.differing is not None:
+        shown = "; ".join(report.differing[:3]) + (" ..." if len(report.differing) > 3 else "")
+        lines.append("Verdicts: the same in both runs." if not report.differing else
+                     f"Verdicts: {len(report.differing)} differ between the runs: {shown}")
     if report.reference is not None:
         ref = report.reference
         lines.append(f"Reference: {ref.reference_gflops:.2f} GFLOP/s, {ref.ratio:.3f} x float64 matmul "
@@ -265,7 +282,8 @@ def main(argv: list[str] | None = None) -> PerfReport:
         print(f"{label}: {runs[-1].wall_s:.0f} s", file=sys.stderr, flush=True)
     shown = shlex.join(["python", *suite_command(args.impl, Path("DIR"), Path("CACHE"), args.workers,
                                                  args.extra)[1:]])
-    report = PerfReport(runs[0], runs[1], measure_reference(quick=not args.full_bench), shown)
+    differing = differing_verdicts(out / "cold" / "report", out / "warm" / "report")
+    report = PerfReport(runs[0], runs[1], measure_reference(quick=not args.full_bench), shown, differing)
     text = render(report)
     (out / "perf.md").write_text(text + "\n")
     (out / "perf.json").write_text(json.dumps(_as_json(report), indent=1))

@@ -13,12 +13,14 @@ from benchmarks.suite_speed import (
     ReferenceSpeed,
     RunMeasurement,
     Split,
+    differing_verdicts,
     parse_bench,
     read_probes,
     reference_calls,
     render,
     split_of,
 )
+from reports.records import CaseDescription, CaseResult, ResultsWriter
 
 
 def _times(subject: float, reference: float, baseline: float, lifetime: float, tests: int = 10,
@@ -104,3 +106,30 @@ def test_reference_passes_are_counted_over_processes_and_shown_per_run():
     assert ("Float64 reference (cold (empty cache)): 12 forward passes for 12 cases that need one, "
             "and 4 for smaller cases tried while shrinking failures.") in text
     assert "Float64 reference (warm" not in text  # no count, no line
+
+
+def test_verdicts_that_differ_between_cold_and_warm_are_listed(tmp_path):
+    cold, warm = run_folder(tmp_path / "cold"), run_folder(tmp_path / "warm")
+    write_records(cold, [("c1", "forward", "pass"), ("c1", "lse", "pass"), ("c2", "forward", "fail")])
+    write_records(warm, [("c1", "forward", "pass"), ("c1", "lse", "fail")])
+    assert differing_verdicts(cold, warm) == ("c1 lse: pass -> fail", "c2 forward: fail -> missing")
+    assert differing_verdicts(cold, cold) == ()
+    report = _report(100.0, 40.0, 5.0)
+    assert "Verdicts: the same in both runs." in render(dataclasses.replace(report, differing=()))
+    text = render(dataclasses.replace(report, differing=differing_verdicts(cold, warm)))
+    assert "Verdicts: 2 differ between the runs: c1 lse: pass -> fail; c2 forward: fail -> missing" in text
+    assert "Verdicts" not in render(report)
+
+
+def run_folder(path):
+    path.mkdir()
+    return path
+
+
+def write_records(folder, rows):
+    writer = ResultsWriter(folder, {"impl": "toy"})
+    for case_id, check, verdict in rows:
+        case = CaseDescription(case_id, "toy", "float32", batch=1, q_heads=1, kv_heads=1, q_len=1, kv_len=1,
+                               head_dim=8, v_head_dim=8)
+        writer.append(CaseResult(case=case, check=check, verdict=verdict))
+    writer.finish()
