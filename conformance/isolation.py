@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from conformance import recording
+from conformance import recording, repro
 from conformance.catalogue import Planned
 from conformance.runner import describe
 from reports.records import CaseResult, write_json_atomic
@@ -142,9 +142,11 @@ def _innermost_frames(words: str, count: int = 4) -> str:
 class ControllerIsolation:
     """Controller side: hands workers their settings, explains crashes, remembers crashed cases."""
 
-    def __init__(self, config: pytest.Config, lookup: Callable[[str, str], Planned | None]):
+    def __init__(self, config: pytest.Config, lookup: Callable[[str, str], Planned | None],
+                 spec_of: Callable[[str], str]):
         self.config = config
         self.lookup = lookup
+        self.spec_of = spec_of
         self.folder = Path(tempfile.mkdtemp(prefix="conformance-workers-"))
         self.memory_limit = parse_size(config.getoption("worker_memory_limit"))
         self.started: dict[str, float] = {}
@@ -194,8 +196,11 @@ class ControllerIsolation:
         planned = self.lookup(*parsed) if parsed else None
         if planned is None:
             return
-        report.user_properties = [*getattr(report, "user_properties", ()), recording.case_property(
-            describe(planned.case), planned.check, planned_features(planned))]
+        # The whole record, repro script included: running it shows the crash again, outside the suite.
+        script = repro.script(planned.case, planned.check, self.spec_of(planned.case.subject))
+        result = CaseResult(case=describe(planned.case), check=planned.check, verdict="error", reason=reason,
+                            features=planned_features(planned), repro=script)
+        report.user_properties = [*getattr(report, "user_properties", ()), recording.result_property(result)]
         self.faults[planned.case.case_id] = f"{planned.check}: {reason.splitlines()[0]}"
         write_json_atomic(self.folder / FAULTS_FILE, self.faults)
 
@@ -294,7 +299,8 @@ def unfinished(config: pytest.Config) -> int:
     return plugin.unfinished() if isinstance(plugin, ControllerIsolation) else 0
 
 
-def configure(config: pytest.Config, lookup: Callable[[str, str], Planned | None]) -> None:
+def configure(config: pytest.Config, lookup: Callable[[str, str], Planned | None],
+              spec_of: Callable[[str], str]) -> None:
     """Register the side of isolation this process plays (nothing without xdist)."""
     if config.pluginmanager.get_plugin(PLUGIN_NAME) is not None:
         return
@@ -303,4 +309,4 @@ def configure(config: pytest.Config, lookup: Callable[[str, str], Planned | None
         if DIR_KEY in workerinput:
             config.pluginmanager.register(WorkerIsolation(config), PLUGIN_NAME)
     elif config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(ControllerIsolation(config, lookup), PLUGIN_NAME)
+        config.pluginmanager.register(ControllerIsolation(config, lookup, spec_of), PLUGIN_NAME)

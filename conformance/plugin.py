@@ -70,7 +70,7 @@ def configure(config: pytest.Config) -> None:
         config.pluginmanager.register(plugin, PLUGIN_NAME)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistSeed(plugin), PLUGIN_NAME + "-xdist")
-        isolation.configure(config, plugin.planned)
+        isolation.configure(config, plugin.planned, plugin.spec_of)
 
 
 def of(config: pytest.Config) -> ConformancePlugin:
@@ -159,6 +159,10 @@ class ConformancePlugin:
         if self._runner is None:
             self._runner = Runner(self.subjects, self.profile, shrink=self.shrink)
         return self._runner
+
+    def spec_of(self, subject: str) -> str:
+        """What --impl named a subject by (repro scripts resolve it again)."""
+        return next((s.spec for s in self.subjects if s.name == subject), subject)
 
     def planned(self, check: str, case_id: str) -> Planned | None:
         """The planned item of a check by case id (isolation: the case a dead worker was running)."""

@@ -92,7 +92,7 @@ class Recorder:
 
     def _record(self, report: Any) -> CaseResult | None:
         raw = _property(report, RESULT_PROPERTY)
-        if raw is not None and report.when == "call":
+        if raw is not None and report.when not in ("setup", "teardown"):  # the call, or xdist's crash report
             return case_result_from_json(json.loads(raw))
         phase_failed = report.when == "setup" and report.outcome == "failed"  # a setup skip is pytest's
         crashed = report.when not in ("setup", "call", "teardown")  # xdist's report for a dead worker

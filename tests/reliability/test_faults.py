@@ -47,6 +47,7 @@ def test_segfault_names_the_signal(run):
     assert first.verdict == "error" and "SIGSEGV" in first.reason
     assert "tests/faulty/kernels.py" in first.reason and "in segfault" in first.reason  # where it died
     assert first.features == ("shape_dtype", "float32")  # so the error shows in the report's grid
+    assert "run_check(case, 'shape_dtype', impl='tests.faulty.kernels:segfault')" in first.repro
     assert all(r.verdict == "error" and "not run" in r.reason and "SIGSEGV" in r.reason for r in rest)
     assert "SIGSEGV" in report
 
