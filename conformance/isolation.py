@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import json
+import math
 import os
 import resource
 import shutil
@@ -61,19 +62,20 @@ def add_options(group: Any) -> None:
 
 def parse_size(text: str) -> int:
     """'8G', '512M', '1.5g', '1000000' -> bytes; 'auto' -> 80% of physical memory; '0' -> 0 (no limit)."""
-    text = str(text).strip().lower()
+    given, text = str(text).strip(), str(text).strip().lower()
     if text == "auto":
         return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    factor = units.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in units else text
+    number = text.removesuffix("b").removesuffix("i")  # 8G, 8GB and 8GiB all mean 8 * 2**30
+    factor = units.get(number[-1:], 1)
+    number = number[:-1] if number[-1:] in units else number
     try:
-        value = float(number.removesuffix("i"))
+        value = float(number)
     except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 0):
         raise pytest.UsageError(
-            f"--worker-memory-limit {text!r} is not a size; write e.g. 8G, 512M or 0 (no limit)") from None
-    if value < 0:
-        raise pytest.UsageError(f"--worker-memory-limit {text!r} is negative; write e.g. 8G, or 0 (no limit)")
+            f"--worker-memory-limit {given!r} is not a size; write e.g. 8G, 512M or 0 (no limit)")
     return int(value * factor)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.isolation import parse_size
 from conformance.launch import isolated_args
 
 
@@ -30,3 +31,14 @@ def test_no_xdist_means_no_workers_but_still_a_timeout():
 def test_the_timeout_fits_the_profile(profile, seconds):
     args = isolated_args(["--profile", profile])
     assert args[args.index("--timeout") + 1] == seconds
+
+
+@pytest.mark.parametrize("text, size", [("8G", 8 << 30), ("8GiB", 8 << 30), ("512m", 512 << 20), ("0", 0)])
+def test_memory_sizes(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "-1G", "nan", "inf", ""])
+def test_a_bad_memory_size_is_a_usage_error(text):
+    with pytest.raises(pytest.UsageError, match="is not a size; write e.g. 8G"):
+        parse_size(text)
