@@ -7,6 +7,7 @@ results must all still be there:
 ``segfault``     dereferences NULL (SIGSEGV)         ``abort``        calls os.abort() (SIGABRT)
 ``hang``         blocks forever inside a C call that holds the GIL (a deadlocked kernel)
 ``hog``          allocates (and touches) memory until the worker's limit stops it
+``oom_killed``   dies of SIGKILL, leaving no last words (the kernel's OOM killer)
 ``raises``       raises RuntimeError                 ``wrong_shape``  drops the last query row
 ``wrong_type``   returns a string                    ``healthy``      never misbehaves
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 
 import numpy as np
 
@@ -63,11 +65,19 @@ def hang(q, k, v, *, scale):
 
 
 def hog(q, k, v, *, scale):
-    """Keeps 256 MiB blocks (written, so they are resident) until allocation fails."""
+    """Keeps 256 MiB blocks until allocation fails. Untouched (np.empty): the worker's limit
+    counts what is mapped, and writing gigabytes on a loaded 2-core machine takes seconds each."""
     if _triggered(q):
         blocks = []
         while True:
-            blocks.append(np.ones(1 << 25))
+            blocks.append(np.empty(1 << 25))
+    return _reference(q, k, v, scale)
+
+
+def oom_killed(q, k, v, *, scale):
+    """Dies of SIGKILL on the trigger length, as under the kernel's out-of-memory killer."""
+    if _triggered(q):
+        os.kill(os.getpid(), signal.SIGKILL)
     return _reference(q, k, v, scale)
 
 

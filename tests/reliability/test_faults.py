@@ -8,7 +8,7 @@ import pytest
 from reports.records import read_results
 from tests.reliability.suite import FAULTY, FAULTY_CASE, HEALTHY_CASE, TINY, run_suite
 
-FAULTS = ("segfault", "abort", "hang", "hog", "raises", "wrong_shape", "wrong_type")
+FAULTS = ("segfault", "abort", "hang", "hog", "oom_killed", "raises", "wrong_shape", "wrong_type")
 CHECKS = ("shape_dtype", "forward", "finite")
 
 
@@ -25,9 +25,11 @@ def run(tmp_path_factory):
 
 
 def faulted(records, name):
-    """The first check of the faulty case (the one that met the fault) and the case's other records."""
-    first, *rest = (records[(name, FAULTY_CASE, check)] for check in CHECKS)
-    return first, rest
+    """The check of the faulty case that met the fault, and the case's other records. (Which check
+    runs first is xdist's choice: after a crash it may hand the pending tests out in another order.)"""
+    records = [records[(name, FAULTY_CASE, check)] for check in CHECKS]
+    first = next((r for r in records if not r.reason.startswith("not run")), records[0])
+    return first, [r for r in records if r is not first]
 
 
 def test_the_run_finishes_and_every_healthy_result_is_there(run):
@@ -46,8 +48,8 @@ def test_segfault_names_the_signal(run):
     first, rest = faulted(records, "segfault")
     assert first.verdict == "error" and "SIGSEGV" in first.reason
     assert "tests/faulty/kernels.py" in first.reason and "in segfault" in first.reason  # where it died
-    assert first.features == ("shape_dtype", "float32")  # so the error shows in the report's grid
-    assert "run_check(case, 'shape_dtype', impl='tests.faulty.kernels:segfault')" in first.repro
+    assert first.features == (first.check, "float32")  # so the error shows in the report's grid
+    assert f"run_check(case, '{first.check}', impl='tests.faulty.kernels:segfault')" in first.repro
     assert all(r.verdict == "error" and "not run" in r.reason and "SIGSEGV" in r.reason for r in rest)
     assert "SIGSEGV" in report
 
@@ -70,6 +72,12 @@ def test_memory_exhaustion_stops_at_the_worker_limit(run):
     first, rest = faulted(run[2], "hog")
     assert first.verdict == "error" and "MemoryError" in first.reason
     assert all(r.verdict == "error" for r in rest)
+
+
+def test_a_worker_killed_from_outside_names_sigkill(run):
+    first, rest = faulted(run[2], "oom_killed")
+    assert first.verdict == "error" and "SIGKILL" in first.reason and "out-of-memory killer" in first.reason
+    assert all(r.verdict == "error" and "SIGKILL" in r.reason for r in rest)
 
 
 def test_an_exception_is_an_error_with_its_message(run):
