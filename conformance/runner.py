@@ -132,10 +132,14 @@ class Runner:
         from conformance.shrink import shrink  # hypothesis' search; imported only on failure
 
         start = time.perf_counter()
+        # The smaller cases get a store of their own: in the session's, dozens of them would
+        # evict this case's reference and outputs, which its remaining checks still need.
+        session_store, self.store = self.store, ArtifactStore()
         try:
             return shrink(case, self.subjects[case.subject].capabilities,
                           lambda c: self._fails_like(check, c, verdict), self.shrink_seconds_left)
         finally:
+            self.store = session_store
             self.shrink_seconds_left -= time.perf_counter() - start
 
     def _fails_like(self, check: str, case: Case, verdict: str) -> bool:

@@ -56,3 +56,22 @@ def test_the_reference_is_computed_once_per_case(tmp_path, monkeypatch):
     assert len(calls) == len(cases)
     assert max(baselines.values()) == 1 and len(baselines) == len(cases)
     assert adapters == {TOY: 1}  # one adapter instance serves every case of the session
+
+
+def test_shrinking_a_failure_does_not_evict_the_case_it_shrinks(tmp_path, monkeypatch):
+    """forward and lse fail and are shrunk (dozens of smaller cases); the case's later checks
+    must still find its reference, not compute it again."""
+    calls = _count_calls(monkeypatch, artifacts, "attention_forward", _key)
+    # A store of 2 entries: the toy's shrinks try ~5 cases, as a real one tries dozens.
+    monkeypatch.setattr(artifacts.ArtifactStore.__init__, "__defaults__", (2,))
+    wrong = TOY.replace(":exact", ":scaled_wrong")
+    code = pytest.main([str(ROOT / "conformance"), "-p", "no:cacheprovider", "-q", "--no-header",
+                        "--impl", wrong, "--report-dir", str(tmp_path), "-k",
+                        "float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64 and not (large or integers or Dv)"])
+    assert code == 1
+    results = read_results(tmp_path).results
+    assert {r.check for r in results if r.verdict == "fail"} >= {"forward", "lse"}
+    assert any("Shrunk to a smaller failing case" in r.reason for r in results)
+    assert len({r.case.case_id for r in results}) == 1
+    first = next(iter(calls))  # the case itself: its first check runs before any shrinking
+    assert calls[first] == 1 and len(calls) > 2, calls  # once, though shrinking tried more than 2 cases
