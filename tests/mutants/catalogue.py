@@ -82,10 +82,19 @@ MUTANTS: tuple[Mutant, ...] = (
        "additive -inf padding mask: NaN padded keys poison valid rows"),
 )
 
-CONTROLS: tuple[str, ...] = (
-    f"{PACKAGE}.correct:attention",
-    f"{PACKAGE}.correct:CorrectAdapter",
-    "xla",
+@dataclasses.dataclass(frozen=True)
+class Control:
+    """A correct subject: every check it runs must pass, and ``checks`` must run (and pass)."""
+
+    path: str
+    checks: tuple[str, ...]
+
+
+RUNS_EVERYWHERE = ("shape_dtype", "forward", "finite", "no_mutation", "determinism", "recompile", "leak")
+CONTROLS: tuple[Control, ...] = (
+    Control(f"{PACKAGE}.correct:attention", (*RUNS_EVERYWHERE, "lse", "fully_masked")),
+    Control(f"{PACKAGE}.correct:CorrectAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
+    Control("xla", (*RUNS_EVERYWHERE, "backward")),
 )
 
 
