@@ -237,11 +237,17 @@ def unsupported_summary(results: tuple[CaseResult, ...]) -> str | None:
 
 
 def display_path(folder: Path) -> str:
-    """The folder relative to the working directory when it is inside it (never a home path)."""
-    try:
-        return str(folder.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return folder.name
+    """The folder relative to the working directory when it is inside it, never naming a home path.
+
+    A home folder that lies *inside* the working directory (as in a CI checkout with a
+    throwaway HOME) would otherwise show up in the relative path, so it becomes ``~``.
+    """
+    folder, cwd, home = folder.resolve(), Path.cwd().resolve(), Path.home().resolve()
+    if folder.is_relative_to(home) and not cwd.is_relative_to(home):
+        return str(Path("~") / folder.relative_to(home))
+    if folder.is_relative_to(cwd):
+        return str(folder.relative_to(cwd))
+    return folder.name
 
 
 def render_markdown(run: Run, *, plot_note: str | None = None, max_details: int = MAX_DETAILS) -> str:

@@ -14,7 +14,7 @@ from tests.reliability.suite import FAULTY, ROOT, run_suite
 UNSAFE = re.compile(r"\bimport pickle\b|\bpickle\.|cPickle|allow_pickle\s*=\s*True|\btorch\.load\(|"
                     r"\bjoblib\b|\bimport dill\b|\bshelve\b|\bmarshal\.loads?\(|\byaml\.(unsafe_)?load\(|"
                     r"\b(np|numpy)\.load\(")
-SKIP_DIRS = {".git", ".nox", ".venv", "venv", "__pycache__", "node_modules"}
+SKIP_DIRS = {".git", ".nox", ".venv", "venv", ".ci-venv", "__pycache__", "node_modules"}  # envs are not ours
 
 
 def project_sources():
