@@ -4,8 +4,8 @@ For each subject: the curated edge matrix in every declared dtype, plus cases dr
 by hypothesis from its capabilities. Each pair is filed as
 
   * ``run``          the check runs;
-  * ``unsupported``  outside the declared capabilities, or a shape constraint that
-                     does not raise (verdict "unsupported", with the adapter's reason);
+  * ``unsupported``  outside the declared capabilities, or a shape constraint the API
+                     cannot express (basis ``api``; verdict "unsupported", with the reason);
   * ``raises``       a constraint declared to raise: only the ``raises`` check runs it;
   * ``unavailable``  the subject cannot run here (one pair per check, not per case).
 
@@ -113,8 +113,8 @@ def _describe(constraints: tuple[ShapeConstraint, ...]) -> str:
 def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:
     """What ``case`` is to ``check``; None when the check does not apply to the case at all."""
     reason = caps.unsupported_reason(case.skeleton(), case.spec, case.dtype)
-    fwd = caps.violated_constraints(case.shape, case.spec, "forward")
-    bwd = caps.violated_constraints(case.shape, case.spec, "backward") if caps.backward else ()
+    fwd = caps.violated_constraints(case.shape, case.spec, "forward", case.features)
+    bwd = caps.violated_constraints(case.shape, case.spec, "backward", case.features) if caps.backward else ()
     if check == "raises":
         if reason is not None:
             return None

@@ -29,7 +29,7 @@ def runnable(case: Case, caps: Capabilities) -> bool:
     if caps.unsupported_reason(case.skeleton(), case.spec, case.dtype) is not None:
         return False
     directions = ("forward", "backward") if caps.backward else ("forward",)
-    return not any(caps.violated_constraints(case.shape, case.spec, d) for d in directions)
+    return not any(caps.violated_constraints(case.shape, case.spec, d, case.features) for d in directions)
 
 
 def _admissible_lengths(caps: Capabilities, lengths: tuple[int, ...], head_dim: int) -> tuple[int, ...]:

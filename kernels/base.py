@@ -21,21 +21,47 @@ DTYPES = ("float32", "bfloat16", "float16", "float64")
 FullyMaskedConvention = Literal["zeros", "mean_v", "nan", "unspecified"]
 
 
+ConstraintBasis = Literal["raises", "api"]
+CONSTRAINT_BASES: tuple[str, ...] = ("raises", "api")
+
+
 @dataclasses.dataclass(frozen=True)
 class ShapeConstraint:
-    """A limit on shapes or options, with the sentence that explains it.
+    """A limit on shapes or options, with the sentence that explains it and its basis.
 
-    ``holds(shape, spec)`` is True when a case satisfies the constraint. When it
-    does not, ``raises=True`` declares that the implementation itself rejects the
-    case with an exception (the suite asserts that it does); ``raises=False``
-    means the case is simply skipped with ``reason``.
+    ``holds(shape, spec)`` is True when a case satisfies the constraint. Outside it,
+    the basis says why the case is not judged on its numbers:
+
+    * ``raises``: the implementation itself rejects the call with an exception; the
+      suite asserts that it does (the ``raises`` check).
+    * ``api``: the call cannot express the case at all (no parameter for it); the
+      reason names what is missing. The case is ``unsupported``.
+
+    "It returns wrong or undefined numbers there" is never a basis: such cases run,
+    fail, and are tracked in the known-issue ledger (docs/known-issues.md).
+    ``features``: the constraint concerns only cases that use all of these
+    ``Case.features`` (e.g. ``("bias",)``); empty means every case.
     """
 
     name: str
     reason: str
     holds: Callable[[AttentionShape, AttentionSpec], bool]
-    raises: bool = False
+    basis: ConstraintBasis
     applies_to: Literal["forward", "backward", "both"] = "both"
+    features: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.basis not in CONSTRAINT_BASES:
+            raise ValueError(
+                f"constraint {self.name!r}: basis {self.basis!r} is not one of {CONSTRAINT_BASES}; "
+                "a kernel that returns wrong numbers gets a known-issue entry, not a constraint")
+
+    @property
+    def raises(self) -> bool:
+        return self.basis == "raises"
+
+    def concerns(self, features: tuple[str, ...]) -> bool:
+        return set(self.features) <= set(features)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,11 +127,13 @@ class Capabilities:
         return None
 
     def violated_constraints(
-        self, shape: AttentionShape, spec: AttentionSpec, direction: Literal["forward", "backward"]
+        self, shape: AttentionShape, spec: AttentionSpec, direction: Literal["forward", "backward"],
+        features: tuple[str, ...] = (),
     ) -> tuple[ShapeConstraint, ...]:
+        """The constraints a case breaks; ``features`` are the case's (``Case.features``)."""
         return tuple(
             c for c in self.constraints
-            if c.applies_to in (direction, "both") and not c.holds(shape, spec)
+            if c.applies_to in (direction, "both") and c.concerns(features) and not c.holds(shape, spec)
         )
 
 

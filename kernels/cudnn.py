@@ -30,14 +30,15 @@ CONSTRAINTS = (
         reason="cuDNN flash attention needs D a multiple of 8 and at most 128 (256 on Hopper); "
         "check_is_flash_attention raises NotImplementedError otherwise",
         holds=lambda shape, spec: shape.head_dim % 8 == 0 and shape.head_dim <= 128,
-        raises=True,
+        basis="raises",
     ),
     ShapeConstraint(
         name="even_lengths_with_bias_backward",
         reason="with a bias, cuDNN's backward needs even Sq and Sk (NotImplementedError otherwise)",
         holds=lambda shape, spec: shape.q_len % 2 == 0 and shape.kv_len % 2 == 0,
-        raises=False,
+        basis="raises",
         applies_to="backward",
+        features=("bias",),
     ),
 )
 

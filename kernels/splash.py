@@ -53,13 +53,13 @@ CONSTRAINTS = (
         name="q_len_multiple_of_128",
         reason="the default block_q = 128 must divide q_len (mask processing raises ValueError)",
         holds=lambda shape, spec: shape.q_len % BLOCK == 0,
-        raises=True,
+        basis="raises",
     ),
     ShapeConstraint(
         name="kv_len_multiple_of_128",
         reason="the default block_kv = 128 must divide kv_len (mask processing raises ValueError)",
         holds=lambda shape, spec: shape.kv_len % BLOCK == 0,
-        raises=True,
+        basis="raises",
     ),
 )
 
@@ -104,7 +104,7 @@ def _head_dim_constraints() -> tuple[tuple[ShapeConstraint, ...], bool]:
             reason="before JAX 0.5 the splash forward kernel tiles D in lanes of 128 "
             "(NotImplementedError otherwise)",
             holds=lambda shape, spec: shape.head_dim % BLOCK == 0,
-            raises=True,
+            basis="raises",
         ),), False
     if version < ANY_V_HEAD_DIM_SINCE:
         return (ShapeConstraint(
@@ -112,7 +112,7 @@ def _head_dim_constraints() -> tuple[tuple[ShapeConstraint, ...], bool]:
             reason="before JAX 0.7 the splash forward kernel tiles Dv in lanes of 128 "
             "(NotImplementedError otherwise)",
             holds=lambda shape, spec: shape.v_head_dim % BLOCK == 0,
-            raises=True,
+            basis="raises",
         ),), True
     return (), True
 

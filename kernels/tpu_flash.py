@@ -66,13 +66,13 @@ CONSTRAINTS = (
         reason="the default block_k_major = block_k = 128 must divide kv_len "
         "(_verify_block raises ValueError otherwise)",
         holds=lambda shape, spec: shape.kv_len % BLOCK == 0,
-        raises=True,
+        basis="raises",
     ),
     ShapeConstraint(
         name="q_len_at_least_128",
         reason="the default block_q = 128 must not exceed q_len (_verify_block raises ValueError)",
         holds=lambda shape, spec: shape.q_len >= BLOCK,
-        raises=True,
+        basis="raises",
     ),
     ShapeConstraint(
         name="head_dim_lane_multiple",
@@ -81,7 +81,7 @@ CONSTRAINTS = (
         holds=lambda shape, spec: (
             shape.kv_len <= BLOCK or shape.head_dim <= BLOCK or shape.head_dim % BLOCK == 0
         ),
-        raises=True,
+        basis="raises",
         applies_to="forward",
     ),
     ShapeConstraint(
@@ -89,7 +89,7 @@ CONSTRAINTS = (
         reason="the backward kernels' block_q_major_dkv = block_q_dq = 128 must divide q_len "
         "(_verify_block raises ValueError)",
         holds=lambda shape, spec: shape.q_len % BLOCK == 0,
-        raises=True,
+        basis="raises",
         applies_to="backward",
     ),
 )

@@ -15,11 +15,11 @@ BLOCKED = Capabilities(
     backward=True, lse=False,
     constraints=(
         ShapeConstraint("kv_multiple_of_128", "blocks of 128 keys", lambda s, _: s.kv_len % 128 == 0,
-                        raises=True),
+                        basis="raises"),
         ShapeConstraint("q_at_least_128", "one block of 128 queries", lambda s, _: s.q_len >= 128,
-                        raises=False),
+                        basis="api"),
         ShapeConstraint("bwd_q_multiple_of_128", "backward blocks", lambda s, _: s.q_len % 128 == 0,
-                        raises=True, applies_to="backward"),
+                        basis="raises", applies_to="backward"),
     ),
 )
 

@@ -106,4 +106,4 @@ def skips_validation(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: floa
 skips_validation.attention_capabilities = Capabilities(
     dtypes=("float32",), causal_alignments=("top_left",),
     constraints=(ShapeConstraint("kv_multiple_of_128", "keys come in blocks of 128",
-                                 lambda shape, spec: shape.kv_len % 128 == 0, raises=True),))
+                                 lambda shape, spec: shape.kv_len % 128 == 0, basis="raises"),))
