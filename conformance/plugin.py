@@ -29,9 +29,10 @@ from conformance.catalogue import CHECKS, Planned, plan
 from conformance.runner import Runner, describe
 from conformance.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
 from kernels.base import DTYPES
-from kernels.registry import UnknownSubjectError
+from kernels.registry import UnknownSubjectError, subject_names
+from reports import known_issues
 from reports.environment import environment_block
-from reports.records import SCHEMA_VERSION, ResultsFileError, completed_keys, read_results
+from reports.records import SCHEMA_VERSION, CaseResult, ResultsFileError, completed_keys, read_results
 
 PLUGIN_NAME = "conformance-suite"
 SEED_KEY = "conformance_seed"
@@ -55,6 +56,11 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--jax-cache-dir", default=None,
                     help="JAX's persistent compilation cache folder (every compilation kept, so a "
                          "rerun skips XLA compiles). Default: off (nox -s conformance sets one)")
+    group.addoption("--known-issues", action="append", default=[], metavar="FILE",
+                    help="a TOML ledger of known defects merged with the built-in one (repeatable); a "
+                         "failure an entry explains is reported as 'known' (format: docs/known-issues.md)")
+    group.addoption("--strict-known", action="store_true",
+                    help="exit non-zero when a ledger entry no longer reproduces or matches nothing (stale)")
     group.addoption("--case", action="append", default=[], metavar="SPEC",
                     help="also check this case of your own on every subject (repeatable), e.g. "
                          f"--case '{user_cases.EXAMPLE}' (keys: conformance/user_cases.py)")
@@ -77,12 +83,15 @@ def of(config: pytest.Config) -> ConformancePlugin:
     return config.pluginmanager.get_plugin(PLUGIN_NAME)
 
 
-def _default_report_dir(root: Path) -> Path:
+def _installed_jax() -> str | None:
     try:
-        version = importlib.metadata.version("jax")
+        return importlib.metadata.version("jax")
     except importlib.metadata.PackageNotFoundError:
-        version = "none"
-    return root / "reports" / f"jax-{version}"
+        return None
+
+
+def _default_report_dir(root: Path) -> Path:
+    return root / "reports" / f"jax-{_installed_jax() or 'none'}"
 
 
 class _XdistSeed:
@@ -111,6 +120,9 @@ class ConformancePlugin:
         self.report_dir = Path(report_dir) if report_dir else _default_report_dir(config.rootpath)
         self.resume: bool = config.getoption("resume")
         self.shrink = not config.getoption("no_shrink")
+        self.jax_version = _installed_jax()
+        self.strict_known: bool = config.getoption("strict_known")
+        self._ledger: known_issues.Ledger | None = None
         self.recorder: recording.Recorder | None = None
         self._subjects: tuple[Subject, ...] | None = None
         self._plan: dict[str, tuple[Planned, ...]] | None = None
@@ -122,6 +134,8 @@ class ConformancePlugin:
             raise pytest.UsageError(str(error)) from None
         if self.resume and self.is_controller:
             self.resume_keys()  # a bad or mismatched results file stops the run here, in one line
+        if self.is_controller:
+            self.ledger  # noqa: B018  (a bad ledger stops the run before anything runs, in one line)
 
     # -- session state --------------------------------------------------------------------
     @property
@@ -153,6 +167,22 @@ class ConformancePlugin:
             if self.user_cases:
                 self._plan = user_cases.extend_plan(self._plan, self.subjects, self.user_cases)
         return self._plan
+
+    @property
+    def ledger(self) -> known_issues.Ledger:
+        """The built-in ledger merged with every --known-issues file (read once per process)."""
+        if self._ledger is None:
+            paths = [known_issues.BUILTIN_LEDGER, *map(Path, self.config.getoption("known_issues"))]
+            names = {*subject_names(), *(s.name for s in self.subjects)}
+            try:
+                self._ledger = known_issues.load_ledger(paths, subjects=names, checks=CHECKS)
+            except known_issues.LedgerError as error:
+                raise pytest.UsageError(str(error)) from None
+        return self._ledger
+
+    def classify_known(self, result: CaseResult) -> CaseResult:
+        """A failure the ledger explains becomes ``known`` (its record otherwise unchanged)."""
+        return self.ledger.apply(result, self.jax_version)
 
     @property
     def runner(self) -> Runner:
@@ -257,6 +287,8 @@ class ConformancePlugin:
                     f"rerun with {option} {theirs[option]}, or drop --resume to start over")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for line, red in getattr(self, "_ledger_lines", ()):
+            terminalreporter.write_line(line, red=red, yellow=not red)
         if self.resume and self.is_controller and self._resume_keys:
             terminalreporter.write_line(
                 f"conformance: --resume: {len(self._resume_keys)} checks already recorded were deselected")
@@ -268,7 +300,8 @@ class ConformancePlugin:
                   "profile": self.profile.name,
                   "hypothesis_seed": self.seed,
                   "environment": environment_block()}  # a killed run's report still names its environment
-        self.recorder = recording.Recorder(self.report_dir, header, resume=self.resume, lookup=self.lookup)
+        self.recorder = recording.Recorder(self.report_dir, header, resume=self.resume, lookup=self.lookup,
+                                           amend=self.classify_known)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.recorder is not None:
@@ -286,11 +319,56 @@ class ConformancePlugin:
             "hypothesis_seed": self.seed,
             "command": _command_line(),
         }
+        results = read_results(self.report_dir).results  # this run and any resumed earlier one
+        statuses = known_issues.ledger_status(self.ledger, results, self.jax_version,
+                                              [s.name for s in self.subjects])
+        for status in statuses:  # summaries get pasted into reviews: no absolute paths
+            status["source"] = _display(Path(status["source"]), self.config.rootpath)
+        summary["known_issues"] = statuses
+        summary["ledger_files"] = [_display(Path(f), self.config.rootpath) for f in self.ledger.files]
         # Checks that never ran (xdist out of worker restarts) leave the file incomplete, for --resume.
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or isolation.unfinished(self.config) > 0
         self.recorder.finish(summary, interrupted=interrupted)
         self.recorder = None
         _render_report(self.report_dir, self.config)
+        self._ledger_lines = _ledger_lines(statuses)
+        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            session.exitstatus = _exit_status(results, statuses, self.strict_known, interrupted)
+
+
+def _exit_status(results: tuple[CaseResult, ...], statuses: list[dict[str, Any]], strict: bool,
+                 interrupted: bool) -> int:
+    """0 when every failure is known (and, with --strict-known, every entry still reproduces):
+    the records decide, not pytest's outcomes, so a crash the ledger explains counts as known."""
+    unexplained = any(r.verdict in known_issues.FAILING for r in results)
+    if unexplained or interrupted or (strict and known_issues.strict_problems(statuses)):
+        return pytest.ExitCode.TESTS_FAILED
+    return pytest.ExitCode.OK
+
+
+def _ledger_lines(statuses: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """Terminal lines about the ledger: what it explained, what no longer reproduces, what is stale."""
+    lines = []
+    reproduced = [s for s in statuses if s["status"] == "reproduced"]
+    if reproduced:
+        lines.append((f"conformance: {sum(len(s['matched']) for s in reproduced)} failing checks are known "
+                      f"issues ({', '.join(s['id'] for s in reproduced)})", False))
+    for s in statuses:
+        if s["status"] in ("no longer reproduces", "stale"):
+            lines.append((f"conformance: known issue {s['id']} {s['status']} ({s['source']}); "
+                          "remove it or fix its selector", False))
+        elif s["status"] == "out of range" and s.get("failing_outside_range"):
+            lines.append((f"conformance: known issue {s['id']} would explain {s['failing_outside_range']} "
+                          f"failures here, outside its range jax {s['jax']}; widen its range if they are "
+                          "the same defect", True))
+    return lines
+
+
+def _display(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return path.name
 
 
 def _command_line() -> str:
@@ -342,10 +420,13 @@ class Bound:
         """Evaluate, attach the record, and turn the verdict into pytest's outcome."""
         self.node.user_properties.append(recording.case_property(
             describe(planned.case), planned.check, isolation.planned_features(planned)))
-        result = self.plugin.runner.evaluate(planned)
+        result = self.plugin.classify_known(self.plugin.runner.evaluate(planned))
         self.node.user_properties.append(recording.result_property(result))
         if result.verdict in ("unsupported", "unavailable"):
             pytest.skip(f"{result.verdict}: {result.reason}")
+        if result.verdict == "known":
+            issue = result.known_issue
+            pytest.xfail(f"known issue {issue['id']} ({issue['link']}): {issue['summary']}")
         if result.verdict != "pass":
             message = [f"{planned.check} {result.verdict.upper()}: {planned.case.describe()}", result.reason]
             if result.repro:

@@ -73,8 +73,10 @@ class Recorder:
     """Controller-side writer: one per session, appends one record per finished test."""
 
     def __init__(self, folder: Path, header: dict[str, Any], *, resume: bool,
-                 lookup: Callable[[str, str], CaseDescription | None]):
+                 lookup: Callable[[str, str], CaseDescription | None],
+                 amend: Callable[[CaseResult], CaseResult] = lambda result: result):
         self.folder = Path(folder)
+        self.amend = amend  # the ledger, for records the controller writes itself (crashes)
         self.writer = ResultsWriter(self.folder, header, append=resume)
         self.lookup = lookup
         self.counts: Counter[str] = Counter()
@@ -86,6 +88,7 @@ class Recorder:
         record = self._record(report)
         if record is None or record.key in self._written:
             return
+        record = self.amend(record)
         self._written.add(record.key)
         self.writer.append(record)
         self.counts[record.verdict] += 1

@@ -104,10 +104,11 @@ class Runner:
         forward = run.__dict__.get("forward_call")
         ran = getattr(forward.value, "ran", "") if forward is not None and forward.value is not None else ""
         details: dict[str, float] = {}
+        observed: dict[str, str] = {}
         if isinstance(result, SubjectError):
             reason, metrics = str(result), ()
         else:
-            reason, metrics = result.reason, result.metrics
+            reason, metrics, observed = result.reason, result.metrics, dict(result.observed)
             details = {k: float(v) for k, v in result.details.items() if isinstance(v, int | float)}
         repro_case = case
         if verdict != "pass":
@@ -117,7 +118,7 @@ class Runner:
                 repro_case = minimal
         return CaseResult(
             verdict=verdict, reason=reason, metrics=metrics, timings=timings, details=details,
-            availability=_availability(subject, ran),
+            observed=observed, availability=_availability(subject, ran),
             repro="" if verdict == "pass" else repro.script(repro_case, check, subject.spec), **base,
         )
 

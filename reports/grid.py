@@ -3,8 +3,9 @@
 A result counts towards every grid feature named in ``CaseResult.features``
 (e.g. ``("forward", "bfloat16", "causal_top_left")``). A cell's status is the worst
 thing that happened in it, so one failure is never hidden by a hundred passes:
-fail > pass > unsupported > unavailable. ``error`` (the check itself crashed, or
-the subject did) counts as a failure.
+fail > known > flaky > pass > unsupported > unavailable. ``error`` (the check itself
+crashed, or the subject did) counts as a failure; ``known`` is a failure the ledger
+explains (reports/known_issues.py), shown apart so it neither hides nor cries wolf.
 
 Features fall into three groups, in this order: checks (any feature that is also
 the name of a check), masks and options, dtypes.
@@ -19,9 +20,10 @@ from typing import Literal
 
 from reports.records import CaseResult
 
-Status = Literal["fail", "pass", "unsupported", "unavailable", "not run"]
-STATUS_ORDER: tuple[Status, ...] = ("fail", "pass", "unsupported", "unavailable", "not run")
-FAILED = ("fail", "error")
+Status = Literal["fail", "known", "flaky", "pass", "unsupported", "unavailable", "not run"]
+STATUS_ORDER: tuple[Status, ...] = ("fail", "known", "flaky", "pass", "unsupported", "unavailable", "not run")
+FAILED = ("fail", "error")  # failures nobody has explained: they make a run red
+NOT_PASSING = (*FAILED, "known")  # what the gate never excuses where the base passed
 
 # Preferred order inside each group; features not listed follow, alphabetically.
 CHECK_ORDER = (
@@ -100,7 +102,7 @@ class Cell:
         tally = self.tally
         if self.failed:
             return "fail"
-        for status in ("pass", "unsupported", "unavailable"):
+        for status in ("known", "flaky", "pass", "unsupported", "unavailable"):
             if tally[status]:
                 return status
         return "not run"

@@ -9,12 +9,15 @@ from collections.abc import Sequence
 STATUS_ICON = {
     "pass": "✅",
     "fail": "❌",
+    "known": "🐞",
+    "flaky": "🎲",
     "unsupported": "➖",
     "unavailable": "🚫",
     "not run": "·",
 }
 LEGEND = (
-    "✅ pass · ❌ fail (failed/total) · ➖ unsupported (declared by the subject) · "
+    "✅ pass · ❌ fail (failed/total) · 🐞 known issue (failing, in the ledger) · 🎲 flaky (crashed once) · "
+    "➖ unsupported (declared by the subject) · "
     "🚫 unavailable here · · not run"
 )
 

@@ -24,8 +24,10 @@ SCHEMA_VERSION = 1
 RESULTS_FILE = "results.jsonl"
 SUMMARY_FILE = "summary.json"
 
-Verdict = Literal["pass", "fail", "unsupported", "unavailable", "error"]
-VERDICTS: tuple[str, ...] = ("pass", "fail", "unsupported", "unavailable", "error")
+Verdict = Literal["pass", "fail", "unsupported", "unavailable", "error", "known", "flaky"]
+# known: failed (or errored) and matched by a known-issue ledger entry (``CaseResult.known_issue``);
+# flaky: crashed or hung once, then ran normally when retried alone in a fresh process.
+VERDICTS: tuple[str, ...] = ("pass", "fail", "unsupported", "unavailable", "error", "known", "flaky")
 
 
 class ResultsFileError(ValueError):
@@ -97,6 +99,11 @@ class CaseResult:
     ] = ()  # grid columns this result counts towards, e.g. ("forward", "causal", "bfloat16")
     repro: str = ""  # standalone Python script that reproduces the case
     details: dict[str, Any] = dataclasses.field(default_factory=dict)  # check-specific measurements
+    # The ledger entry that matched a failure (verdict "known"): {"id", "link", "summary"}.
+    known_issue: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Behaviour seen where the semantics leave it open, e.g. {"fully_masked_out": "mean_v"}
+    # (classes in docs/semantics.md); the gate reports a change as a behaviour change.
+    observed: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:

@@ -8,6 +8,7 @@ is marked incomplete at the very top.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -66,6 +67,9 @@ def verdict_line(run: Run) -> str:
     unavailable = unavailable_subjects(results)
     prefix = "" if run.complete else "⚠️ **INCOMPLETE** · "
     extras = []
+    if counts["known"]:
+        ids = sorted({r.known_issue.get("id", "?") for r in results if r.verdict == "known"})
+        extras.append(f"{counts['known']} failing as known issues ({', '.join(ids)}; see Known issues)")
     if counts["unsupported"]:
         extras.append(f"{counts['unsupported']} unsupported (skipped with the subject's reason)")
     if unavailable:
@@ -78,6 +82,11 @@ def verdict_line(run: Run) -> str:
         return (
             f"{prefix}**❌ FAIL** — {counts['failed']} of {md.plural(len(results), 'check')} failed{errors} "
             f"({scope}; failing: {', '.join(failing)}){tail}."
+        )
+    if counts["known"]:
+        return (
+            f"{prefix}**✅ PASS (known issues only)** — no unexplained failure: "
+            f"{md.plural(counts['pass'], 'check')} passed ({scope}){tail}."
         )
     if counts["pass"]:
         return (
@@ -124,6 +133,8 @@ def grid_cell(grid: Grid, subject: str, feature: str) -> str:
     icon = md.STATUS_ICON[status]
     if status == "fail":
         return f"{icon} {cell.failed}/{cell.total}"
+    if status == "known":
+        return f"{icon} {cell.tally['known']}/{cell.total}"
     if status == "pass":
         return f"{icon} {cell.tally['pass']}"
     return icon
@@ -223,6 +234,132 @@ def failures_table(failures: list[CaseResult], first: int) -> str:
     return text
 
 
+KNOWN_STATUS_ICON = {
+    "reproduced": "🐞",
+    "no longer reproduces": "🎉",
+    "stale": "⚠️",
+    "not run here": "·",
+    "out of range": "↔️",
+}
+
+
+def known_issues_section(run: Run) -> str | None:
+    """The ledger against this run: each entry's status, link, matched checks and one worst element.
+    Entries that did not run here are folded away; everything else is in plain sight."""
+    statuses = (run.summary or {}).get("known_issues")
+    known = [r for r in run.results if r.verdict == "known"]
+    if not isinstance(statuses, list):  # a killed run has no summary: list what the records say
+        ids = sorted({r.known_issue.get("id", "?") for r in known})
+        statuses = [{"id": i, "status": "reproduced", "link": next(
+            r.known_issue.get("link", "") for r in known if r.known_issue.get("id") == i)} for i in ids]
+    shown = [s for s in statuses if isinstance(s, dict) and s.get("status") != "not run here"]
+    if not shown:
+        return None
+    rows = []
+    for status in shown:
+        mine = [r for r in known if r.known_issue.get("id") == status.get("id")]
+        rows.append([
+            f"{KNOWN_STATUS_ICON.get(status.get('status', ''), '')} {status.get('status', '')}",
+            md.code(status.get("id", "?")),
+            _link(status.get("link", "")),
+            _matched(mine, status),
+            _worst(mine),
+        ])
+    hidden = len(statuses) - len(shown)
+    note = (f"\n\n{md.plural(hidden, 'other entry', 'other entries')} of the ledger concern subjects or "
+            "cases not run here.") if hidden else ""
+    files = ", ".join(md.code(f) for f in (run.summary or {}).get("ledger_files", [])) or "the ledger"
+    return (f"## Known issues ({len(known)} failing checks explained)\n\nFrom {files}. A known failure keeps "
+            "its full record in `results.jsonl`; the gate still fails a check that passed in the base.\n\n"
+            + md.table(["status", "entry", "link", "matched checks", "worst element"], rows) + note)
+
+
+def _link(link: str) -> str:
+    """A GitHub issue or pull request as ``owner/repo#N``; any other address as a link; prose as is."""
+    found = _GITHUB_THREAD.match(link)
+    if found:
+        return f"[{found['repo']}#{found['number']}]({link})"
+    return f"[link]({link})" if link.startswith("http") else md.cell(link)
+
+
+_GITHUB_THREAD = re.compile(r"^https://github\.com/(?P<repo>[^/]+/[^/]+)/(?:issues|pull)/(?P<number>\d+)")
+
+
+def _matched(results: list[CaseResult], status: dict) -> str:
+    if status.get("status") == "out of range":
+        n = status.get("failing_outside_range", 0)
+        return f"outside jax {status.get('jax')}" + (f"; ⚠️ would explain {n} failures here" if n else "")
+    if status.get("status") == "no longer reproduces":
+        return f"{status.get('passing', 0)} selected checks all pass: remove the entry?"
+    if not results:
+        return "—"
+    checks = Counter(r.check for r in results)
+    dtypes = sorted({r.case.dtype for r in results})
+    return (f"{len(results)}: " + ", ".join(f"{c} ×{n}" for c, n in sorted(checks.items()))
+            + f" ({', '.join(dtypes)})")
+
+
+def _worst(results: list[CaseResult]) -> str:
+    metrics = [(m, r) for r in results for m in ([worst_metric(r)] if worst_metric(r) else [])]
+    if metrics:
+        metric, result = max(metrics, key=lambda mr: mr[0].max_abs / mr[0].tolerance
+                             if mr[0].tolerance > 0 and mr[0].max_abs == mr[0].max_abs else float("inf"))
+        return f"{md.code(describe_worst_element(metric))} in {md.code(result.case.case_id)}"
+    for result in results:
+        if result.reason.strip():
+            return md.truncate(result.reason.strip().splitlines()[0])
+    return "—"
+
+
+def observed_section(results: Iterable[CaseResult]) -> str | None:
+    """Behaviour the semantics leave open (docs/semantics.md), as observed per subject: what a fully
+    masked row returns, its lse, what masked NaN does. A change between releases shows in the gate."""
+    seen: dict[tuple[str, str], Counter] = {}
+    for result in results:
+        for what, value in result.observed.items():
+            seen.setdefault((result.case.subject, what), Counter())[value] += 1
+    if not seen:
+        return None
+    rows = [[subject, OBSERVED_LABELS.get(what, what),
+             ", ".join(f"{md.code(v)} ×{n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
+            for (subject, what), counts in sorted(seen.items())]
+    return ("## Observed behaviour where the semantics are open\n\n"
+            + md.table(["subject", "what", "observed (checks)"], rows))
+
+
+OBSERVED_LABELS = {
+    "fully_masked_out": "out of a fully masked row",
+    "fully_masked_lse": "lse of a fully masked row",
+    "masked_nonfinite": "NaN in masked-out inputs",
+}
+
+
+def flaky_section(results: Iterable[CaseResult]) -> str | None:
+    """Checks whose worker crashed once but which ran normally when retried alone: not failures,
+    but listed, so a crash that keeps coming back in other cases or runs gets noticed."""
+    flaky = sorted(
+        (r for r in results if r.verdict == "flaky"), key=lambda r: (r.case.subject, r.check, r.case.case_id)
+    )
+    if not flaky:
+        return None
+    rows = [
+        [
+            r.case.subject,
+            r.check,
+            md.code(r.case.case_id),
+            r.details.get("first_attempt") or r.reason.partition("\n")[0],
+            r.details.get("retry", "—"),
+        ]
+        for r in flaky
+    ]
+    intro = (
+        f"{md.plural(len(flaky), 'check')} crashed or timed out once, then ran normally when rerun alone "
+        "in a fresh process: not counted as failures (a crash that happens again is an error)."
+    )
+    table = md.table(["subject", "check", "case", "first attempt", "retry in a fresh process"], rows)
+    return "\n".join(["## Flaky (crashed once, then ran normally)", "", intro, "", table])
+
+
 def unsupported_summary(results: tuple[CaseResult, ...]) -> str | None:
     reasons = Counter(
         (r.case.subject, r.reason or "no reason given") for r in results if r.verdict == "unsupported"
@@ -283,9 +420,15 @@ def render_markdown(run: Run, *, plot_note: str | None = None, max_details: int 
                 failures_table(failures[max_details:], max_details + 1),
                 "",
             ]
+    flaky = flaky_section(results)
+    if flaky:
+        parts += [flaky, ""]
     unsupported = unsupported_summary(results)
     if unsupported:
         parts += [unsupported, ""]
+    for section in (known_issues_section(run), observed_section(results)):
+        if section:
+            parts += [section, ""]
     schema = run.results_file.header.get("schema", "?")
     parts.append(
         f"<sub>From `{RESULTS_FILE}` (schema {schema}) · render again with "

@@ -38,12 +38,14 @@ class CheckContext:
 class Outcome:
     """verdict: "pass" or "fail" (errors are SubjectError, raised); reason: one paragraph
     naming what failed, the worst element and the fraction failing; details: numbers the
-    check measured (e.g. the leak check's growth), recorded in the result's ``details``."""
+    check measured (e.g. the leak check's growth), recorded in the result's ``details``;
+    observed: behaviour where the semantics are open (``conformance.behaviour``), recorded as is."""
 
     verdict: Literal["pass", "fail"]
     reason: str = ""
     metrics: tuple[TensorMetrics, ...] = ()
     details: dict[str, object] = dataclasses.field(default_factory=dict)
+    observed: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 CheckFunction = Callable[[CheckContext], Outcome]

@@ -3,8 +3,11 @@ other row. ``finite``: no NaN or Inf wherever the reference is finite."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from conformance import behaviour
 from conformance.catalogue import classify
 from conformance.checks.base import CheckContext, Outcome, failed, from_judgements, passed
 from conformance.tolerance import judge
@@ -41,7 +44,23 @@ def mean_v(v: np.ndarray, q_heads: int) -> np.ndarray:
 
 
 def fully_masked(ctx: CheckContext) -> Outcome:
-    """Fully masked rows follow ``capabilities.fully_masked_rows``; other rows stay finite."""
+    """Fully masked rows follow ``capabilities.fully_masked_rows``; other rows stay finite. Whatever
+    the convention, what the rows (and their lse) really hold is recorded as observed behaviour."""
+    outcome = _fully_masked_verdict(ctx)
+    return dataclasses.replace(outcome, observed=_observed_fully_masked(ctx))
+
+
+def _observed_fully_masked(ctx: CheckContext) -> dict[str, str]:
+    got, rows = ctx.run.forward, ctx.oracle.reference.fully_masked
+    if np.shape(got.out)[:3] != rows.shape:
+        return {}  # shape_dtype reports it
+    observed = {"fully_masked_out": behaviour.fully_masked_out(got.out, rows, ctx.oracle.inputs.v, ctx.dtype)}
+    if ctx.capabilities.lse and got.lse is not None and np.shape(got.lse) == rows.shape:
+        observed["fully_masked_lse"] = behaviour.fully_masked_lse(got.lse, rows)
+    return observed
+
+
+def _fully_masked_verdict(ctx: CheckContext) -> Outcome:
     got, rows = ctx.run.forward, ctx.oracle.reference.fully_masked
     out = np.asarray(got.out, dtype=np.float64)
     convention = ctx.capabilities.fully_masked_rows
@@ -100,4 +119,8 @@ def finite(ctx: CheckContext) -> Outcome:
             if getattr(want, name) is not None and (name != "dbias" or ctx.capabilities.bias_grad):
                 problems.append(_nonfinite(name, getattr(grads, name), getattr(want, name)))
     found = [p for p in problems if p]
-    return failed("\n".join(found)) if found else passed()
+    outcome = failed("\n".join(found)) if found else passed()
+    if ctx.case.input_kind == "nan_padding" and np.shape(got.out)[:3] == valid.shape:
+        outcome = dataclasses.replace(outcome, observed={
+            "masked_nonfinite": behaviour.masked_nonfinite(got.out, ref.fully_masked)})
+    return outcome

@@ -47,7 +47,8 @@ def test_a_constraint_without_a_basis_cannot_be_written():
     with pytest.raises(TypeError):
         ShapeConstraint("x", "a reason of five words", lambda shape, spec: True)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="known-issue entry"):
-        ShapeConstraint("x", "a reason of five words", lambda shape, spec: True, basis="undefined")  # type: ignore[arg-type]
+        ShapeConstraint("x", "a reason of five words", lambda shape, spec: True,
+                        basis="undefined")  # type: ignore[arg-type]
 
 
 def test_a_feature_scoped_constraint_concerns_only_cases_with_that_feature():
@@ -58,5 +59,6 @@ def test_a_feature_scoped_constraint_concerns_only_cases_with_that_feature():
                           lambda shape, spec: shape.q_len % 2 == 0, basis="raises", features=("bias",))
     caps = Capabilities(dtypes=("float32",), constraints=(odd,))
     shape = AttentionShape(1, 1, 1, 3, 4, 8, 8)
-    assert caps.violated_constraints(shape, AttentionSpec(), "backward", ("bias", "causal_top_left")) == (odd,)
+    with_bias = ("bias", "causal_top_left")
+    assert caps.violated_constraints(shape, AttentionSpec(), "backward", with_bias) == (odd,)
     assert caps.violated_constraints(shape, AttentionSpec(), "backward", ("causal_top_left",)) == ()

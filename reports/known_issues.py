@@ -1,0 +1,230 @@
+"""The known-issue ledger: real defects, kept as data, that a run reports as ``known``.
+
+A ledger is a TOML file of ``[[issue]]`` tables (format: docs/known-issues.md). The
+built-in subjects' ledger is ``kernels/known_issues.toml``; ``--known-issues FILE``
+merges a user's own. A failing (or erroring) check that an entry matches keeps its
+whole record (metrics, reason, repro) and gets the verdict ``known`` plus
+``CaseResult.known_issue``, so a run whose every failure is known exits 0.
+
+An entry never changes what a check measures or which cases run: it only names a
+failure that is already understood. Entries describe wrong answers; declarations
+(``kernels.base.ShapeConstraint``) describe what an API rejects or cannot express.
+
+Parsing needs ``packaging`` (PEP 440 specifiers); reports that only read records
+(gate, matrix) never import this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from reports.records import CaseResult
+
+BUILTIN_LEDGER = Path(__file__).resolve().parent.parent / "kernels" / "known_issues.toml"
+FAILING = ("fail", "error")
+_KEYS = {"id", "subject", "checks", "cases", "features", "input_kind", "dtype", "jax", "link", "summary"}
+_REQUIRED = ("id", "subject", "checks", "link", "summary")
+
+Status = Literal["reproduced", "no longer reproduces", "stale", "not run here", "out of range"]
+
+
+class LedgerError(ValueError):
+    """A ledger that cannot be used; the message names the file, the entry and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownIssue:
+    """One known defect: which failing checks it explains, where, and its upstream link.
+
+    cases: case-id globs (``fnmatch``), any of which may match; empty matches every case.
+    features: grid features (``CaseResult.features``) that must all be present.
+    jax: a PEP 440 specifier of the JAX versions where it reproduces; empty = any.
+    """
+
+    id: str
+    subject: str
+    checks: tuple[str, ...]
+    link: str
+    summary: str
+    cases: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    input_kind: str | None = None
+    dtype: str | None = None
+    jax: str = ""
+    source: str = ""  # the ledger file it came from
+
+    def selects(self, result: CaseResult) -> bool:
+        """Whether the entry's selector (subject, check, case, features, dtype) names this result,
+        whatever its verdict and the JAX version."""
+        case = result.case
+        return (
+            case.subject == self.subject
+            and result.check in self.checks
+            and (not self.cases or any(fnmatch.fnmatchcase(case.case_id, glob) for glob in self.cases))
+            and set(self.features) <= set(result.features)
+            and (self.input_kind is None or case.input_kind == self.input_kind)
+            and (self.dtype is None or case.dtype == self.dtype)
+        )
+
+    def in_range(self, jax_version: str | None) -> bool:
+        if not self.jax:
+            return True
+        if jax_version is None:
+            return False
+        try:
+            return Version(jax_version) in SpecifierSet(self.jax, prereleases=True)
+        except InvalidVersion:
+            return False
+
+    def as_record(self) -> dict[str, str]:
+        """What a ``known`` record carries (``CaseResult.known_issue``)."""
+        return {"id": self.id, "link": self.link, "summary": self.summary}
+
+
+@dataclasses.dataclass(frozen=True)
+class Ledger:
+    issues: tuple[KnownIssue, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def match(self, result: CaseResult, jax_version: str | None) -> KnownIssue | None:
+        """The first in-range entry that explains this failing result, else None."""
+        if result.verdict not in FAILING:
+            return None
+        return next((i for i in self.issues if i.in_range(jax_version) and i.selects(result)), None)
+
+    def apply(self, result: CaseResult, jax_version: str | None) -> CaseResult:
+        """The record with verdict ``known`` when an entry explains it; otherwise unchanged."""
+        issue = self.match(result, jax_version)
+        if issue is None:
+            return result
+        return dataclasses.replace(result, verdict="known", known_issue=issue.as_record())
+
+
+def load_ledger(paths: Iterable[Path], *, subjects: Iterable[str], checks: Iterable[str]) -> Ledger:
+    """Read and validate ledgers, in order. Raises LedgerError (one line) on bad TOML, an unknown
+    key, subject or check, an invalid specifier or glob-less selector, or a duplicate id."""
+    subjects, checks = set(subjects), set(checks)
+    issues: list[KnownIssue] = []
+    seen: dict[str, str] = {}
+    files = []
+    for path in paths:
+        path = Path(path)
+        files.append(str(path))
+        for number, raw in enumerate(_tables(path), start=1):
+            issue = _entry(path, number, raw, subjects, checks)
+            if issue.id in seen:
+                raise LedgerError(f"{path}: entry {issue.id!r} duplicates the id of an entry in "
+                                  f"{seen[issue.id]}; give each entry its own id")
+            seen[issue.id] = str(path)
+            issues.append(issue)
+    return Ledger(tuple(issues), tuple(files))
+
+
+def _tables(path: Path) -> list[Any]:
+    if not path.is_file():
+        raise LedgerError(f"{path}: no such ledger file; pass an existing TOML file to --known-issues")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise LedgerError(
+            f"{path}: not valid TOML ({exc}); fix the file (format: docs/known-issues.md)") from None
+    unknown = set(data) - {"issue"}
+    if unknown:
+        raise LedgerError(f"{path}: unknown top-level key(s) {sorted(unknown)}; entries are [[issue]] tables")
+    tables = data.get("issue", [])
+    if not isinstance(tables, list):
+        raise LedgerError(f"{path}: 'issue' must be an array of tables; write each entry as [[issue]]")
+    return tables
+
+
+def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[str]) -> KnownIssue:
+    name = raw.get("id", f"#{number}") if isinstance(raw, dict) else f"#{number}"
+    where = f"{path}: entry {name!r}"
+    if not isinstance(raw, dict):
+        raise LedgerError(f"{where}: not a table; write it as [[issue]] with key = value lines")
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise LedgerError(f"{where}: missing {', '.join(missing)}; every entry needs {', '.join(_REQUIRED)}")
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise LedgerError(f"{where}: unknown key(s) {sorted(unknown)}; known keys are {sorted(_KEYS)}")
+    for key in ("id", "subject", "link", "summary", "jax", "dtype", "input_kind"):
+        if key in raw and not (isinstance(raw[key], str) and (raw[key].strip() or key == "jax")):
+            raise LedgerError(f"{where}: {key} must be a non-empty string")
+    for key in ("checks", "cases", "features"):
+        if key in raw and not (isinstance(raw[key], list) and all(isinstance(v, str) for v in raw[key])):
+            raise LedgerError(f"{where}: {key} must be a list of strings, e.g. {key} = [\"forward\"]")
+    if raw["subject"] not in subjects:
+        raise LedgerError(
+            f"{where}: unknown subject {raw['subject']!r}; known subjects are {sorted(subjects)}")
+    bad = sorted(set(raw["checks"]) - checks)
+    if bad or not raw["checks"]:
+        raise LedgerError(f"{where}: unknown check(s) {bad or '(none given)'}; checks are {sorted(checks)}")
+    jax = raw.get("jax", "").strip()
+    try:
+        SpecifierSet(jax)
+    except InvalidSpecifier:
+        raise LedgerError(
+            f"{where}: jax = {jax!r} is not a PEP 440 specifier; write e.g. \">=0.4.35,<0.6.2\"") from None
+    return KnownIssue(
+        id=raw["id"], subject=raw["subject"], checks=tuple(raw["checks"]), link=raw["link"].strip(),
+        summary=raw["summary"].strip(), cases=tuple(raw.get("cases", ())),
+        features=tuple(raw.get("features", ())),
+        input_kind=raw.get("input_kind"), dtype=raw.get("dtype"), jax=jax, source=str(path),
+    )
+
+
+def ledger_status(ledger: Ledger, results: Iterable[CaseResult], jax_version: str | None,
+                  subjects_run: Iterable[str]) -> list[dict[str, Any]]:
+    """Per entry, what this run saw (written to summary.json, read by report, matrix and gate):
+
+    * ``reproduced``: in range, and at least one check it selects failed (now ``known``);
+    * ``no longer reproduces``: in range, every check it selects ran and passed;
+    * ``stale``: its subject ran, but its selector names no check that ran (a typo, or a case
+      the plan no longer holds);
+    * ``not run here``: its subject did not run, or every check it selects was unsupported;
+    * ``out of range``: this JAX is outside its specifier; ``failing_outside_range`` counts the
+      failures its selector would have explained, so a wrong range shows.
+    """
+    results = list(results)
+    ran_subjects = set(subjects_run)
+    available = {r.case.subject for r in results if r.verdict != "unavailable"}
+    statuses = []
+    for issue in ledger.issues:
+        selected = [r for r in results if issue.selects(r)]
+        ran = [r for r in selected if r.verdict not in ("unsupported", "unavailable")]
+        failing = [r for r in ran if r.verdict in (*FAILING, "known")]
+        entry: dict[str, Any] = {
+            "id": issue.id, "subject": issue.subject, "checks": list(issue.checks), "jax": issue.jax,
+            "link": issue.link, "summary": issue.summary, "source": issue.source,
+            "matched": sorted(f"{r.check}[{r.case.case_id}]" for r in failing),
+        }
+        if not issue.in_range(jax_version):
+            status: Status = "out of range"
+            entry["matched"] = []
+            entry["failing_outside_range"] = len(failing)
+        elif failing:
+            status = "reproduced"
+        elif ran:
+            status = "no longer reproduces"
+            entry["passing"] = len(ran)
+        elif issue.subject in ran_subjects and issue.subject in available and not selected:
+            status = "stale"
+        else:
+            status = "not run here"
+        entry["status"] = status
+        statuses.append(entry)
+    return statuses
+
+
+def strict_problems(statuses: Iterable[dict[str, Any]]) -> list[str]:
+    """What ``--strict-known`` turns into a failing exit: entries that no longer reproduce, stale ones."""
+    return [f"{s['id']}: {s['status']}" for s in statuses if s["status"] in ("no longer reproduces", "stale")]

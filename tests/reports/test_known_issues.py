@@ -1,0 +1,117 @@
+"""The ledger's format, its matching rules and its statuses, on synthetic records."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from conformance.catalogue import CHECKS
+from kernels.registry import BUILTIN
+from reports.known_issues import BUILTIN_LEDGER, Ledger, LedgerError, ledger_status, load_ledger
+from tests.reports.synthetic import result
+
+SUBJECTS = ("tpu_flash", "xla")
+GOOD = '''
+[[issue]]
+id = "nan-segments"
+subject = "tpu_flash"
+checks = ["forward", "finite"]
+cases = ["*-seg*"]
+features = ["segment_ids"]
+input_kind = "nan_padding"
+dtype = "float32"
+jax = ">=0.4.35,<0.9"
+link = "https://github.com/jax-ml/jax/issues/1"
+summary = "NaN in masked keys reaches every row"
+'''
+
+
+def load(tmp_path: Path, text: str, name: str = "ledger.toml") -> Ledger:
+    path = tmp_path / name
+    path.write_text(text)
+    return load_ledger([path], subjects=SUBJECTS, checks=CHECKS)
+
+
+def failing(check="forward", case_id="tpu_flash-float32-seg3x-B2-Hq1-Hkv1-Sq256-Sk256-D64-nan_padding",
+            verdict="fail", dtype="float32", input_kind="nan_padding", features=("segment_ids",)):
+    record = result("tpu_flash", check, verdict, case_id=case_id, dtype=dtype,
+                    features=(check, dtype, *features))
+    return dataclasses.replace(record, case=dataclasses.replace(record.case, input_kind=input_kind))
+
+
+def test_the_builtin_ledger_is_valid_for_every_builtin_subject_and_check():
+    ledger = load_ledger([BUILTIN_LEDGER], subjects=BUILTIN, checks=CHECKS)
+    assert ledger.issues and all(i.link and i.summary for i in ledger.issues)
+
+
+def test_an_entry_matches_only_failures_inside_every_part_of_its_selector(tmp_path):
+    ledger = load(tmp_path, GOOD)
+    assert ledger.apply(failing(), "0.8.3").verdict == "known"
+    assert ledger.apply(failing(verdict="error"), "0.4.35").known_issue["id"] == "nan-segments"
+    outside = [
+        (failing(), "0.9.2"),  # version range
+        (failing(), None),  # no JAX installed: a ranged entry cannot apply
+        (failing(check="lse"), "0.8.3"),
+        (failing(case_id="tpu_flash-float32-full-B1-Hq1-Hkv1-Sq256-Sk256-D64-nan_padding"), "0.8.3"),
+        (failing(dtype="bfloat16"), "0.8.3"),
+        (failing(input_kind="normal"), "0.8.3"),
+        (failing(features=()), "0.8.3"),
+        (failing(verdict="pass"), "0.8.3"),
+        (failing(verdict="unsupported"), "0.8.3"),
+    ]
+    for record, version in outside:
+        assert ledger.apply(record, version) is record
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[[issue]\nid=", "not valid TOML"),
+    (GOOD.replace('subject = "tpu_flash"', 'subject = "tpu_flsh"'), "unknown subject 'tpu_flsh'"),
+    (GOOD.replace('["forward", "finite"]', '["forwards"]'), "unknown check(s) ['forwards']"),
+    (GOOD.replace('">=0.4.35,<0.9"', '"0.4 to 0.9"'), "is not a PEP 440 specifier"),
+    (GOOD + GOOD, "duplicates the id"),
+    (GOOD.replace('link = "https://github.com/jax-ml/jax/issues/1"\n', ""), "missing link"),
+    (GOOD.replace("dtype =", "dtypes ="), "unknown key(s) ['dtypes']"),
+    (GOOD.replace('cases = ["*-seg*"]', 'cases = "*-seg*"'), "cases must be a list of strings"),
+    ('title = "x"\n', "unknown top-level key(s) ['title']"),
+])
+def test_bad_ledger_input_is_one_line_naming_the_file_the_entry_and_the_fix(tmp_path, text, message):
+    with pytest.raises(LedgerError) as raised:
+        load(tmp_path, text)
+    text = str(raised.value)
+    assert message in text and "ledger.toml" in text and "\n" not in text
+    if "entry" in text:
+        assert "nan-segments" in text
+
+
+def test_a_duplicate_id_across_files_names_both(tmp_path):
+    (tmp_path / "a.toml").write_text(GOOD)
+    (tmp_path / "b.toml").write_text(GOOD)
+    with pytest.raises(LedgerError, match=r"b\.toml: entry 'nan-segments' duplicates .*a\.toml"):
+        load_ledger([tmp_path / "a.toml", tmp_path / "b.toml"], subjects=SUBJECTS, checks=CHECKS)
+
+
+def test_a_missing_ledger_file_names_the_fix(tmp_path):
+    with pytest.raises(LedgerError, match="no such ledger file"):
+        load_ledger([tmp_path / "nope.toml"], subjects=SUBJECTS, checks=CHECKS)
+
+
+def test_statuses_reproduced_fixed_stale_not_run_and_out_of_range(tmp_path):
+    ledger = load(tmp_path, GOOD)
+    known = ledger.apply(failing(), "0.8.3")
+    passing = failing(verdict="pass")
+    unrelated = result("tpu_flash", case_id="tpu_flash-float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64")
+    xla_only = result("xla", case_id="xla-float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64")
+
+    def status(results, version="0.8.3", subjects=("tpu_flash",)):
+        (entry,) = ledger_status(ledger, results, version, subjects)
+        return entry
+
+    assert status([known, unrelated])["status"] == "reproduced"
+    assert status([known])["matched"] == [f"forward[{known.case.case_id}]"]
+    assert status([passing, unrelated])["status"] == "no longer reproduces"
+    assert status([unrelated])["status"] == "stale"
+    assert status([xla_only], subjects=("xla",))["status"] == "not run here"
+    out = status([failing()], version="0.9.2")
+    assert out["status"] == "out of range" and out["failing_outside_range"] == 1
