@@ -7,7 +7,7 @@ the two run the same way:
 * ``-n 1``: the checks run in one pytest-xdist worker process, reused until it dies;
   a subject that crashes it costs one case (``conformance/isolation.py``).
 * ``--max-worker-restart``: how many dead workers xdist replaces before it gives up.
-  Each crashing case costs one (a crashed case is never rerun), so this bounds a
+  Each crashing case costs one (a crash is retried once, alone, outside xdist), so this bounds a
   subject that crashes everywhere, not a healthy run.
 * ``--timeout``: pytest-timeout's per-test limit, sized to the profile (a thorough
   run shrinks failures for longer inside one test).

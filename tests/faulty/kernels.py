@@ -10,6 +10,8 @@ results must all still be there:
 ``oom_killed``   dies of SIGKILL, leaving no last words (the kernel's OOM killer)
 ``raises``       raises RuntimeError                 ``wrong_shape``  drops the last query row
 ``wrong_type``   returns a string                    ``healthy``      never misbehaves
+``crash_once``   calls os.abort() on the first trigger call ever (as XLA:CPU's compiler sometimes
+                 does in a long run), then never again: its marker file is in $CRASH_ONCE_DIR
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from reference import AttentionInputs, AttentionSpec, attention_forward
 
 TRIGGER_LEN = 113  # ci cases with Sq 113 exist for the default (float32, no mask) capabilities
+CRASH_ONCE_DIR = "CRASH_ONCE_DIR"  # environment variable: a folder the run's processes share
 
 
 def _reference(q, k, v, scale):
@@ -97,3 +100,17 @@ def wrong_shape(q, k, v, *, scale):
 def wrong_type(q, k, v, *, scale):
     """Returns a string on the trigger length."""
     return "not an array" if _triggered(q) else _reference(q, k, v, scale)
+
+
+def crash_once(q, k, v, *, scale):
+    """os.abort() on the first trigger call of all processes sharing $CRASH_ONCE_DIR; reference after."""
+    if _triggered(q):
+        folder = os.environ.get(CRASH_ONCE_DIR)
+        if not folder:
+            raise RuntimeError(f"crash_once needs ${CRASH_ONCE_DIR}: set it to an empty folder")
+        try:  # O_EXCL: exactly one call, in whichever process, creates the marker and crashes
+            os.close(os.open(os.path.join(folder, "crashed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return _reference(q, k, v, scale)
+        os.abort()
+    return _reference(q, k, v, scale)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.jax_runtime import default_backend
 from kernels import pallas_gpu
+from kernels.jax_runtime import default_backend
 from kernels.pallas_gpu import PallasGpuAdapter
 from reference.spec import AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs

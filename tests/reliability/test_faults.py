@@ -3,6 +3,8 @@ and every healthy case's result is still there (tests.faulty.kernels, one run fo
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from reports.records import read_results
@@ -47,6 +49,7 @@ def test_segfault_names_the_signal(run):
     _, _, records, report = run
     first, rest = faulted(records, "segfault")
     assert first.verdict == "error" and "SIGSEGV" in first.reason
+    assert re.match(r"worker gw\d+ crashed twice: the worker process was killed by SIGSEGV", first.reason)
     assert "tests/faulty/kernels.py" in first.reason and "in segfault" in first.reason  # where it died
     assert first.features == (first.check, "float32")  # so the error shows in the report's grid
     assert f"run_check(case, '{first.check}', impl='tests.faulty.kernels:segfault')" in first.repro
@@ -60,10 +63,24 @@ def test_abort_names_the_signal(run):
     assert all(r.verdict == "error" and "SIGABRT" in r.reason for r in rest)
 
 
+def test_a_crash_that_happens_again_is_confirmed_by_the_retry(run):
+    """Every crash is rerun once alone in a fresh process; a repeat makes it an error, "crashed twice"."""
+    for name, signal_name in (("segfault", "SIGSEGV"), ("abort", "SIGABRT"), ("oom_killed", "SIGKILL")):
+        first, rest = faulted(run[2], name)
+        head = first.reason.splitlines()[0]
+        assert first.verdict == "error" and re.match(r"worker gw\d+ crashed twice: ", head), first.reason
+        assert f"(confirmed by a retry in a fresh process, which was killed by {signal_name}" in head
+        assert signal_name in first.details["first_attempt"] and signal_name in first.details["retry"]
+        assert first.details["retry_verdict"] == "crashed"
+        assert all(r.reason.startswith("not run") and "crashed twice" in r.reason for r in rest)
+
+
 def test_a_hang_inside_c_holding_the_gil_times_out(run):
     first, rest = faulted(run[2], "hang")
     assert first.verdict == "error"
     assert "timed out" in first.reason and "--timeout 10 s" in first.reason and "in hang" in first.reason
+    assert "crashed twice" in first.reason  # the retry in a fresh process hung too, and was stopped
+    assert first.details["retry"].startswith("timed out after") and "--timeout 10 s" in first.details["retry"]
     assert all(r.verdict == "error" and "timed out" in r.reason for r in rest)  # not hung again
     assert "timed out" in run[3]
 
@@ -109,6 +126,8 @@ def test_when_xdist_gives_up_on_restarts_the_results_stay_incomplete(tmp_path):
     results = read_results(tmp_path)
     assert not results.complete  # the gate will not take a run that skipped cases for a clean one
     assert [r.verdict for r in results.results] == ["error"]
+    # The run is ending: the crash is recorded as it stands, without a retry.
+    assert re.match(r"worker gw\d+ crashed: ", results.results[0].reason) and not results.results[0].details
 
 
 def test_jax_runs_normally_under_the_worker_memory_limit(tmp_path):
