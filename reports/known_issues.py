@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,7 +31,8 @@ from reports.records import CaseResult
 
 BUILTIN_LEDGER = Path(__file__).resolve().parent.parent / "kernels" / "known_issues.toml"
 FAILING = ("fail", "error")
-_KEYS = {"id", "subject", "checks", "cases", "features", "input_kind", "dtype", "jax", "link", "summary"}
+_KEYS = {"id", "subject", "checks", "cases", "features", "input_kind", "dtype", "jax", "reason", "link",
+         "summary"}
 _REQUIRED = ("id", "subject", "checks", "link", "summary")
 
 Status = Literal["reproduced", "no longer reproduces", "stale", "not run here", "out of range"]
@@ -47,6 +49,8 @@ class KnownIssue:
     cases: case-id globs (``fnmatch``), any of which may match; empty matches every case.
     features: grid features (``CaseResult.features``) that must all be present.
     jax: a PEP 440 specifier of the JAX versions where it reproduces; empty = any.
+    reason: a regular expression the failure's reason must contain (e.g. the compiler's error), so
+    an entry for one error never explains another on the same cases.
     """
 
     id: str
@@ -59,6 +63,7 @@ class KnownIssue:
     input_kind: str | None = None
     dtype: str | None = None
     jax: str = ""
+    reason: str | None = None
     source: str = ""  # the ledger file it came from
 
     def selects(self, result: CaseResult) -> bool:
@@ -73,6 +78,11 @@ class KnownIssue:
             and (self.input_kind is None or case.input_kind == self.input_kind)
             and (self.dtype is None or case.dtype == self.dtype)
         )
+
+    def explains(self, result: CaseResult) -> bool:
+        """Whether this failing (or known) result is the failure the entry describes."""
+        return (result.verdict in (*FAILING, "known") and self.selects(result)
+                and (self.reason is None or re.search(self.reason, result.reason) is not None))
 
     def in_range(self, jax_version: str | None) -> bool:
         if not self.jax:
@@ -98,7 +108,7 @@ class Ledger:
         """The first in-range entry that explains this failing result, else None."""
         if result.verdict not in FAILING:
             return None
-        return next((i for i in self.issues if i.in_range(jax_version) and i.selects(result)), None)
+        return next((i for i in self.issues if i.in_range(jax_version) and i.explains(result)), None)
 
     def apply(self, result: CaseResult, jax_version: str | None) -> CaseResult:
         """The record with verdict ``known`` when an entry explains it; otherwise unchanged."""
@@ -156,7 +166,7 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
     unknown = set(raw) - _KEYS
     if unknown:
         raise LedgerError(f"{where}: unknown key(s) {sorted(unknown)}; known keys are {sorted(_KEYS)}")
-    for key in ("id", "subject", "link", "summary", "jax", "dtype", "input_kind"):
+    for key in ("id", "subject", "link", "summary", "jax", "dtype", "input_kind", "reason"):
         if key in raw and not (isinstance(raw[key], str) and (raw[key].strip() or key == "jax")):
             raise LedgerError(f"{where}: {key} must be a non-empty string")
     for key in ("checks", "cases", "features"):
@@ -174,11 +184,17 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
     except InvalidSpecifier:
         raise LedgerError(
             f"{where}: jax = {jax!r} is not a PEP 440 specifier; write e.g. \">=0.4.35,<0.6.2\"") from None
+    try:
+        re.compile(raw.get("reason", ""))
+    except re.error as exc:
+        raise LedgerError(
+            f"{where}: reason is not a regular expression ({exc}); escape its special characters") from None
     return KnownIssue(
         id=raw["id"], subject=raw["subject"], checks=tuple(raw["checks"]), link=raw["link"].strip(),
         summary=raw["summary"].strip(), cases=tuple(raw.get("cases", ())),
         features=tuple(raw.get("features", ())),
-        input_kind=raw.get("input_kind"), dtype=raw.get("dtype"), jax=jax, source=str(path),
+        input_kind=raw.get("input_kind"), dtype=raw.get("dtype"), jax=jax, reason=raw.get("reason"),
+        source=str(path),
     )
 
 
@@ -187,7 +203,7 @@ def ledger_status(ledger: Ledger, results: Iterable[CaseResult], jax_version: st
     """Per entry, what this run saw (written to summary.json, read by report, matrix and gate):
 
     * ``reproduced``: in range, and at least one check it selects failed (now ``known``);
-    * ``no longer reproduces``: in range, every check it selects ran and passed;
+    * ``no longer reproduces``: in range, checks it selects ran, and none failed as it describes;
     * ``stale``: its subject ran, but its selector names no check that ran (a typo, or a case
       the plan no longer holds);
     * ``not run here``: its subject did not run, or every check it selects was unsupported;
@@ -201,7 +217,7 @@ def ledger_status(ledger: Ledger, results: Iterable[CaseResult], jax_version: st
     for issue in ledger.issues:
         selected = [r for r in results if issue.selects(r)]
         ran = [r for r in selected if r.verdict not in ("unsupported", "unavailable")]
-        failing = [r for r in ran if r.verdict in (*FAILING, "known")]
+        failing = [r for r in ran if issue.explains(r)]
         entry: dict[str, Any] = {
             "id": issue.id, "subject": issue.subject, "checks": list(issue.checks), "jax": issue.jax,
             "link": issue.link, "summary": issue.summary, "source": issue.source,

@@ -106,6 +106,56 @@ def _plots(matrix: Matrix, out_dir: Path) -> list[str]:
     return [f"📈 [{title}]({path.name})" for path, title in drawn if path is not None]
 
 
+KNOWN_CELL = {
+    "reproduced": "🐞",
+    "no longer reproduces": "✅ fixed",
+    "stale": "⚠️ stale",
+    "not run here": "·",
+    "out of range": "·",
+}
+
+
+def known_issue_rows(matrix: Matrix) -> list[list[str]]:
+    """Per ledger entry, what each version saw; the last column flags an entry whose JAX range
+    disagrees with where it was observed (it reproduced outside it, or not inside it)."""
+    entries: dict[str, dict[str, dict]] = {}
+    for run in matrix.runs:
+        for status in (run.summary or {}).get("known_issues", []) or []:
+            if isinstance(status, dict) and status.get("id"):
+                entries.setdefault(status["id"], {})[matrix.label(run)] = status
+    rows = []
+    for entry_id, by_version in sorted(entries.items()):
+        cells, disagree = [], []
+        for version in matrix.versions:
+            status = by_version.get(version)
+            if status is None:
+                cells.append(md.STATUS_ICON["not run"])
+                continue
+            state = status.get("status", "")
+            outside = state == "out of range" and status.get("failing_outside_range", 0)
+            cells.append("⚠️ 🐞 outside range" if outside else KNOWN_CELL.get(state, state))
+            if outside:
+                disagree.append(f"fails at {version}, outside its range")
+            elif state == "no longer reproduces":
+                disagree.append(f"passes at {version}, inside its range")
+        spec = next((s.get("jax") for s in by_version.values() if s.get("jax") is not None), "")
+        rows.append([md.code(entry_id), md.code(spec or "any"), *cells,
+                     "; ".join(disagree) if disagree else "agrees"])
+    return rows
+
+
+def observed_rows(matrix: Matrix) -> list[list[str]]:
+    """Per subject and open behaviour, what each version did (several classes when cases differ)."""
+    seen: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for run in matrix.runs:
+        for result in run.results:
+            for what, value in result.observed.items():
+                by_version = seen.setdefault((result.case.subject, what), {})
+                by_version.setdefault(matrix.label(run), set()).add(value)
+    return [[subject, what, *[", ".join(sorted(by_version.get(v, ()))) or "·" for v in matrix.versions]]
+            for (subject, what), by_version in sorted(seen.items())]
+
+
 def version_cell(run: Run, subject: str) -> str:
     results = [r for r in run.results if r.case.subject == subject]
     if not results:
@@ -118,8 +168,9 @@ def version_cell(run: Run, subject: str) -> str:
         return (
             f"❌ {cell.failed}/{cell.total}" + (f" ({', '.join(failing)})" if failing else "") + unsupported
         )
-    if cell.status == "pass":
-        return f"✅ {cell.tally['pass']}{unsupported}"
+    known = f" · 🐞 {cell.tally['known']} known" if cell.tally["known"] else ""
+    if cell.status in ("pass", "known", "flaky"):
+        return f"✅ {cell.tally['pass']}{known}{unsupported}"
     return md.STATUS_ICON[cell.status]
 
 
@@ -210,6 +261,8 @@ def verdict_line(matrix: Matrix) -> str:
         failed = sum(1 for r in run.results if r.verdict in FAILED)
         if failed:
             failing.append(f"{matrix.label(run)} ({failed})")
+    known = sum(1 for run in matrix.runs for r in run.results if r.verdict == "known")
+    known_tail = f"; 🐞 {known} failing checks are known issues" if known else ""
     incomplete = [matrix.label(run) for run in matrix.runs if not run.complete]
     tail = f"; ⚠️ incomplete: {', '.join(incomplete)}" if incomplete else ""
     if matrix.unreadable:
@@ -217,8 +270,11 @@ def verdict_line(matrix: Matrix) -> str:
     span = f"{md.plural(len(matrix.runs), 'JAX version')} ({matrix.versions[0]} … {matrix.versions[-1]})"
     if failing:
         return (
-            f"**❌ FAILURES** in {md.plural(len(failing), 'version')} of {span}: {', '.join(failing)}{tail}."
+            f"**❌ FAILURES** in {md.plural(len(failing), 'version')} of {span}: {', '.join(failing)}"
+            f"{known_tail}{tail}."
         )
+    if known:
+        return f"**✅ PASS (known issues only)** — no unexplained failure in {span}{known_tail}{tail}."
     return f"**✅ PASS** — every check that ran passed in all {span}{tail}."
 
 
@@ -265,6 +321,25 @@ def render_matrix(matrix: Matrix, *, plot_links: Sequence[str] = ()) -> str:
         parts += [md.table(["subject", "check", "case", "versions", "ratio", "change"], moves, "llllrr"), ""]
     else:
         parts += ["None.", ""]
+    known = known_issue_rows(matrix)
+    if known:
+        parts += [
+            "## Known issues by version",
+            "",
+            "🐞 reproduced · ✅ fixed (in range, every selected check passes) · ⚠️ stale · · not run or out "
+            "of range. The last column flags a range that disagrees with what was observed.",
+            "",
+            md.table(["entry", "jax range", *matrix.versions, "range vs observed"], known),
+            "",
+        ]
+    observed = observed_rows(matrix)
+    if observed:
+        parts += [
+            "## Observed behaviour where the semantics are open",
+            "",
+            md.table(["subject", "what", *matrix.versions], observed),
+            "",
+        ]
     changes = capability_changes(matrix)
     if changes:
         parts += [

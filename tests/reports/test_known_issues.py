@@ -115,3 +115,40 @@ def test_statuses_reproduced_fixed_stale_not_run_and_out_of_range(tmp_path):
     assert status([xla_only], subjects=("xla",))["status"] == "not run here"
     out = status([failing()], version="0.9.2")
     assert out["status"] == "out of range" and out["failing_outside_range"] == 1
+
+
+def test_the_matrix_shows_each_entry_by_version_and_flags_a_range_that_disagrees(tmp_path):
+    from reports.matrix import known_issue_rows, load_matrix, observed_rows, render_matrix
+    from reports.records import write_json_atomic
+    from tests.reports.synthetic import environment, standard_results, write_run
+
+    def status(state, **extra):
+        return {"id": "nan-segments", "jax": ">=0.9", "status": state, **extra}
+
+    folders = []
+    for version, state in (("0.8.3", status("out of range", failing_outside_range=3)),
+                           ("0.9.2", status("reproduced")), ("0.10.2", status("no longer reproduces"))):
+        results = standard_results()
+        results[0] = dataclasses.replace(results[0], observed={"fully_masked_out": "mean_v"})
+        folder = write_run(tmp_path / f"jax-{version}", results, jax=version)
+        write_json_atomic(folder / "summary.json", {"environment": environment(version), "known_issues": [state]})
+        folders.append(folder)
+    matrix = load_matrix(folders)
+    (row,) = known_issue_rows(matrix)
+    assert row[2:5] == ["⚠️ 🐞 outside range", "🐞", "✅ fixed"]
+    assert row[5] == "fails at 0.8.3, outside its range; passes at 0.10.2, inside its range"
+    assert observed_rows(matrix) == [["flash", "fully_masked_out", "mean_v", "mean_v", "mean_v"]]
+    text = render_matrix(matrix)
+    assert "## Known issues by version" in text and "## Observed behaviour where the semantics are open" in text
+
+
+def test_a_reason_pattern_keeps_an_entry_to_its_own_error(tmp_path):
+    ledger = load(tmp_path, GOOD.replace('dtype = "float32"', 'dtype = "float32"\nreason = "DotThunk::Execute"'))
+    compile_error = dataclasses.replace(failing(verdict="error"), reason="UNIMPLEMENTED: DotThunk::Execute: BF16")
+    other_error = dataclasses.replace(failing(verdict="error"), reason="ValueError: block sizes")
+    assert ledger.apply(compile_error, "0.8.3").verdict == "known"
+    assert ledger.apply(other_error, "0.8.3") is other_error
+    (status,) = ledger_status(ledger, [other_error], "0.8.3", ["tpu_flash"])
+    assert status["status"] == "no longer reproduces"
+    with pytest.raises(LedgerError, match="reason is not a regular expression"):
+        load(tmp_path, GOOD.replace('dtype = "float32"', 'dtype = "float32"\nreason = "(unclosed"'))
