@@ -8,12 +8,19 @@ one case per concern, the same for every subject, chosen by concern and not by m
 the runtime checks (determinism, recompile, leak) keep the cases the suite picks for
 them. Each check's verdicts come from ``results.jsonl``. ``tests/conftest.py`` turns the
 recorded outcomes into the ``mutation score: X/Y`` line.
+
+The run carries a decoy known-issue ledger (``decoy_ledger``): for every mutant, one entry
+covering every check except those meant to catch it, and one covering those checks but
+outside the installed JAX's range. No ledger entry may mask a failure it does not cover, so
+every mutant must still *fail* its checks (a ``known`` verdict would not count) and the run
+must exit 1.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import subprocess
 import sys
@@ -24,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from conformance.catalogue import CHECKS, RUNTIME_CHECKS
+from conformance.subjects import resolve_subjects
 from reports.records import CaseResult, read_results
 from tests.conftest import MUTANT_PROPERTY
 from tests.mutants.catalogue import CONTROLS, MUTANTS, Control, Mutant, by_name
@@ -60,6 +68,8 @@ class SuiteRun:
     records: dict[str, tuple[CaseResult, ...]]
     seconds: float
     output: str
+    returncode: int = 1
+    ledger: tuple[dict, ...] = ()  # summary.json's known_issues
 
     def of(self, path: str) -> tuple[CaseResult, ...]:
         if path not in self.records:
@@ -74,10 +84,28 @@ class SuiteRun:
         return {check: frozenset(v) for check, v in by_check.items()}
 
 
+def decoy_ledger(path: Path) -> Path:
+    """Entries that name every mutant but never the failure its checks must find (see the module doc)."""
+    names = {s.spec: s.name for s in resolve_subjects(",".join(m.path for m in MUTANTS))}
+    entries = []
+    for mutant in MUTANTS:
+        others = [c for c in CHECKS if c not in mutant.checks]
+        for suffix, checks, extra in (("other-checks", others or ["leak"], ""),
+                                      ("out-of-range", list(mutant.checks), 'jax = "<0.0.1"\n')):
+            entries.append(f'[[issue]]\nid = "decoy-{mutant.name}-{suffix}"\n'
+                           f'subject = "{names[mutant.path]}"\nchecks = {json.dumps(checks)}\n{extra}'
+                           'link = "decoy: the mutation meta-test"\nsummary = "must not mask the mutant"\n')
+    path.write_text("\n".join(entries))
+    return path
+
+
 def run_suite(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
     """``python -m conformance`` over ``impls`` with the smoke selection; verdicts by impl path."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    ledger = decoy_ledger(report_dir.parent / "decoy_ledger.toml")
     command = [sys.executable, "-m", "conformance", "--impl", ",".join(impls), "--profile", "ci",
-               "--report-dir", str(report_dir), "--no-shrink", "-q", "-k", selection()]
+               "--report-dir", str(report_dir), "--no-shrink", "-q", "-k", selection(),
+               "--known-issues", str(ledger)]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     seconds = time.perf_counter() - start
@@ -91,7 +119,9 @@ def run_suite(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
     records: dict[str, list[CaseResult]] = defaultdict(list)
     for record in results.results:
         records[names[record.case.subject]].append(record)
-    return SuiteRun({path: tuple(r) for path, r in records.items()}, seconds, output)
+    summary = json.loads((report_dir / "summary.json").read_text())
+    return SuiteRun({path: tuple(r) for path, r in records.items()}, seconds, output, done.returncode,
+                    tuple(summary.get("known_issues", ())))
 
 
 class LazySuite:
@@ -137,6 +167,19 @@ def test_correct_subject_passes_every_check(control: Control, suite: LazySuite):
     assert not bad, f"{control.path} is correct but got {bad}:\n{suite.run.output[-3000:]}"
     ran = {check for check, v in verdicts.items() if "pass" in v}
     assert set(control.checks) <= ran, f"{control.path}: {sorted(set(control.checks) - ran)} never ran"
+
+
+def test_no_ledger_entry_masks_a_failure_it_does_not_cover(suite: LazySuite):
+    """The decoy ledger named every mutant; their failures stayed ``fail`` and the run stayed red."""
+    run = suite.run
+    assert run.returncode == 1, run.output[-3000:]
+    decoys = {s["id"]: s for s in run.ledger if s["id"].startswith("decoy-")}
+    assert len(decoys) == 2 * len(MUTANTS)
+    for mutant in MUTANTS:
+        records = [r for r in run.of(mutant.path) if r.check in mutant.checks]
+        assert not [r for r in records if r.verdict == "known"], mutant.name
+        out_of_range = decoys[f"decoy-{mutant.name}-out-of-range"]
+        assert out_of_range["status"] == "out of range" and out_of_range["failing_outside_range"] > 0
 
 
 def test_precision_loss_is_caught_by_the_baseline_ratio(suite: LazySuite):
