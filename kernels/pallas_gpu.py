@@ -43,7 +43,6 @@ from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.gpu.attention"
 BLOCK = 128  # default forward block_q = block_k = 128 (clipped to the lengths)
-BLOCK_BWD = 32  # default backward block sizes (BlockSizes.get_default(), JAX >= 0.5.1)
 
 
 # --- version compatibility: everything that differs between JAX versions --------------
@@ -62,6 +61,7 @@ class _Api:
     mha: Any
     has_lse: bool
     has_block_sizes: bool
+    backward_block: int | None  # BlockSizes.get_default()'s dq/dkv blocks: 128 before 0.6.2, then 32
     raises_on_non_multiple: bool
 
 
@@ -74,6 +74,7 @@ def _load_api() -> _Api:
         mha=module.mha,
         has_lse="return_residuals" in params,
         has_block_sizes=hasattr(module, "BlockSizes"),
+        backward_block=module.BlockSizes.get_default().block_q_dq if hasattr(module, "BlockSizes") else None,
         raises_on_non_multiple=jax_version() >= RAISES_ON_NON_MULTIPLE_SINCE,
     )
 
@@ -94,13 +95,14 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
             holds=lambda shape, spec: divides(shape.q_len) and divides(shape.kv_len),
             basis="raises",
         ))
-    if api.has_block_sizes:
+    if api.backward_block is not None:
+        block = api.backward_block
         constraints.append(ShapeConstraint(
             name="backward_same_block_count",
-            reason="the fused backward needs q_len and kv_len split into the same number of "
-            "min(32, length) blocks (ValueError otherwise)",
+            reason=f"the fused backward needs q_len and kv_len split into the same number of "
+            f"min({block}, length) blocks (ValueError otherwise)",
             holds=lambda shape, spec: (
-                shape.q_len // min(BLOCK_BWD, shape.q_len) == shape.kv_len // min(BLOCK_BWD, shape.kv_len)
+                shape.q_len // min(block, shape.q_len) == shape.kv_len // min(block, shape.kv_len)
             ),
             basis="raises",
             applies_to="backward",
