@@ -226,7 +226,9 @@ def ledger_status(ledger: Ledger, results: Iterable[CaseResult], jax_version: st
         if not issue.in_range(jax_version):
             status: Status = "out of range"
             entry["matched"] = []
-            entry["failing_outside_range"] = len(failing)
+            # Failures another (in-range) entry explains are no evidence against this one's range.
+            entry["failing_outside_range"] = sum(
+                1 for r in failing if r.verdict != "known" or r.known_issue.get("id") == issue.id)
         elif failing:
             status = "reproduced"
         elif ran:

@@ -152,3 +152,12 @@ def test_a_reason_pattern_keeps_an_entry_to_its_own_error(tmp_path):
     assert status["status"] == "no longer reproduces"
     with pytest.raises(LedgerError, match="reason is not a regular expression"):
         load(tmp_path, GOOD.replace('dtype = "float32"', 'dtype = "float32"\nreason = "(unclosed"'))
+
+
+def test_a_failure_another_entry_explains_is_no_evidence_against_a_range(tmp_path):
+    second = GOOD.replace('id = "nan-segments"', 'id = "older"').replace('">=0.4.35,<0.9"', '"<0.5"')
+    ledger = load(tmp_path, GOOD + second)
+    known = ledger.apply(failing(), "0.8.3")
+    assert known.known_issue["id"] == "nan-segments"
+    statuses = {s["id"]: s for s in ledger_status(ledger, [known], "0.8.3", ["tpu_flash"])}
+    assert statuses["older"]["status"] == "out of range" and statuses["older"]["failing_outside_range"] == 0
