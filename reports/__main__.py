@@ -28,6 +28,17 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    """A whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     defaults = Thresholds()
     top = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n")[0])
@@ -53,14 +64,35 @@ def parser() -> argparse.ArgumentParser:
         "--ratio-drift",
         type=_fraction,
         default=defaults.ratio_drift,
-        help="relative growth of an error ratio that fails the gate (default %(default)s = +50%%)",
+        help="systematic drift: the median per-case growth of a group's error ratios "
+        "(subject x dtype x tensor x max/mean, checks both pass) that fails the gate "
+        "(default %(default)s = +50%%)",
     )
     gate_cmd.add_argument(
-        "--ratio-floor",
+        "--drift-confidence",
         type=_fraction,
-        default=defaults.ratio_floor,
-        help="ratios at or below this never count as drift: no worse than the plain "
-        "same-dtype baseline (default %(default)s)",
+        default=defaults.drift_confidence,
+        help="confidence that a group's median change exceeds --ratio-drift (a sign-test bound, "
+        "so noise in a few cases does not fail the gate; default %(default)s)",
+    )
+    gate_cmd.add_argument(
+        "--drift-min-cases",
+        type=_count,
+        default=defaults.drift_min_cases,
+        help="smallest group the systematic rule judges (default %(default)s)",
+    )
+    gate_cmd.add_argument(
+        "--near-tolerance",
+        type=_fraction,
+        default=defaults.near_tolerance,
+        help="a single case fails when its ratio rises above this fraction of its k ... "
+        "(default %(default)s)",
+    )
+    gate_cmd.add_argument(
+        "--well-below",
+        type=_fraction,
+        default=defaults.well_below,
+        help="... from below this fraction of its k in the base (default %(default)s)",
     )
     gate_cmd.add_argument(
         "--max-slowdown",
@@ -80,6 +112,12 @@ def parser() -> argparse.ArgumentParser:
         help="judge an incomplete (killed) run on the checks it recorded instead of failing it",
     )
     gate_cmd.add_argument(
+        "--allow-behaviour-change",
+        action="store_true",
+        help="list a change of observed behaviour where the semantics are open (e.g. what a fully "
+        "masked row returns) as a note instead of failing the gate",
+    )
+    gate_cmd.add_argument(
         "--output", type=Path, default=None, help="also write the verdict to this Markdown file"
     )
     return top
@@ -94,13 +132,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "matrix":
             print(write_matrix(args.root, args.out, plots=not args.no_plots))
             return 0
-        thresholds = Thresholds(
-            args.ratio_drift,
-            args.ratio_floor,
-            args.max_slowdown,
-            args.max_memory_growth,
-            args.allow_incomplete,
-        )
+        try:
+            thresholds = Thresholds(
+                ratio_drift=args.ratio_drift,
+                drift_confidence=args.drift_confidence,
+                drift_min_cases=args.drift_min_cases,
+                near_tolerance=args.near_tolerance,
+                well_below=args.well_below,
+                max_slowdown=args.max_slowdown,
+                max_memory_growth=args.max_memory_growth,
+                allow_incomplete=args.allow_incomplete,
+                allow_behaviour_change=args.allow_behaviour_change,
+            )
+        except ValueError as exc:  # thresholds that contradict each other: one line, exit 2
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         result = gate(args.base, args.candidate, thresholds)
     except ResultsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -2,9 +2,12 @@
 
 The candidate fails the gate when it
   * fails a check that the base passed (newly failing);
-  * drifts an error ratio beyond ``ratio_drift`` (relative), on a check both pass,
-    unless the candidate's ratio stays at or below ``ratio_floor``: no worse than
-    the plain same-dtype attention, which is noise, not a regression;
+  * drifts its error ratios systematically: over the checks both pass, per subject ×
+    dtype × tensor × (max-abs or mean-abs ratio), the median of the per-case changes
+    exceeds ``1 + ratio_drift`` at ``drift_confidence`` (a sign-test lower bound on that
+    median; at least ``drift_min_cases`` cases);
+  * moves a single case's ratio close to its tolerance (above ``near_tolerance`` × k)
+    from well below it (under ``well_below`` × k), or makes it non-finite;
   * loses a subject (it ran in the base, it is unavailable or absent now) or a
     capability (a grid column the base passed is unsupported or gone now);
   * when both folders hold benchmarks.json, is slower than ``max_slowdown`` or
@@ -13,19 +16,29 @@ The candidate fails the gate when it
     cannot approve an upgrade, but its findings are still listed.
 Fixed checks (failing in the base, passing now) are listed, never fatal.
 Either folder may come from another machine, e.g. a TPU host.
+
+Why the drift rules look at groups and at k, not at one case's relative change: a
+case's max-abs ratio is a noisy statistic. Outputs differ by about an ulp between JAX
+releases, and where the baseline's own error is a few ulp one ulp more moves the ratio
+by tens of percent (float32 dq 0.665 -> 1.15 with k 5 is such a move). A real precision
+loss moves the typical case of a group, or brings a case close to failing; noise does
+neither. The defaults are calibrated on real runs (``python -m reports.calibrate``,
+numbers in docs/reports.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from reports import markdown as md
 from reports.benchmarks import Benchmark, read_benchmarks
 from reports.describe import worst_metric
 from reports.environment import one_line
-from reports.grid import FAILED, feature_grid
+from reports.grid import NOT_PASSING, feature_grid
 from reports.records import CaseResult
 from reports.run import Run, load_run
 
@@ -35,25 +48,57 @@ MAX_ROWS = 50
 
 @dataclasses.dataclass(frozen=True)
 class Thresholds:
-    ratio_drift: float = 0.5  # flag a candidate error ratio more than 50% above the base's ...
-    ratio_floor: float = 1.0  # ... unless it is still <= 1: no worse than the plain baseline
+    # Systematic drift: the median per-case change of a group's ratios is above +50% ...
+    ratio_drift: float = 0.5
+    # ... at this confidence (a distribution-free sign-test bound on that median, so a group
+    # of noisy cases does not fail by chance) ...
+    drift_confidence: float = 0.95
+    # ... over at least this many cases passing in both; smaller groups are left to the
+    # single-case rule (at 95% the bound needs 5 cases anyway: 0.5**5 < 5%).
+    drift_min_cases: int = 5
+    # A single case fails the gate when its ratio rises above this fraction of its k ...
+    near_tolerance: float = 0.7
+    # ... from below this fraction of k: it was far from failing and now nearly fails.
+    well_below: float = 0.25
     max_slowdown: float = 0.25  # median time per call up by more than 25% (shared CI machines are noisy)
     max_memory_growth: float = 0.10  # peak memory up by more than 10%
     allow_incomplete: bool = False
+    # What a subject does where the semantics are open (CaseResult.observed) changed: fails the
+    # gate unless allowed, since downstream code depends on what a kernel really does.
+    allow_behaviour_change: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("ratio_drift", "ratio_floor", "max_slowdown", "max_memory_growth"):
+        for name in ("ratio_drift", "near_tolerance", "well_below", "max_slowdown", "max_memory_growth"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            if not (_is_number(value) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"threshold {name} must be a finite number >= 0, got {value!r}")
+        if not (_is_number(self.drift_confidence) and 0.5 <= self.drift_confidence < 1):
+            raise ValueError(  # 0.5 judges the plain sample median; 1 would need infinitely many cases
+                f"threshold drift_confidence must be a number in [0.5, 1), got {self.drift_confidence!r}"
+            )
+        cases = self.drift_min_cases
+        if not (_is_number(cases) and cases == int(cases) and cases >= 1):
+            raise ValueError(f"threshold drift_min_cases must be a whole number >= 1, got {cases!r}")
+        if self.well_below > self.near_tolerance:
+            raise ValueError(
+                f"threshold well_below ({self.well_below:g}) must not exceed near_tolerance "
+                f"({self.near_tolerance:g}): a case must come from further below its tolerance "
+                "than it ends up"
+            )
 
     def describe(self) -> str:
         return (
-            f"ratio drift > +{self.ratio_drift:.0%} "
-            f"(ignored while the candidate ratio ≤ {self.ratio_floor:g}) · "
+            f"ratio drift: a group's median case > +{self.ratio_drift:.0%} "
+            f"at {self.drift_confidence:.0%} confidence (groups of ≥ {self.drift_min_cases:g} cases) · "
+            f"one case: from < {self.well_below:g} k to > {self.near_tolerance:g} k, or non-finite · "
             f"slowdown > {self.max_slowdown:.0%} · peak memory > +{self.max_memory_growth:.0%} · "
-            f"incomplete runs {'allowed' if self.allow_incomplete else 'fail the gate'}"
+            f"incomplete runs {'allowed' if self.allow_incomplete else 'fail the gate'} · "
+            f"behaviour changes {'allowed' if self.allow_behaviour_change else 'fail the gate'}"
         )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +114,9 @@ class Finding:
 RULES = {
     "incomplete": "Incomplete input",
     "newly failing": "Newly failing",
-    "ratio drift": "Error-ratio drift",
+    "ratio drift": "Error-ratio drift (systematic)",
+    "ratio jump": "Error ratio close to tolerance",
+    "behaviour change": "Behaviour changes (where the semantics are open)",
     "lost subject": "Lost subjects (API break)",
     "lost capability": "Lost capabilities (API break)",
     "slower": "Slower",
@@ -86,6 +133,7 @@ class GateResult:
     fixed: tuple[Finding, ...]
     notes: tuple[str, ...]
     compared: int  # checks present in both runs
+    flaky: tuple[Finding, ...] = ()  # crashed once in the candidate, then ran normally: never a regression
 
     @property
     def passed(self) -> bool:
@@ -116,32 +164,97 @@ def newly_failing(base: Run, candidate: Run) -> list[Finding]:
             _failure_detail(cand[key]),
         )
         for key, r in sorted(_index(base).items())
-        if r.verdict == "pass" and key in cand and cand[key].verdict in FAILED
+        # A ledger entry never excuses a check that passed in the base: ``known`` counts here.
+        if r.verdict == "pass" and key in cand and cand[key].verdict in NOT_PASSING
     ]
 
 
 def _failure_detail(result: CaseResult) -> str:
     """Short enough for a table cell: the worst tensor's ratio against its k, else the first
-    line of the reason (the full story is in that run's report.md)."""
+    line of the reason (the full story is in that run's report.md); a known failure names its entry."""
     metric = worst_metric(result)
     if metric is not None:
-        return f"{metric.tensor}: ratio {md.number(metric.ratio)} (k {metric.k:g})"
-    return md.truncate(result.reason.strip().splitlines()[0] if result.reason.strip() else "")
+        detail = f"{metric.tensor}: ratio {md.number(metric.ratio)} (k {metric.k:g})"
+    else:
+        detail = md.truncate(result.reason.strip().splitlines()[0] if result.reason.strip() else "")
+    return f"{_known_label(result)}; {detail}" if result.known_issue else detail
+
+
+def _known_label(result: CaseResult) -> str:
+    issue = result.known_issue
+    link = issue.get("link", "")
+    where = f"[{issue.get('id', '?')}]({link})" if link.startswith("http") else md.code(issue.get("id", "?"))
+    return f"known issue {where}"
 
 
 def fixed(base: Run, candidate: Run) -> list[Finding]:
+    """Checks failing (or known) in the base that pass now; a fixed known issue says which entry."""
     cand = _index(candidate)
     return [
         Finding("fixed", r.case.subject, _what(r), r.verdict, "pass", "was " + _failure_detail(r))
         for key, r in sorted(_index(base).items())
-        if r.verdict in FAILED and key in cand and cand[key].verdict == "pass"
+        if r.verdict in NOT_PASSING and key in cand and cand[key].verdict == "pass"
     ]
 
 
-def ratio_drifts(base: Run, candidate: Run, thresholds: Thresholds) -> list[Finding]:
-    """Checks that pass in both whose error ratio (max-abs or mean-abs) grew beyond the threshold."""
+def fixed_known_issues(base: Run, candidate: Run) -> list[str]:
+    """Ledger entries the base reproduced of which the candidate passes every check: remove them?"""
+    cand = _index(candidate)
+    by_entry: dict[str, list[bool]] = {}
+    for key, r in _index(base).items():
+        if r.verdict == "known" and key in cand:
+            by_entry.setdefault(_known_label(r), []).append(cand[key].verdict == "pass")
+    return sorted(label for label, passes in by_entry.items() if all(passes))
+
+
+def behaviour_changes(base: Run, candidate: Run) -> list[Finding]:
+    """Checks whose observed behaviour (e.g. what a fully masked row returns) differs between the runs."""
     cand = _index(candidate)
     findings = []
+    for key, old in sorted(_index(base).items()):
+        new = cand.get(key)
+        if new is None:
+            continue
+        for what in sorted(old.observed.keys() & new.observed.keys()):
+            if old.observed[what] != new.observed[what]:
+                findings.append(Finding("behaviour change", old.case.subject, f"{_what(old)} · {what}",
+                                        old.observed[what], new.observed[what],
+                                        f"{old.verdict} → {new.verdict}"))
+    return findings
+
+
+def flaky_results(candidate: Run) -> list[Finding]:
+    """Checks that crashed once and ran normally when retried: listed, never counted as regressions."""
+    return [Finding("flaky", r.case.subject, _what(r), "", "flaky",
+                    md.truncate(str(r.details.get("first_attempt", ""))))
+            for r in sorted(candidate.results, key=lambda r: r.key) if r.verdict == "flaky"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RatioPair:
+    """One error ratio (max-abs or mean-abs, of one tensor) of a check both runs pass."""
+
+    subject: str
+    dtype: str
+    tensor: str
+    statistic: str  # "ratio" (max-abs) or "mean ratio"
+    what: str  # the check and case
+    before: float
+    after: float
+    k: float  # the tolerance multiplier this ratio is judged against
+    # The candidate's baseline error is zero: its ratio is 0 (exact too) or inf (any error at
+    # all), whatever the subject's error; the check's floor judges such a case, not the ratio.
+    exact_baseline: bool = False
+
+    @property
+    def group(self) -> tuple[str, str, str, str]:
+        return (self.subject, self.dtype, self.tensor, self.statistic)
+
+
+def ratio_pairs(base: Run, candidate: Run) -> list[RatioPair]:
+    """Every ratio of every check that passes in both runs, base value next to candidate's."""
+    cand = _index(candidate)
+    pairs = []
     for key, old in sorted(_index(base).items()):
         new = cand.get(key)
         if old.verdict != "pass" or new is None or new.verdict != "pass":
@@ -151,34 +264,165 @@ def ratio_drifts(base: Run, candidate: Run, thresholds: Thresholds) -> list[Find
             new_metric = new_metrics.get(old_metric.tensor)
             if new_metric is None:
                 continue
-            for field in ("ratio", "mean_ratio"):
-                before, after = getattr(old_metric, field), getattr(new_metric, field)
-                if _drifted(before, after, thresholds):
-                    change = (
-                        "new non-finite ratio" if not math.isfinite(after) else f"+{after / before - 1:.0%}"
+            for field, label, k, baseline in (
+                ("ratio", "ratio", old_metric.k, new_metric.baseline_max_abs),
+                # Records written before the mean rule was stored have no k_mean: judge by k.
+                ("mean_ratio", "mean ratio", old_metric.k_mean or old_metric.k, new_metric.baseline_mean_abs),
+            ):
+                pairs.append(
+                    RatioPair(
+                        old.case.subject,
+                        old.case.dtype,
+                        old_metric.tensor,
+                        label,
+                        _what(old),
+                        getattr(old_metric, field),
+                        getattr(new_metric, field),
+                        k,
+                        baseline == 0,
                     )
-                    label = "ratio" if field == "ratio" else "mean ratio"
-                    findings.append(
-                        Finding(
-                            "ratio drift",
-                            old.case.subject,
-                            f"{_what(old)} · {old_metric.tensor} {label}",
-                            md.number(before),
-                            md.number(after),
-                            change,
-                        )
-                    )
+                )
+    return pairs
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupDrift:
+    """How one group's ratios moved: the paired per-case change and the distribution on each side."""
+
+    group: tuple[str, str, str, str]  # subject, dtype, tensor, statistic
+    n: int  # cases with a finite, non-zero ratio on both sides
+    change: float  # median of after/before over the cases (geometric: a median in log space)
+    changes: tuple[float, ...]  # every case's after/before, ascending
+    base_median: float
+    base_p90: float
+    candidate_median: float
+    candidate_p90: float
+
+
+def comparable(pair: RatioPair) -> bool:
+    """A relative change needs a finite, non-zero ratio on both sides (a zero ratio is an exact
+    result or an exact baseline; a jump from it is the single-case rule's)."""
+    return all(math.isfinite(x) and x > 0 for x in (pair.before, pair.after))
+
+
+def group_drifts(pairs: list[RatioPair]) -> list[GroupDrift]:
+    """Per group, the median per-case change and both runs' median and p90."""
+    groups: dict[tuple[str, str, str, str], list[RatioPair]] = {}
+    for pair in pairs:
+        if comparable(pair):
+            groups.setdefault(pair.group, []).append(pair)
+    return [_group_drift(group, members) for group, members in sorted(groups.items())]
+
+
+def _group_drift(group: tuple[str, str, str, str], members: list[RatioPair]) -> GroupDrift:
+    # Paired changes, not a change of medians: each case is compared with itself, so the
+    # spread of ratios across shapes (0.05 to 1.4 in one group) does not hide a shift.
+    change = math.exp(statistics.median(math.log(p.after / p.before) for p in members))
+    before = [p.before for p in members]
+    after = [p.after for p in members]
+    return GroupDrift(
+        group,
+        len(members),
+        change,
+        tuple(sorted(p.after / p.before for p in members)),
+        statistics.median(before),
+        quantile(before, 0.9),
+        statistics.median(after),
+        quantile(after, 0.9),
+    )
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The q-quantile with linear interpolation between order statistics (NumPy's default)."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def median_lower_bound(ascending: Sequence[float], confidence: float) -> float | None:
+    """A lower confidence bound for the median of the distribution these values come from:
+    the r-th smallest value, r the largest rank with P(Binomial(n, 1/2) < r) <= 1 - confidence
+    (the sign test; it assumes nothing about the shape of the noise). None when n is too small
+    for any rank to reach that confidence."""
+    n, alpha = len(ascending), 1 - confidence
+    below, rank = 0.0, 0  # below: P(Binomial(n, 1/2) <= rank), once rank is counted
+    while rank < n:
+        below += math.comb(n, rank) / 2**n
+        if below > alpha:
+            break
+        rank += 1
+    return ascending[rank - 1] if rank else None
+
+
+def drifted(drift: GroupDrift, thresholds: Thresholds) -> bool:
+    """The group's typical case got worse by more than ``ratio_drift``, beyond doubt at
+    ``drift_confidence``: one case moving a lot, or many moving a little both ways, is not it."""
+    if drift.n < thresholds.drift_min_cases:
+        return False
+    bound = median_lower_bound(drift.changes, thresholds.drift_confidence)
+    return bound is not None and bound > 1 + thresholds.ratio_drift
+
+
+def systematic_drifts(pairs: list[RatioPair], thresholds: Thresholds) -> list[Finding]:
+    """Groups whose typical case got worse by more than ``ratio_drift``."""
+    findings = []
+    for drift in group_drifts(pairs):
+        if not drifted(drift, thresholds):
+            continue
+        bound = median_lower_bound(drift.changes, thresholds.drift_confidence) or 0.0
+        subject, dtype, tensor, statistic = drift.group
+        findings.append(
+            Finding(
+                "ratio drift",
+                subject,
+                f"{dtype} · {tensor} {statistic} · {md.plural(drift.n, 'case')}",
+                f"median {md.number(drift.base_median)} · p90 {md.number(drift.base_p90)}",
+                f"median {md.number(drift.candidate_median)} · p90 {md.number(drift.candidate_p90)}",
+                f"typical case ×{drift.change:.2f} (≥ ×{bound:.2f} at {thresholds.drift_confidence:.0%})",
+            )
+        )
     return findings
 
 
-def _drifted(before: float, after: float, thresholds: Thresholds) -> bool:
-    if math.isnan(after) and not math.isnan(before):
-        return True
-    if not math.isfinite(before) or math.isnan(after):
-        return False  # nothing to compare against (e.g. a zero baseline error in the base)
+def jumped(pair: RatioPair, thresholds: Thresholds) -> bool:
+    """A finite ratio that became non-finite, or one that was far from its tolerance and is
+    now close to it."""
+    before, after = pair.before, pair.after
+    if math.isnan(after):
+        return not math.isnan(before)
     if math.isinf(after):
-        return True
-    return after > thresholds.ratio_floor and after > before * (1 + thresholds.ratio_drift)
+        # Against an exact baseline a passing check's ratio flips between 0 and inf as the
+        # subject's error flips between 0 and an ulp (seen across releases: pallas_gpu dq of a
+        # one-key case); that says nothing about precision.
+        return math.isfinite(before) and not pair.exact_baseline
+    if not math.isfinite(before):
+        return False  # nothing to compare against (e.g. a zero baseline error in the base)
+    return before < thresholds.well_below * pair.k and after > thresholds.near_tolerance * pair.k
+
+
+def case_jumps(pairs: list[RatioPair], thresholds: Thresholds) -> list[Finding]:
+    return [
+        Finding(
+            "ratio jump",
+            pair.subject,
+            f"{pair.what} · {pair.tensor} {pair.statistic}",
+            md.number(pair.before),
+            md.number(pair.after),
+            "new non-finite ratio"
+            if not math.isfinite(pair.after)
+            else f"{pair.before / pair.k:.0%} → {pair.after / pair.k:.0%} of k {pair.k:g}",
+        )
+        for pair in pairs
+        if jumped(pair, thresholds)
+    ]
+
+
+def ratio_drifts(base: Run, candidate: Run, thresholds: Thresholds) -> list[Finding]:
+    """Error-ratio regressions on checks both runs pass: systematic drifts, then single jumps."""
+    pairs = ratio_pairs(base, candidate)
+    return systematic_drifts(pairs, thresholds) + case_jumps(pairs, thresholds)
 
 
 def lost_capabilities(base: Run, candidate: Run) -> list[Finding]:
@@ -330,6 +574,16 @@ def compare(
     regressions += newly_failing(base, candidate)
     regressions += ratio_drifts(base, candidate, thresholds)
     regressions += lost_capabilities(base, candidate)
+    changes = behaviour_changes(base, candidate)
+    if thresholds.allow_behaviour_change:
+        if changes:
+            listed = "; ".join(f"{f.what}: {f.base} → {f.candidate}" for f in changes[:5])
+            notes.append(f"{md.plural(len(changes), 'behaviour change')} allowed "
+                         f"(--allow-behaviour-change): {listed}" + (" …" if len(changes) > 5 else ""))
+    else:
+        regressions += changes
+    for label in fixed_known_issues(base, candidate):
+        notes.append(f"The candidate fixes {label}: every check it explained in the base passes now.")
     if base_benchmarks is not None and candidate_benchmarks is not None:
         found, bench_notes = benchmark_regressions(base_benchmarks, candidate_benchmarks, thresholds)
         regressions += found
@@ -352,6 +606,7 @@ def compare(
         tuple(fixed(base, candidate)),
         tuple(notes),
         len(base_keys & cand_keys),
+        tuple(flaky_results(candidate)),
     )
 
 
@@ -412,11 +667,20 @@ def render_gate(result: GateResult) -> str:
             md.table(["subject", "what", "base", "candidate", "detail"], _finding_rows(list(result.fixed))),
             "",
         ]
+    if result.flaky:
+        parts += [
+            f"### 🎲 Flaky in the candidate ({len(result.flaky)}, not counted)",
+            "",
+            md.table(["subject", "what", "base", "candidate", "first attempt"],
+                     _finding_rows(list(result.flaky))),
+            "",
+        ]
     if result.notes:
         parts += ["### Notes", "", *[f"- {note}" for note in result.notes], ""]
     parts.append(
         f"<sub>Thresholds: {result.thresholds.describe()}. Change them with "
-        "`--ratio-drift`, `--ratio-floor`, `--max-slowdown`, `--max-memory-growth`, "
-        "`--allow-incomplete`.</sub>"
+        "`--ratio-drift`, `--drift-confidence`, `--drift-min-cases`, `--near-tolerance`, `--well-below`, "
+        "`--max-slowdown`, `--max-memory-growth`, "
+        "`--allow-incomplete`, `--allow-behaviour-change`.</sub>"
     )
     return "\n".join(parts) + "\n"

@@ -29,7 +29,8 @@ class _Fake:
 
 
 ONE_TWENTY_EIGHT = ShapeConstraint("len_128", "length must be a multiple of 128",
-                                   lambda shape, spec: shape.q_len % 128 == 0, applies_to="backward")
+                                   lambda shape, spec: shape.q_len % 128 == 0, basis="api",
+                                   applies_to="backward")
 
 
 def test_declarations_give_the_skip_reason() -> None:

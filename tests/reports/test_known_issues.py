@@ -131,20 +131,25 @@ def test_the_matrix_shows_each_entry_by_version_and_flags_a_range_that_disagrees
         results = standard_results()
         results[0] = dataclasses.replace(results[0], observed={"fully_masked_out": "mean_v"})
         folder = write_run(tmp_path / f"jax-{version}", results, jax=version)
-        write_json_atomic(folder / "summary.json", {"environment": environment(version), "known_issues": [state]})
+        summary = {"environment": environment(version), "known_issues": [state]}
+        write_json_atomic(folder / "summary.json", summary)
         folders.append(folder)
     matrix = load_matrix(folders)
     (row,) = known_issue_rows(matrix)
     assert row[2:5] == ["⚠️ 🐞 outside range", "🐞", "✅ fixed"]
-    assert row[5] == "fails at 0.8.3, outside its range; passes at 0.10.2, inside its range"
+    assert row[5] == ("fails at 0.8.3, outside its range; "
+                      "passes at 0.10.2, inside its range")
     assert observed_rows(matrix) == [["flash", "fully_masked_out", "mean_v", "mean_v", "mean_v"]]
     text = render_matrix(matrix)
-    assert "## Known issues by version" in text and "## Observed behaviour where the semantics are open" in text
+    assert "## Known issues by version" in text
+    assert "## Observed behaviour where the semantics are open" in text
 
 
 def test_a_reason_pattern_keeps_an_entry_to_its_own_error(tmp_path):
-    ledger = load(tmp_path, GOOD.replace('dtype = "float32"', 'dtype = "float32"\nreason = "DotThunk::Execute"'))
-    compile_error = dataclasses.replace(failing(verdict="error"), reason="UNIMPLEMENTED: DotThunk::Execute: BF16")
+    with_reason = GOOD.replace('dtype = "float32"', 'dtype = "float32"\nreason = "DotThunk::Execute"')
+    ledger = load(tmp_path, with_reason)
+    compile_error = dataclasses.replace(failing(verdict="error"),
+                                        reason="UNIMPLEMENTED: DotThunk::Execute: BF16")
     other_error = dataclasses.replace(failing(verdict="error"), reason="ValueError: block sizes")
     assert ledger.apply(compile_error, "0.8.3").verdict == "known"
     assert ledger.apply(other_error, "0.8.3") is other_error
