@@ -85,14 +85,14 @@ def parser() -> argparse.ArgumentParser:
         "--near-tolerance",
         type=_fraction,
         default=defaults.near_tolerance,
-        help="a single case fails when its ratio rises above this fraction of its k ... "
+        help="a single case fails when its error rises above this share of its tolerance ... "
         "(default %(default)s)",
     )
     gate_cmd.add_argument(
         "--well-below",
         type=_fraction,
         default=defaults.well_below,
-        help="... from below this fraction of its k in the base (default %(default)s)",
+        help="... from below this share in the base (default %(default)s)",
     )
     gate_cmd.add_argument(
         "--max-slowdown",

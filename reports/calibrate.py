@@ -154,7 +154,7 @@ class Healthy:
     per_case: dict[str, dict[str, float]]  # statistic -> quantiles of after/before
     group_median_max: float  # largest median per-case change of a judged group
     group_bound_max: float  # largest sign-test lower bound of it (what the rule compares)
-    from_below_max: float  # largest after/k of a case that was below well_below × k
+    from_below_max: float  # largest share of its tolerance reached by a case that was below well_below
     group_worst: str  # where group_median_max was seen
 
 
@@ -189,7 +189,9 @@ def healthy(couples: Sequence[tuple[Run, Run]], thresholds: Thresholds) -> Healt
                 medians.append((drift.change, where))
                 bounds.append(median_lower_bound(drift.changes, thresholds.drift_confidence) or 0.0)
     from_below = [
-        p.after / p.k for p in pairs if p.before < thresholds.well_below * p.k and math.isfinite(p.after)
+        p.after_share
+        for p in pairs
+        if p.before_share < thresholds.well_below and math.isfinite(p.after_share)
     ]
     worst = max(medians)
     return Healthy(
@@ -254,8 +256,8 @@ def healthy_table(samples: Sequence[tuple[str, Healthy]], thresholds: Thresholds
     lines = [
         f"- {name} ({h.pairs} pairs): largest group median change ×{h.group_median_max:.3g} "
         f"({h.group_worst}); largest {thresholds.drift_confidence:.0%} lower bound of a group median "
-        f"×{h.group_bound_max:.3g} (rule: > ×{1 + thresholds.ratio_drift:g}); largest ratio/k reached "
-        f"from below {thresholds.well_below:g} k: {h.from_below_max:.3f} "
+        f"×{h.group_bound_max:.3g} (rule: > ×{1 + thresholds.ratio_drift:g}); largest share of its tolerance "
+        f"reached from below {thresholds.well_below:.0%}: {h.from_below_max:.3f} "
         f"(rule: > {thresholds.near_tolerance:g})"
         for name, h in samples
     ]

@@ -6,8 +6,8 @@ The candidate fails the gate when it
     dtype × tensor × (max-abs or mean-abs ratio), the median of the per-case changes
     exceeds ``1 + ratio_drift`` at ``drift_confidence`` (a sign-test lower bound on that
     median; at least ``drift_min_cases`` cases);
-  * moves a single case's ratio close to its tolerance (above ``near_tolerance`` × k)
-    from well below it (under ``well_below`` × k), or makes it non-finite;
+  * moves a single case's error close to its tolerance (above ``near_tolerance`` of
+    k x baseline + floor) from well below it (under ``well_below``), or makes it non-finite;
   * loses a subject (it ran in the base, it is unavailable or absent now) or a
     capability (a grid column the base passed is unsupported or gone now);
   * when both folders hold benchmarks.json, is slower than ``max_slowdown`` or
@@ -17,7 +17,7 @@ The candidate fails the gate when it
 Fixed checks (failing in the base, passing now) are listed, never fatal.
 Either folder may come from another machine, e.g. a TPU host.
 
-Why the drift rules look at groups and at k, not at one case's relative change: a
+Why the drift rules look at groups and at the tolerance, not at one case's relative change: a
 case's max-abs ratio is a noisy statistic. Outputs differ by about an ulp between JAX
 releases, and where the baseline's own error is a few ulp one ulp more moves the ratio
 by tens of percent (float32 dq 0.665 -> 1.15 with k 5 is such a move). A real precision
@@ -56,9 +56,9 @@ class Thresholds:
     # ... over at least this many cases passing in both; smaller groups are left to the
     # single-case rule (at 95% the bound needs 5 cases anyway: 0.5**5 < 5%).
     drift_min_cases: int = 5
-    # A single case fails the gate when its ratio rises above this fraction of its k ...
+    # A single case fails the gate when its error rises above this share of its tolerance ...
     near_tolerance: float = 0.7
-    # ... from below this fraction of k: it was far from failing and now nearly fails.
+    # ... from below this share: it was far from failing and now nearly fails.
     well_below: float = 0.25
     max_slowdown: float = 0.25  # median time per call up by more than 25% (shared CI machines are noisy)
     max_memory_growth: float = 0.10  # peak memory up by more than 10%
@@ -90,7 +90,8 @@ class Thresholds:
         return (
             f"ratio drift: a group's median case > +{self.ratio_drift:.0%} "
             f"at {self.drift_confidence:.0%} confidence (groups of ≥ {self.drift_min_cases:g} cases) · "
-            f"one case: from < {self.well_below:g} k to > {self.near_tolerance:g} k, or non-finite · "
+            f"one case: from < {self.well_below:.0%} to > {self.near_tolerance:.0%} of its tolerance, "
+            "or non-finite · "
             f"slowdown > {self.max_slowdown:.0%} · peak memory > +{self.max_memory_growth:.0%} · "
             f"incomplete runs {'allowed' if self.allow_incomplete else 'fail the gate'} · "
             f"behaviour changes {'allowed' if self.allow_behaviour_change else 'fail the gate'}"
@@ -245,6 +246,11 @@ class RatioPair:
     # The candidate's baseline error is zero: its ratio is 0 (exact too) or inf (any error at
     # all), whatever the subject's error; the check's floor judges such a case, not the ratio.
     exact_baseline: bool = False
+    # The share of its tolerance (k x baseline + floor) the error uses on each side: what the
+    # check passes on. Where the floor dominates, the ratio against a near-exact baseline can
+    # swing by 1e9 while the error stays an ulp; the share does not.
+    before_share: float = math.nan
+    after_share: float = math.nan
 
     @property
     def group(self) -> tuple[str, str, str, str]:
@@ -264,11 +270,13 @@ def ratio_pairs(base: Run, candidate: Run) -> list[RatioPair]:
             new_metric = new_metrics.get(old_metric.tensor)
             if new_metric is None:
                 continue
-            for field, label, k, baseline in (
-                ("ratio", "ratio", old_metric.k, new_metric.baseline_max_abs),
+            for field, label, k, baseline, error, tolerance in (
+                ("ratio", "ratio", old_metric.k, new_metric.baseline_max_abs, "max_abs", "tolerance"),
                 # Records written before the mean rule was stored have no k_mean: judge by k.
-                ("mean_ratio", "mean ratio", old_metric.k_mean or old_metric.k, new_metric.baseline_mean_abs),
+                ("mean_ratio", "mean ratio", old_metric.k_mean or old_metric.k, new_metric.baseline_mean_abs,
+                 "mean_abs", "mean_tolerance"),
             ):
+                before, after = getattr(old_metric, field), getattr(new_metric, field)
                 pairs.append(
                     RatioPair(
                         old.case.subject,
@@ -276,13 +284,23 @@ def ratio_pairs(base: Run, candidate: Run) -> list[RatioPair]:
                         old_metric.tensor,
                         label,
                         _what(old),
-                        getattr(old_metric, field),
-                        getattr(new_metric, field),
+                        before,
+                        after,
                         k,
                         baseline == 0,
+                        _share(getattr(old_metric, error), getattr(old_metric, tolerance), before, k),
+                        _share(getattr(new_metric, error), getattr(new_metric, tolerance), after, k),
                     )
                 )
     return pairs
+
+
+def _share(error: float, tolerance: float | None, ratio: float, k: float) -> float:
+    """error / tolerance; records without a stored tolerance fall back to ratio / k (the same
+    number when the floor is negligible)."""
+    if tolerance is not None and tolerance > 0 and math.isfinite(tolerance):
+        return error / tolerance
+    return ratio / k if k else math.nan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,7 +417,7 @@ def jumped(pair: RatioPair, thresholds: Thresholds) -> bool:
         return math.isfinite(before) and not pair.exact_baseline
     if not math.isfinite(before):
         return False  # nothing to compare against (e.g. a zero baseline error in the base)
-    return before < thresholds.well_below * pair.k and after > thresholds.near_tolerance * pair.k
+    return pair.before_share < thresholds.well_below and pair.after_share > thresholds.near_tolerance
 
 
 def case_jumps(pairs: list[RatioPair], thresholds: Thresholds) -> list[Finding]:
@@ -412,7 +430,7 @@ def case_jumps(pairs: list[RatioPair], thresholds: Thresholds) -> list[Finding]:
             md.number(pair.after),
             "new non-finite ratio"
             if not math.isfinite(pair.after)
-            else f"{pair.before / pair.k:.0%} → {pair.after / pair.k:.0%} of k {pair.k:g}",
+            else f"{pair.before_share:.0%} → {pair.after_share:.0%} of its tolerance (k {pair.k:g} + floor)",
         )
         for pair in pairs
         if jumped(pair, thresholds)
