@@ -73,6 +73,14 @@ def _relative(path: Path) -> str:
 
 
 @nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff: the lint rules and the formatter, both configured in pyproject.toml."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """The project's own tests: reference, adapters, checks, mutants, reports."""
     install_project(session)
@@ -104,9 +112,19 @@ def conformance(session: nox.Session, jax: str) -> None:
     report_dir = f"reports/jax-{jax}"
     # JAX's persistent compilation cache lives with the environment: a rerun skips XLA compiles.
     jax_cache = Path(session.virtualenv.location) / "jax-cache"
-    session.run("python", "-m", "pytest", "conformance", "-p", "no:cacheprovider", "--report-dir", report_dir,
-                f"--junitxml={report_dir}/junit.xml", f"--jax-cache-dir={jax_cache}",
-                *isolated_args(session.posargs))  # -n 1, --max-worker-restart, --timeout unless given
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "conformance",
+        "-p",
+        "no:cacheprovider",
+        "--report-dir",
+        report_dir,
+        f"--junitxml={report_dir}/junit.xml",
+        f"--jax-cache-dir={jax_cache}",
+        *isolated_args(session.posargs),
+    )  # -n 1, --max-worker-restart, --timeout unless given
 
 
 @nox.session(python="3.11")
@@ -117,8 +135,16 @@ def bench(session: nox.Session, jax: str) -> None:
     install_project(session, jax)
     report_dir = Path(f"reports/jax-{jax}")
     report_dir.mkdir(parents=True, exist_ok=True)  # pytest-benchmark opens the JSON file at start-up
-    session.run("python", "-m", "pytest", "benchmarks", "-p", "no:cacheprovider",
-                f"--benchmark-json={report_dir / 'benchmarks.json'}", *session.posargs)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "benchmarks",
+        "-p",
+        "no:cacheprovider",
+        f"--benchmark-json={report_dir / 'benchmarks.json'}",
+        *session.posargs,
+    )
 
 
 @nox.session(python="3.11")

@@ -66,11 +66,14 @@ def plan_subject(
         return [PlannedCase(f"{name}-unavailable", None, f"{name} unavailable: {availability.reason}")]
     execution = execution_kind(availability.execution)
     if execution_filter not in ("all", execution):
-        return [PlannedCase(
-            f"{name}-{execution}", None,
-            f"{name} runs in {execution} mode ({availability.execution}); this run benchmarks "
-            f"{execution_filter} subjects only",
-        )]
+        return [
+            PlannedCase(
+                f"{name}-{execution}",
+                None,
+                f"{name} runs in {execution} mode ({availability.execution}); this run benchmarks "
+                f"{execution_filter} subjects only",
+            )
+        ]
     chosen = shape_list(select_shape_list(execution, platform) if list_name == "auto" else list_name)
     capabilities = adapter.capabilities()
     planned = []

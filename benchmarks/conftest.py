@@ -1,8 +1,8 @@
 """pytest options and parametrization for ``pytest benchmarks`` (needs pytest-benchmark).
 
-    pytest benchmarks --benchmark-json reports/jax-X/benchmarks.json
-        [--bench-subjects all|a,b] [--bench-shapes auto|interpret|cpu|accelerator|smoke]
-        [--bench-execution all|native|interpret]
+pytest benchmarks --benchmark-json reports/jax-X/benchmarks.json
+    [--bench-subjects all|a,b] [--bench-shapes auto|interpret|cpu|accelerator|smoke]
+    [--bench-execution all|native|interpret]
 """
 
 from __future__ import annotations
@@ -19,14 +19,25 @@ from kernels.registry import UnknownSubjectError, resolve, subject_names
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("bench", "attention subject benchmarks")
-    group.addoption("--bench-subjects", default="all",
-                    help="subjects to benchmark: 'all' (default), or a comma-separated list of names "
-                         "or dotted paths 'package.module:function'")
-    group.addoption("--bench-shapes", default="auto", choices=("auto", *LIST_NAMES),
-                    help="shape list; auto (default) picks 'interpret' for interpreted kernels, else "
-                         "'cpu' or 'accelerator' by JAX's platform (benchmarks/shapes.py)")
-    group.addoption("--bench-execution", default="all", choices=EXECUTION_FILTERS,
-                    help="benchmark only native or only interpreted subjects (default: all)")
+    group.addoption(
+        "--bench-subjects",
+        default="all",
+        help="subjects to benchmark: 'all' (default), or a comma-separated list of names "
+        "or dotted paths 'package.module:function'",
+    )
+    group.addoption(
+        "--bench-shapes",
+        default="auto",
+        choices=("auto", *LIST_NAMES),
+        help="shape list; auto (default) picks 'interpret' for interpreted kernels, else "
+        "'cpu' or 'accelerator' by JAX's platform (benchmarks/shapes.py)",
+    )
+    group.addoption(
+        "--bench-execution",
+        default="all",
+        choices=EXECUTION_FILTERS,
+        help="benchmark only native or only interpreted subjects (default: all)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,8 +70,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     planned.sort(key=order_key)
     metafunc.parametrize(
         "bench_case",
-        [pytest.param(p.case, id=p.id, marks=[pytest.mark.skip(reason=p.skip)] if p.skip else [])
-         for p in planned],
+        [
+            pytest.param(p.case, id=p.id, marks=[pytest.mark.skip(reason=p.skip)] if p.skip else [])
+            for p in planned
+        ],
     )
 
 
@@ -78,8 +91,8 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
     output_json["attention_conformance"] = {
         "note": "extra_info.execution says how each subject ran; interpret-mode timings describe "
-                "the Pallas interpreter, not the kernel, and the gate never compares them with native ones",
+        "the Pallas interpreter, not the kernel, and the gate never compares them with native ones",
         "memory_kinds": "device: device peak_bytes_in_use; device_bound: an upper bound (an earlier "
-                        "benchmark set the device's peak); host_rss: peak process RSS (a proxy where the "
-                        "backend has no memory statistics); host_rss_bound: lifetime peak RSS",
+        "benchmark set the device's peak); host_rss: peak process RSS (a proxy where the "
+        "backend has no memory statistics); host_rss_bound: lifetime peak RSS",
     }

@@ -26,4 +26,3 @@ def bench_versions(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str
         _BENCH_SELECTOR.sub(jax_versions.SESSION, s, count=1) for s in selectors if _BENCH_SELECTOR.match(s)
     ]
     return jax_versions.session_versions(["--sessions", *renamed], {})
-

@@ -112,8 +112,14 @@ def grid(
     )
 
 
-def _sparse(batch: int, heads: int, product_at: int, sweep: tuple[int, ...],
-            sweep_configs: tuple[tuple[int, bool, str], ...], half: bool = False) -> tuple[BenchShape, ...]:
+def _sparse(
+    batch: int,
+    heads: int,
+    product_at: int,
+    sweep: tuple[int, ...],
+    sweep_configs: tuple[tuple[int, bool, str], ...],
+    half: bool = False,
+) -> tuple[BenchShape, ...]:
     """D x causal x dtype at one length (all 8, or the half fraction where causal iff
     (D == 64) == (dtype == bfloat16)), plus length sweeps of a few (D, causal, dtype)."""
     every = grid([product_at], (64, 128), (False, True), ("float32", "bfloat16"), batch, heads)

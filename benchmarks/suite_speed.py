@@ -130,9 +130,15 @@ def split_of(processes: Iterable[ProcessTimes]) -> Split:
 
 def read_probes(folder: Path) -> tuple[ProcessTimes, ...]:
     return tuple(
-        ProcessTimes(seconds=data["seconds"], tests=int(data["tests"]), lifetime_s=float(data["lifetime_s"]),
-                     worker=data.get("worker", ""), target_calls=data.get("target_calls", {}))
-        for data in (json.loads(p.read_text()) for p in sorted(folder.glob("probe-*.json"))))
+        ProcessTimes(
+            seconds=data["seconds"],
+            tests=int(data["tests"]),
+            lifetime_s=float(data["lifetime_s"]),
+            worker=data.get("worker", ""),
+            target_calls=data.get("target_calls", {}),
+        )
+        for data in (json.loads(p.read_text()) for p in sorted(folder.glob("probe-*.json")))
+    )
 
 
 def count_ran(report_dir: Path) -> tuple[int, int, int]:
@@ -153,9 +159,12 @@ def differing_verdicts(cold_dir: Path, warm_dir: Path) -> tuple[str, ...]:
     """``case_id check: cold -> warm`` for each check whose verdict differs (or is missing)."""
     cold = {r.key: r.verdict for r in read_results(cold_dir).results}
     warm = {r.key: r.verdict for r in read_results(warm_dir).results}
-    return tuple(f"{case} {check}: {cold.get(k, 'missing')} -> {warm.get(k, 'missing')}"
-                 for k in sorted(cold.keys() | warm.keys()) if cold.get(k) != warm.get(k)
-                 for _, case, check in (k,))
+    return tuple(
+        f"{case} {check}: {cold.get(k, 'missing')} -> {warm.get(k, 'missing')}"
+        for k in sorted(cold.keys() | warm.keys())
+        if cold.get(k) != warm.get(k)
+        for _, case, check in (k,)
+    )
 
 
 def parse_bench(stdout: str) -> ReferenceSpeed:
@@ -174,51 +183,85 @@ def _verdict(met: bool) -> str:
 
 def render(report: PerfReport) -> str:
     """The Markdown table and the goal lines ``nox -s perf`` prints."""
-    lines = ["| run | wall | CPU | cases | checks | cases/s | subject | reference | baseline | harness |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| run | wall | CPU | cases | checks | cases/s | subject | reference | baseline | harness |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for run in (report.cold, report.warm):
         s = run.split
         failed = "" if run.returncode in (0, 1) else f" (exit {run.returncode})"
         shares = " | ".join(f"{100 * s.fraction(k):.1f}%" for k in (*KINDS, "harness"))
-        lines.append(f"| {run.label}{failed} | {_minutes(run.wall_s)} | {run.cpu_s:.0f} s | {run.cases} | "
-                     f"{run.checks} | {run.cases_per_s:.2f} | {shares} |")
+        lines.append(
+            f"| {run.label}{failed} | {_minutes(run.wall_s)} | {run.cpu_s:.0f} s | {run.cases} | "
+            f"{run.checks} | {run.cases_per_s:.2f} | {shares} |"
+        )
     lines.append("")
-    lines.append("Split: shares of the seconds of the processes that ran tests (xdist workers add up); "
-                 "harness = everything outside subject calls, the float64 reference and the baseline. "
-                 "CPU: user + system seconds of all the run's processes (wall >> CPU: a busy machine).")
+    lines.append(
+        "Split: shares of the seconds of the processes that ran tests (xdist workers add up); "
+        "harness = everything outside subject calls, the float64 reference and the baseline. "
+        "CPU: user + system seconds of all the run's processes (wall >> CPU: a busy machine)."
+    )
     for run in (report.cold, report.warm):
         if run.reference_cases:
-            lines.append(f"Float64 reference ({run.label}): {run.reference_calls} forward passes for "
-                         f"{run.reference_cases} cases that need one, and {run.shrink_reference_calls} "
-                         "for smaller cases tried while shrinking failures.")
+            lines.append(
+                f"Float64 reference ({run.label}): {run.reference_calls} forward passes for "
+                f"{run.reference_cases} cases that need one, and {run.shrink_reference_calls} "
+                "for smaller cases tried while shrinking failures."
+            )
     if report.differing is not None:
         shown = "; ".join(report.differing[:3]) + (" ..." if len(report.differing) > 3 else "")
-        lines.append("Verdicts: the same in both runs." if not report.differing else
-                     f"Verdicts: {len(report.differing)} differ between the runs: {shown}")
+        lines.append(
+            "Verdicts: the same in both runs."
+            if not report.differing
+            else f"Verdicts: {len(report.differing)} differ between the runs: {shown}"
+        )
     if report.reference is not None:
         ref = report.reference
-        lines.append(f"Reference: {ref.reference_gflops:.2f} GFLOP/s, {ref.ratio:.3f} x float64 matmul "
-                     f"({ref.matmul_gflops:.2f} GFLOP/s) [python -m reference.bench --quick].")
+        lines.append(
+            f"Reference: {ref.reference_gflops:.2f} GFLOP/s, {ref.ratio:.3f} x float64 matmul "
+            f"({ref.matmul_gflops:.2f} GFLOP/s) [python -m reference.bench --quick]."
+        )
     lines += ["", "| goal | measured | |", "|---|---:|---|"]
-    lines.append(f"| ci run <= {GOAL_WALL_S / 60:.0f} min (cold) | {_minutes(report.cold.wall_s)} | "
-                 f"{_verdict(report.cold.wall_s <= GOAL_WALL_S)} |")
+    lines.append(
+        f"| ci run <= {GOAL_WALL_S / 60:.0f} min (cold) | {_minutes(report.cold.wall_s)} | "
+        f"{_verdict(report.cold.wall_s <= GOAL_WALL_S)} |"
+    )
     for run in (report.cold, report.warm):
         harness = run.split.fraction("harness")
-        lines.append(f"| harness <= {100 * GOAL_HARNESS_FRACTION:.0f}% ({run.label}) | "
-                     f"{100 * harness:.1f}% | {_verdict(harness <= GOAL_HARNESS_FRACTION)} |")
-    lines.append(f"| warm >= {GOAL_WARM_SPEEDUP:.0f}x faster than cold | {report.speedup:.2f}x | "
-                 f"{_verdict(report.speedup >= GOAL_WARM_SPEEDUP)} |")
+        lines.append(
+            f"| harness <= {100 * GOAL_HARNESS_FRACTION:.0f}% ({run.label}) | "
+            f"{100 * harness:.1f}% | {_verdict(harness <= GOAL_HARNESS_FRACTION)} |"
+        )
+    lines.append(
+        f"| warm >= {GOAL_WARM_SPEEDUP:.0f}x faster than cold | {report.speedup:.2f}x | "
+        f"{_verdict(report.speedup >= GOAL_WARM_SPEEDUP)} |"
+    )
     if report.command:
         lines += ["", f"Command: `{report.command}`"]
     return "\n".join(lines)
 
 
-def suite_command(impl: str, report_dir: Path, cache_dir: Path, workers: int | None,
-                  extra: Sequence[str] = ()) -> list[str]:
+def suite_command(
+    impl: str, report_dir: Path, cache_dir: Path, workers: int | None, extra: Sequence[str] = ()
+) -> list[str]:
     """The run ``nox -s conformance`` does (``python -m conformance``: the suite's own defaults,
     process isolation included), plus the probe plugin. ``workers``: xdist's ``-n``, if given."""
-    command = [sys.executable, "-m", "conformance", "-p", "benchmarks.suite_probe", "--impl", impl,
-               "--profile", "ci", "--report-dir", str(report_dir), "--jax-cache-dir", str(cache_dir), "-q"]
+    command = [
+        sys.executable,
+        "-m",
+        "conformance",
+        "-p",
+        "benchmarks.suite_probe",
+        "--impl",
+        impl,
+        "--profile",
+        "ci",
+        "--report-dir",
+        str(report_dir),
+        "--jax-cache-dir",
+        str(cache_dir),
+        "-q",
+    ]
     if workers is not None:
         command += ["-n", str(workers)]
     return [*command, *extra]
@@ -239,8 +282,18 @@ def measure_run(label: str, folder: Path, command: list[str]) -> RunMeasurement:
     report_dir = Path(command[command.index("--report-dir") + 1])
     cases, checks, reference_cases = count_ran(report_dir)
     probes = read_probes(probe_dir)
-    return RunMeasurement(label, wall, cases, checks, split_of(probes), done.returncode,
-                          reference_calls(probes), reference_cases, cpu, reference_calls(probes, True))
+    return RunMeasurement(
+        label,
+        wall,
+        cases,
+        checks,
+        split_of(probes),
+        done.returncode,
+        reference_calls(probes),
+        reference_cases,
+        cpu,
+        reference_calls(probes, True),
+    )
 
 
 def _children_cpu_s() -> float:
@@ -261,10 +314,17 @@ def measure_reference(quick: bool = True) -> ReferenceSpeed | None:
 def main(argv: list[str] | None = None) -> PerfReport:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--impl", default="all", help="subjects, as for the suite. Default: %(default)s")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="pytest-xdist workers (0: one process). Default: the suite's own")
-    parser.add_argument("--out", default=None,
-                        help="folder for the runs, cache, perf.md and perf.json. Default: a new temp folder")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="pytest-xdist workers (0: one process). Default: the suite's own",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder for the runs, cache, perf.md and perf.json. Default: a new temp folder",
+    )
     parser.add_argument("--full-bench", action="store_true", help="reference.bench without --quick")
     parser.add_argument("extra", nargs="*", help="more pytest arguments for both runs (after --)")
     args = parser.parse_args(argv)
@@ -280,8 +340,9 @@ def main(argv: list[str] | None = None) -> PerfReport:
         command = suite_command(args.impl, folder / "report", cache, args.workers, args.extra)
         runs.append(measure_run(label, folder, command))
         print(f"{label}: {runs[-1].wall_s:.0f} s", file=sys.stderr, flush=True)
-    shown = shlex.join(["python", *suite_command(args.impl, Path("DIR"), Path("CACHE"), args.workers,
-                                                 args.extra)[1:]])
+    shown = shlex.join(
+        ["python", *suite_command(args.impl, Path("DIR"), Path("CACHE"), args.workers, args.extra)[1:]]
+    )
     differing = differing_verdicts(out / "cold" / "report", out / "warm" / "report")
     report = PerfReport(runs[0], runs[1], measure_reference(quick=not args.full_bench), shown, differing)
     text = render(report)

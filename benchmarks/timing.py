@@ -94,7 +94,10 @@ def _steady(
 
 
 def _compile(
-    benchmark: Any, case: BenchCase, make_adapter: AdapterFactory, settings: ShapeList,
+    benchmark: Any,
+    case: BenchCase,
+    make_adapter: AdapterFactory,
+    settings: ShapeList,
     device_stats: DeviceStats,
 ) -> tuple[dict[str, Any], MemoryReading]:
     a, b = make_adapter(), make_adapter()
@@ -119,8 +122,12 @@ def _compile(
     steady = statistics.median(timed(call) for _ in range(settings.min_rounds))
     if math.isnan(first):  # benchmarks disabled: pytest-benchmark ran the round but kept no stats
         first = steady
-    return {"first_call_s": first, "steady_s": steady, "compile_s": max(first - steady, 0.0),
-            "rounds": rounds}, reading
+    return {
+        "first_call_s": first,
+        "steady_s": steady,
+        "compile_s": max(first - steady, 0.0),
+        "rounds": rounds,
+    }, reading
 
 
 def _median(benchmark: Any, fallback: float) -> float:
@@ -146,4 +153,3 @@ def describe(case: BenchCase) -> dict[str, Any]:
         "dtype": s.dtype,
         "forward_flops": s.forward_flops,
     }
-

@@ -60,8 +60,12 @@ class Call:
 def copy_inputs(inputs: AttentionInputs) -> AttentionInputs:
     """A deep copy: fresh, writable arrays (the subject may keep or mutate them)."""
     return dataclasses.replace(
-        inputs, **{f: None if getattr(inputs, f) is None else np.array(getattr(inputs, f), copy=True)
-                   for f in INPUT_FIELDS})
+        inputs,
+        **{
+            f: None if getattr(inputs, f) is None else np.array(getattr(inputs, f), copy=True)
+            for f in INPUT_FIELDS
+        },
+    )
 
 
 def changed_fields(before: AttentionInputs, after: AttentionInputs) -> tuple[str, ...]:
@@ -133,13 +137,16 @@ class Oracle:
 
     @functools.cached_property
     def reference_grads(self) -> ReferenceGrads:
-        return self._timed("reference_backward_s", lambda: attention_backward(
-            self.inputs, self.dout, self.case.spec, self.reference))
+        return self._timed(
+            "reference_backward_s",
+            lambda: attention_backward(self.inputs, self.dout, self.case.spec, self.reference),
+        )
 
     @functools.cached_property
     def baseline_grads(self) -> BaselineGrads:
-        return self._timed("baseline_backward_s",
-                           lambda: plain.gradients(self.inputs, self.case.spec, self.dout))
+        return self._timed(
+            "baseline_backward_s", lambda: plain.gradients(self.inputs, self.case.spec, self.dout)
+        )
 
     @property
     def valid_rows(self) -> np.ndarray:

@@ -158,12 +158,18 @@ def gradients(inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) ->
     dq = r(r(ds @ fwd.k) * scale)
     q = inputs.q.astype(w)
     dk = r(_group_sum(r(r(ds.swapaxes(-1, -2) @ q) * scale), kv_heads))
-    return BaselineGrads(dq=dq.astype(pr.dtype), dk=dk.astype(pr.dtype), dv=dv.astype(pr.dtype), dbias=dbias,
-                         cancellation=_cancellation(fwd, delta, q, inputs.bias))
+    return BaselineGrads(
+        dq=dq.astype(pr.dtype),
+        dk=dk.astype(pr.dtype),
+        dv=dv.astype(pr.dtype),
+        dbias=dbias,
+        cancellation=_cancellation(fwd, delta, q, inputs.bias),
+    )
 
 
-def _cancellation(fwd: _Forward, delta: np.ndarray, q: np.ndarray,
-                  bias: np.ndarray | None) -> dict[str, float]:
+def _cancellation(
+    fwd: _Forward, delta: np.ndarray, q: np.ndarray, bias: np.ndarray | None
+) -> dict[str, float]:
     """Magnitudes of the cancelling terms of ds, carried to dq, dk and dbias (see BaselineGrads)."""
     with np.errstate(invalid="ignore", over="ignore"):
         weight = np.abs(np.nan_to_num(delta.astype(np.float64)))  # [B, Hq, Sq, 1]

@@ -79,14 +79,18 @@ class Case:
     @property
     def spec(self) -> AttentionSpec:
         return AttentionSpec(
-            scale=self.scale, softcap=self.softcap, causal=self.causal,
-            alignment=self.alignment, window=self.window,  # type: ignore[arg-type]
+            scale=self.scale,
+            softcap=self.softcap,
+            causal=self.causal,
+            alignment=self.alignment,
+            window=self.window,  # type: ignore[arg-type]
         )
 
     @property
     def shape(self) -> AttentionShape:
-        return AttentionShape(self.batch, self.q_heads, self.kv_heads, self.q_len, self.kv_len,
-                              self.head_dim, self.v_head_dim)
+        return AttentionShape(
+            self.batch, self.q_heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim, self.v_head_dim
+        )
 
     @property
     def bias_shape(self) -> tuple[int, ...] | None:
@@ -138,8 +142,14 @@ class Case:
         """The id without the subject: the same data for every subject."""
         parts = [self.dtype]
         parts += _feature_tokens(self) or ["full"]
-        parts += [f"B{self.batch}", f"Hq{self.q_heads}", f"Hkv{self.kv_heads}",
-                  f"Sq{self.q_len}", f"Sk{self.kv_len}", f"D{self.head_dim}"]
+        parts += [
+            f"B{self.batch}",
+            f"Hq{self.q_heads}",
+            f"Hkv{self.kv_heads}",
+            f"Sq{self.q_len}",
+            f"Sk{self.kv_len}",
+            f"D{self.head_dim}",
+        ]
         if self.v_head_dim != self.head_dim:
             parts.append(f"Dv{self.v_head_dim}")
         if self.input_kind != "normal":
@@ -160,8 +170,10 @@ class Case:
         ``Capabilities.unsupported_reason`` (which looks at shapes only)."""
         zero = np.zeros((), dtype=np.float32)
         b = self.batch
+
         def ints(n: int) -> np.ndarray:
             return np.broadcast_to(np.zeros((), np.int32), (b, n))
+
         return AttentionInputs(
             q=np.broadcast_to(zero, (b, self.q_heads, self.q_len, self.head_dim)),
             k=np.broadcast_to(zero, (b, self.kv_heads, self.kv_len, self.head_dim)),
@@ -176,8 +188,10 @@ class Case:
 
     def describe(self) -> str:
         """The case in words, for failure messages."""
-        shape = (f"B={self.batch} Hq={self.q_heads} Hkv={self.kv_heads} Sq={self.q_len} "
-                 f"Sk={self.kv_len} D={self.head_dim} Dv={self.v_head_dim}")
+        shape = (
+            f"B={self.batch} Hq={self.q_heads} Hkv={self.kv_heads} Sq={self.q_len} "
+            f"Sk={self.kv_len} D={self.head_dim} Dv={self.v_head_dim}"
+        )
         feats = ", ".join(_feature_tokens(self)) or "no mask"
         return f"{self.subject} {self.dtype} {shape}; {feats}; {self.input_kind} inputs"
 

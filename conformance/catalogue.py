@@ -35,8 +35,17 @@ Status = Literal["run", "unsupported", "raises", "unavailable"]
 # The checks, in the order they run for one case (so cached outputs are reused and a
 # crash in a late check cannot hide an early result).
 CHECKS: tuple[str, ...] = (
-    "raises", "shape_dtype", "forward", "lse", "fully_masked", "backward", "finite",
-    "no_mutation", "determinism", "recompile", "leak",
+    "raises",
+    "shape_dtype",
+    "forward",
+    "lse",
+    "fully_masked",
+    "backward",
+    "finite",
+    "no_mutation",
+    "determinism",
+    "recompile",
+    "leak",
 )
 FORWARD_CHECKS = frozenset({"shape_dtype", "forward", "lse", "fully_masked", "finite", "no_mutation"})
 RUNTIME_CHECKS = frozenset({"determinism", "recompile", "leak"})
@@ -74,7 +83,9 @@ def has_fully_masked_rows(case: Case) -> bool:
     """Whether some query row may attend to no key (computed from the masks, no values)."""
     masks = mask_arrays(case)
     skeleton = dataclasses.replace(
-        case.skeleton(), q_segment_ids=masks.q_segment_ids, kv_segment_ids=masks.kv_segment_ids,
+        case.skeleton(),
+        q_segment_ids=masks.q_segment_ids,
+        kv_segment_ids=masks.kv_segment_ids,
         mask=masks.mask,
     )
     if not has_mask(case.spec, skeleton):
@@ -95,10 +106,14 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
     """The curated matrix in each declared dtype, then drawn cases; no duplicates."""
     caps = subject.capabilities
     dtypes = tuple(d for d in DTYPE_NAMES if d in caps.dtypes)
-    curated = [edge_matrix.instantiate(t, subject.name, d)
-               for t in edge_matrix.edge_cases(profile.edge_level) for d in dtypes]
-    drawn = strategies.draw_cases(strategies.cases(subject.name, caps, profile), profile.drawn_cases,
-                                  draw_seed)
+    curated = [
+        edge_matrix.instantiate(t, subject.name, d)
+        for t in edge_matrix.edge_cases(profile.edge_level)
+        for d in dtypes
+    ]
+    drawn = strategies.draw_cases(
+        strategies.cases(subject.name, caps, profile), profile.drawn_cases, draw_seed
+    )
     return tuple(dict.fromkeys([*curated, *drawn]))
 
 
@@ -180,7 +195,8 @@ def plan(subjects: tuple[Subject, ...], profile: Profile, draw_seed: int) -> dic
             for check in CHECKS:
                 if check != "raises":
                     by_check[check].append(
-                        Planned(check, unavailable_case(subject.name), "unavailable", subject.reason))
+                        Planned(check, unavailable_case(subject.name), "unavailable", subject.reason)
+                    )
             continue
         cases = cases_for(subject, profile, draw_seed)
         for check in CHECKS:

@@ -70,10 +70,25 @@ def _levelled() -> list[tuple[int, Case]]:
     add(0, segments=3, orphan_segment=True, batch=2, q_len=256, kv_len=256, causal=True)
     add(0, batch=3, q_lengths=(256, 100, 0), kv_lengths=(256, 130, 17), q_len=256, kv_len=256)
     add(0, batch=2, kv_lengths=(128, 0), causal=True, q_len=128, kv_len=256)
-    add(0, batch=3, q_lengths=(256, 100, 0), kv_lengths=(256, 130, 17), q_len=256, kv_len=256,
-        input_kind="nan_padding")
-    add(0, batch=2, kv_lengths=(200, 1), q_len=128, kv_len=256, causal=True, alignment="bottom_right",
-        input_kind="nan_padding")
+    add(
+        0,
+        batch=3,
+        q_lengths=(256, 100, 0),
+        kv_lengths=(256, 130, 17),
+        q_len=256,
+        kv_len=256,
+        input_kind="nan_padding",
+    )
+    add(
+        0,
+        batch=2,
+        kv_lengths=(200, 1),
+        q_len=128,
+        kv_len=256,
+        causal=True,
+        alignment="bottom_right",
+        input_kind="nan_padding",
+    )
     add(0, segments=3, orphan_segment=True, batch=2, q_len=256, kv_len=256, input_kind="nan_padding")
     add(1, batch=2, segments=4, kv_lengths=(256, 64), q_len=256, kv_len=256, q_heads=4, kv_heads=2)
 
@@ -84,8 +99,16 @@ def _levelled() -> list[tuple[int, Case]]:
     add(0, window=(16, 0), causal=True, q_len=256, kv_len=256)
     add(0, window=(4, 4), q_len=128, kv_len=256, alignment="bottom_right")
     add(1, window=(None, 8), q_len=256, kv_len=128)
-    add(1, window=(64, None), causal=True, q_len=256, kv_len=256, alignment="bottom_right",
-        q_heads=4, kv_heads=1)
+    add(
+        1,
+        window=(64, None),
+        causal=True,
+        q_len=256,
+        kv_len=256,
+        alignment="bottom_right",
+        q_heads=4,
+        kv_heads=1,
+    )
 
     # Softcap near the logits' scale (std 2) and far from it; with large logits.
     add(0, softcap=1.0)

@@ -67,8 +67,9 @@ def mask_arrays(case: Case) -> MaskArrays:
         q_seg = np.stack([_segment_runs(rng, case.q_len, case.segments, 0) for _ in range(case.batch)])
         # An orphan segment: q ids run 0..n-1 and kv ids 1..n, so q's first run sees no key.
         kv_first = 1 if case.orphan_segment else 0
-        kv_seg = np.stack([_segment_runs(rng, case.kv_len, case.segments, kv_first)
-                           for _ in range(case.batch)])
+        kv_seg = np.stack(
+            [_segment_runs(rng, case.kv_len, case.segments, kv_first) for _ in range(case.batch)]
+        )
     mask = None
     if case.mask is not None:
         mask = _rng(case, _MASK).random(case.mask_shape) < 0.8
@@ -102,8 +103,12 @@ def _q_std(case: Case) -> float:
 def padding(case: Case, masks: MaskArrays) -> tuple[np.ndarray, np.ndarray]:
     """(dead_rows [B, Hq, Sq], dead_keys [B, Hkv, Sk]): query rows that see no key, and keys
     that no query of the same batch row (in any head of its group) sees."""
-    skeleton = dataclasses.replace(case.skeleton(), q_segment_ids=masks.q_segment_ids,
-                                   kv_segment_ids=masks.kv_segment_ids, mask=masks.mask)
+    skeleton = dataclasses.replace(
+        case.skeleton(),
+        q_segment_ids=masks.q_segment_ids,
+        kv_segment_ids=masks.kv_segment_ids,
+        mask=masks.mask,
+    )
     vis = full_visibility(case.spec, skeleton)  # [B, Hq, Sq, Sk]
     dead_rows = ~vis.any(axis=3)
     seen = vis.any(axis=2).reshape(case.batch, case.kv_heads, case.q_heads // case.kv_heads, case.kv_len)
@@ -137,9 +142,15 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
         v[dead_keys] = padding_sentinel(case)
     cast = lambda x: None if x is None else dtypes.cast(x, case.dtype)  # noqa: E731
     return AttentionInputs(
-        q=cast(q), k=cast(k), v=cast(v), bias=cast(bias),
-        q_segment_ids=masks.q_segment_ids, kv_segment_ids=masks.kv_segment_ids,
-        q_lengths=masks.q_lengths, kv_lengths=masks.kv_lengths, mask=masks.mask,
+        q=cast(q),
+        k=cast(k),
+        v=cast(v),
+        bias=cast(bias),
+        q_segment_ids=masks.q_segment_ids,
+        kv_segment_ids=masks.kv_segment_ids,
+        q_lengths=masks.q_lengths,
+        kv_lengths=masks.kv_lengths,
+        mask=masks.mask,
     )
 
 

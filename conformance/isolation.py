@@ -71,19 +71,28 @@ _CRASH_WAIT_S = 2.0  # how long the controller waits for a dead worker's exit st
 # kills it only if it is still there this long after --timeout (start-up, a stuck exit).
 _RETRY_GRACE_S = 120.0
 # argv[1] is the settings JSON; sys.path first, so --impl's module imports as in the workers.
-_RETRY_PROGRAM = ("import json, sys; settings = json.loads(sys.argv[1]); "
-                  "sys.path[:0] = [p for p in settings['sys_path'] if p not in sys.path]; "
-                  "from conformance.isolation import retry_main; retry_main(settings)")
+_RETRY_PROGRAM = (
+    "import json, sys; settings = json.loads(sys.argv[1]); "
+    "sys.path[:0] = [p for p in settings['sys_path'] if p not in sys.path]; "
+    "from conformance.isolation import retry_main; retry_main(settings)"
+)
 
 
 def add_options(group: Any) -> None:
-    group.addoption("--worker-memory-limit", default="auto", metavar="SIZE",
-                    help="data-segment limit of each worker process, e.g. 8G or 512M; 0 for none. "
-                         "Default 'auto': 80%% of the machine's memory")
-    group.addoption("--no-crash-retry", action="store_true",
-                    help="record a check that crashed or hung its worker as 'error' at once. Default: "
-                         "rerun it once alone in a fresh process first; 'error' only if it crashes "
-                         "again, else 'flaky' (and the case's other checks still run)")
+    group.addoption(
+        "--worker-memory-limit",
+        default="auto",
+        metavar="SIZE",
+        help="data-segment limit of each worker process, e.g. 8G or 512M; 0 for none. "
+        "Default 'auto': 80%% of the machine's memory",
+    )
+    group.addoption(
+        "--no-crash-retry",
+        action="store_true",
+        help="record a check that crashed or hung its worker as 'error' at once. Default: "
+        "rerun it once alone in a fresh process first; 'error' only if it crashes "
+        "again, else 'flaky' (and the case's other checks still run)",
+    )
 
 
 def parse_size(text: str) -> int:
@@ -101,7 +110,8 @@ def parse_size(text: str) -> int:
         value = float("nan")
     if not (math.isfinite(value) and value >= 0):
         raise pytest.UsageError(
-            f"--worker-memory-limit {given!r} is not a size; write e.g. 8G, 512M or 0 (no limit)")
+            f"--worker-memory-limit {given!r} is not a size; write e.g. 8G, 512M or 0 (no limit)"
+        )
     return int(value * factor)
 
 
@@ -157,8 +167,13 @@ def _innermost_frames(words: str, count: int = 4) -> str:
     """The innermost ``File ...`` lines of the thread that ran the test: the 'Current thread'
     for a fatal signal; for a timeout (no current thread) the one inside pytest. Paths are
     shown relative to the working folder, or with the home folder as ``~``: reports get pasted."""
-    blocks = [b for b in words.replace("Current thread", "\x00Current thread").replace(
-        "Thread 0x", "\x00Thread 0x").split("\x00") if "File " in b]
+    blocks = [
+        b
+        for b in words.replace("Current thread", "\x00Current thread")
+        .replace("Thread 0x", "\x00Thread 0x")
+        .split("\x00")
+        if "File " in b
+    ]
     chosen = next((b for b in blocks if b.startswith("Current thread")), None)
     chosen = chosen or next((b for b in blocks if "_pytest" in b), None) or (blocks[0] if blocks else "")
     frames = [line.strip() for line in chosen.splitlines() if line.strip().startswith("File ")]
@@ -209,11 +224,15 @@ def crash_reason(worker_id: str, crash: Crash, retry: Retry | None, note: str = 
     if retry is None:
         text = f"worker {worker_id} crashed: {explained}"
     elif retry.crashed:
-        text = (f"worker {worker_id} crashed twice: {head} (confirmed by a retry in a fresh process, "
-                f"which {retry.summary()})")
+        text = (
+            f"worker {worker_id} crashed twice: {head} (confirmed by a retry in a fresh process, "
+            f"which {retry.summary()})"
+        )
     else:
-        text = (f"worker {worker_id} crashed once, then the check ran normally when retried in a fresh "
-                f"process: first attempt: {head}; retry: {retry.summary()}")
+        text = (
+            f"worker {worker_id} crashed once, then the check ran normally when retried in a fresh "
+            f"process: first attempt: {head}; retry: {retry.summary()}"
+        )
     if retry is not None and frames:  # the first attempt's frames: where it died
         text += f"\n{frames}"
     return text + (f"\n{note}" if note else "")
@@ -230,17 +249,24 @@ def crash_verdict(retry: Retry | None) -> str:
 def retry_details(worker_id: str, crash: Crash, retry: Retry) -> dict[str, Any]:
     """Both attempts, for the record's ``details`` (plain JSON)."""
     head = crash.explain().partition("\n")[0]
-    return {"first_attempt": f"worker {worker_id}: {head}",
-            "retry": retry.summary(), "retry_verdict": retry.verdict or "crashed",
-            "retry_s": round(retry.seconds, 3)}
+    return {
+        "first_attempt": f"worker {worker_id}: {head}",
+        "retry": retry.summary(),
+        "retry_verdict": retry.verdict or "crashed",
+        "retry_s": round(retry.seconds, 3),
+    }
 
 
 # -- controller ---------------------------------------------------------------------------------------
 class ControllerIsolation:
     """Controller side: hands workers their settings, explains crashes, remembers crashed cases."""
 
-    def __init__(self, config: pytest.Config, lookup: Callable[[str, str], Planned | None],
-                 spec_of: Callable[[str], str]):
+    def __init__(
+        self,
+        config: pytest.Config,
+        lookup: Callable[[str, str], Planned | None],
+        spec_of: Callable[[str], str],
+    ):
         self.config = config
         self.lookup = lookup
         self.spec_of = spec_of
@@ -280,7 +306,9 @@ class ControllerIsolation:
         if missing:
             terminalreporter.write_line(
                 f"conformance: {missing} checks never ran; results.jsonl is left incomplete: "
-                "rerun with --resume (and a larger --max-worker-restart) to finish it", red=True)
+                "rerun with --resume (and a larger --max-worker-restart) to finish it",
+                red=True,
+            )
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -299,9 +327,12 @@ class ControllerIsolation:
         worker = getattr(report, "node", None)
         worker_id = str(getattr(getattr(worker, "gateway", None), "id", "?"))
         started = self.started.get(crashitem)
-        crash = Crash(_exit_status(worker), _read_last_words(self.folder, worker_id),
-                      None if started is None else time.monotonic() - started,
-                      self.config.getoption("timeout", default=None))
+        crash = Crash(
+            _exit_status(worker),
+            _read_last_words(self.folder, worker_id),
+            None if started is None else time.monotonic() - started,
+            self.config.getoption("timeout", default=None),
+        )
         report.longrepr = crash_reason(worker_id, crash, None)
         parsed = recording.parse_node_id(crashitem)
         planned = self.lookup(*parsed) if parsed else None
@@ -335,10 +366,15 @@ class ControllerIsolation:
         # The whole record, repro script included: running it shows the crash again, outside the suite.
         script = repro.script(planned.case, planned.check, self.spec_of(planned.case.subject))
         verdict = crash_verdict(retry)
-        return CaseResult(case=describe(planned.case), check=planned.check, verdict=verdict,
-                          reason=crash_reason(worker_id, crash, retry, note),
-                          features=planned_features(planned), repro=script,
-                          details={} if retry is None else retry_details(worker_id, crash, retry))
+        return CaseResult(
+            case=describe(planned.case),
+            check=planned.check,
+            verdict=verdict,
+            reason=crash_reason(worker_id, crash, retry, note),
+            features=planned_features(planned),
+            repro=script,
+            details={} if retry is None else retry_details(worker_id, crash, retry),
+        )
 
     def _restarts_left(self) -> bool:
         """Whether xdist will replace this dead worker; if not, the run is ending and is left as it was."""
@@ -355,18 +391,29 @@ class ControllerIsolation:
         for path in (notes, result):
             path.unlink(missing_ok=True)
         timeout = _per_test_timeout(self.config)
-        settings = {"case": dataclasses.asdict(planned.case), "check": planned.check,
-                    "impl": self.spec_of(planned.case.subject),
-                    "profile": self.config.getoption("profile", default="ci"),
-                    "cache_dir": self.config.getoption("jax_cache_dir", default=None),
-                    "memory_limit": self.memory_limit, "timeout": timeout,
-                    "notes": str(notes), "result": str(result), "sys_path": [p for p in sys.path if p]}
+        settings = {
+            "case": dataclasses.asdict(planned.case),
+            "check": planned.check,
+            "impl": self.spec_of(planned.case.subject),
+            "profile": self.config.getoption("profile", default="ci"),
+            "cache_dir": self.config.getoption("jax_cache_dir", default=None),
+            "memory_limit": self.memory_limit,
+            "timeout": timeout,
+            "notes": str(notes),
+            "result": str(result),
+            "sys_path": [p for p in sys.path if p],
+        }
         command = [sys.executable, "-c", _RETRY_PROGRAM, json.dumps(settings)]
         start = time.monotonic()
         try:
-            done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, check=False,
-                                  timeout=None if timeout is None else timeout + _RETRY_GRACE_S)
+            done = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                check=False,
+                timeout=None if timeout is None else timeout + _RETRY_GRACE_S,
+            )
             returncode, stderr = done.returncode, done.stderr
         except subprocess.TimeoutExpired as expired:  # run() has killed it
             returncode, stderr = None, expired.stderr
@@ -375,8 +422,14 @@ class ControllerIsolation:
         lines = (stderr or b"").decode("utf-8", errors="replace").strip().splitlines()
         outcome = _read_retry_result(result)
         if outcome is not None:
-            return Retry(float(outcome.get("seconds", seconds)), str(outcome["verdict"]),
-                         str(outcome.get("reason", "")), returncode, words, timeout)
+            return Retry(
+                float(outcome.get("seconds", seconds)),
+                str(outcome["verdict"]),
+                str(outcome.get("reason", "")),
+                returncode,
+                words,
+                timeout,
+            )
         return Retry(seconds, None, "", returncode, words, timeout, lines[-1].strip() if lines else "")
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -506,9 +559,13 @@ class WorkerIsolation:
         fault = _known_faults(self.folder).get(planned.case.case_id)
         if fault is None:
             return None
-        result = CaseResult(case=describe(planned.case), check=planned.check, verdict="error",
-                            reason=f"not run: an earlier check of this case crashed its worker ({fault})",
-                            features=planned_features(planned))
+        result = CaseResult(
+            case=describe(planned.case),
+            check=planned.check,
+            verdict="error",
+            reason=f"not run: an earlier check of this case crashed its worker ({fault})",
+            features=planned_features(planned),
+        )
         pyfuncitem.user_properties.append(recording.result_property(result))
         pytest.fail(f"{planned.check} ERROR: {result.reason}", pytrace=False)
 
@@ -531,8 +588,9 @@ def unfinished(config: pytest.Config) -> int:
     return plugin.unfinished() if isinstance(plugin, ControllerIsolation) else 0
 
 
-def configure(config: pytest.Config, lookup: Callable[[str, str], Planned | None],
-              spec_of: Callable[[str], str]) -> None:
+def configure(
+    config: pytest.Config, lookup: Callable[[str, str], Planned | None], spec_of: Callable[[str], str]
+) -> None:
     """Register the side of isolation this process plays (nothing without xdist)."""
     if config.pluginmanager.get_plugin(PLUGIN_NAME) is not None:
         return

@@ -65,8 +65,9 @@ def error_stats(got: np.ndarray, want: np.ndarray, valid: np.ndarray | None = No
     )
 
 
-def fraction_above(got: np.ndarray, want: np.ndarray, threshold: float,
-                   valid: np.ndarray | None = None) -> float:
+def fraction_above(
+    got: np.ndarray, want: np.ndarray, threshold: float, valid: np.ndarray | None = None
+) -> float:
     """Fraction of the compared elements whose abs error exceeds ``threshold``."""
     err = abs_error(got, want)
     keep = np.ones(err.shape, dtype=bool) if valid is None else np.broadcast_to(valid, err.shape)

@@ -41,29 +41,58 @@ RESUME_KEY = "conformance_resume_keys"
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("conformance", "attention conformance suite")
-    group.addoption("--impl", default=PRIMARY_SUBJECT,
-                    help="subject(s) to check: a name, 'all', 'a,b', or 'package.module:function' "
-                         "(which is imported and run). Default: %(default)s")
-    group.addoption("--profile", default="ci", choices=sorted(profiles.PROFILES),
-                    help="case budget: ci (fixed cases), dev, thorough (nightly). Default: %(default)s")
-    group.addoption("--report-dir", default=None,
-                    help="where results.jsonl and summary.json go. "
-                         "Default: reports/jax-<installed version>")
-    group.addoption("--resume", action="store_true",
-                    help="append to the report folder's results.jsonl and skip the checks already recorded")
-    group.addoption("--no-shrink", action="store_true",
-                    help="do not shrink failing cases (faster failing runs)")
-    group.addoption("--jax-cache-dir", default=None,
-                    help="JAX's persistent compilation cache folder (every compilation kept, so a "
-                         "rerun skips XLA compiles). Default: off (nox -s conformance sets one)")
-    group.addoption("--known-issues", action="append", default=[], metavar="FILE",
-                    help="a TOML ledger of known defects merged with the built-in one (repeatable); a "
-                         "failure an entry explains is reported as 'known' (format: docs/known-issues.md)")
-    group.addoption("--strict-known", action="store_true",
-                    help="exit non-zero when a ledger entry no longer reproduces or matches nothing (stale)")
-    group.addoption("--case", action="append", default=[], metavar="SPEC",
-                    help="also check this case of your own on every subject (repeatable), e.g. "
-                         f"--case '{user_cases.EXAMPLE}' (keys: conformance/user_cases.py)")
+    group.addoption(
+        "--impl",
+        default=PRIMARY_SUBJECT,
+        help="subject(s) to check: a name, 'all', 'a,b', or 'package.module:function' "
+        "(which is imported and run). Default: %(default)s",
+    )
+    group.addoption(
+        "--profile",
+        default="ci",
+        choices=sorted(profiles.PROFILES),
+        help="case budget: ci (fixed cases), dev, thorough (nightly). Default: %(default)s",
+    )
+    group.addoption(
+        "--report-dir",
+        default=None,
+        help="where results.jsonl and summary.json go. Default: reports/jax-<installed version>",
+    )
+    group.addoption(
+        "--resume",
+        action="store_true",
+        help="append to the report folder's results.jsonl and skip the checks already recorded",
+    )
+    group.addoption(
+        "--no-shrink", action="store_true", help="do not shrink failing cases (faster failing runs)"
+    )
+    group.addoption(
+        "--jax-cache-dir",
+        default=None,
+        help="JAX's persistent compilation cache folder (every compilation kept, so a "
+        "rerun skips XLA compiles). Default: off (nox -s conformance sets one)",
+    )
+    group.addoption(
+        "--known-issues",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a TOML ledger of known defects merged with the built-in one (repeatable); a "
+        "failure an entry explains is reported as 'known' (format: docs/known-issues.md)",
+    )
+    group.addoption(
+        "--strict-known",
+        action="store_true",
+        help="exit non-zero when a ledger entry no longer reproduces or matches nothing (stale)",
+    )
+    group.addoption(
+        "--case",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="also check this case of your own on every subject (repeatable), e.g. "
+        f"--case '{user_cases.EXAMPLE}' (keys: conformance/user_cases.py)",
+    )
     isolation.add_options(group)
 
 
@@ -208,8 +237,10 @@ class ConformancePlugin:
     # -- pytest hooks -----------------------------------------------------------------------
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         names = ", ".join(s.name if s.available else f"{s.name} (unavailable)" for s in self.subjects)
-        return [f"conformance: subjects {names}; profile {self.profile.name}; seed {self.seed}; "
-                f"report dir {self.report_dir}"]
+        return [
+            f"conformance: subjects {names}; profile {self.profile.name}; seed {self.seed}; "
+            f"report dir {self.report_dir}"
+        ]
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "planned" not in metafunc.fixturenames:
@@ -217,12 +248,14 @@ class ConformancePlugin:
         check = metafunc.function.__name__.removeprefix("test_")
         if check not in CHECKS:
             raise pytest.UsageError(
-                f"{metafunc.function.__name__}: no check named {check!r}; checks are {CHECKS}")
+                f"{metafunc.function.__name__}: no check named {check!r}; checks are {CHECKS}"
+            )
         items = self.plan[check]
         metafunc.parametrize("planned", items, ids=[p.test_id for p in items])
 
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
-                                      items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         order = self._case_order()
         check_rank = {c: i for i, c in enumerate(CHECKS)}
 
@@ -277,31 +310,40 @@ class ConformancePlugin:
         if self.config.getoption("hypothesis_seed", default=None) is None and isinstance(recorded_seed, int):
             self.seed = recorded_seed
         ours = {"--profile": self.profile.name, "--impl": self.impl, "--hypothesis-seed": self.seed}
-        theirs = {"--profile": header.get("profile"), "--impl": header.get("impl"),
-                  "--hypothesis-seed": header.get("hypothesis_seed")}
+        theirs = {
+            "--profile": header.get("profile"),
+            "--impl": header.get("impl"),
+            "--hypothesis-seed": header.get("hypothesis_seed"),
+        }
         for option, value in ours.items():
             if theirs[option] is not None and theirs[option] != value:
                 path = self.report_dir / "results.jsonl"
                 raise pytest.UsageError(
                     f"--resume: {path} was recorded with {option} {theirs[option]}, not {value}; "
-                    f"rerun with {option} {theirs[option]}, or drop --resume to start over")
+                    f"rerun with {option} {theirs[option]}, or drop --resume to start over"
+                )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for line, red in getattr(self, "_ledger_lines", ()):
             terminalreporter.write_line(line, red=red, yellow=not red)
         if self.resume and self.is_controller and self._resume_keys:
             terminalreporter.write_line(
-                f"conformance: --resume: {len(self._resume_keys)} checks already recorded were deselected")
+                f"conformance: --resume: {len(self._resume_keys)} checks already recorded were deselected"
+            )
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if not self.is_controller:
             return
-        header = {"impl": self.impl, "subjects": [s.name for s in self.subjects],
-                  "profile": self.profile.name,
-                  "hypothesis_seed": self.seed,
-                  "environment": environment_block()}  # a killed run's report still names its environment
-        self.recorder = recording.Recorder(self.report_dir, header, resume=self.resume, lookup=self.lookup,
-                                           amend=self.classify_known)
+        header = {
+            "impl": self.impl,
+            "subjects": [s.name for s in self.subjects],
+            "profile": self.profile.name,
+            "hypothesis_seed": self.seed,
+            "environment": environment_block(),
+        }  # a killed run's report still names its environment
+        self.recorder = recording.Recorder(
+            self.report_dir, header, resume=self.resume, lookup=self.lookup, amend=self.classify_known
+        )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.recorder is not None:
@@ -320,8 +362,9 @@ class ConformancePlugin:
             "command": _command_line(),
         }
         results = read_results(self.report_dir).results  # this run and any resumed earlier one
-        statuses = known_issues.ledger_status(self.ledger, results, self.jax_version,
-                                              [s.name for s in self.subjects])
+        statuses = known_issues.ledger_status(
+            self.ledger, results, self.jax_version, [s.name for s in self.subjects]
+        )
         for status in statuses:  # summaries get pasted into reviews: no absolute paths
             status["source"] = _display(Path(status["source"]), self.config.rootpath)
         summary["known_issues"] = statuses
@@ -336,8 +379,9 @@ class ConformancePlugin:
             session.exitstatus = _exit_status(results, statuses, self.strict_known, interrupted)
 
 
-def _exit_status(results: tuple[CaseResult, ...], statuses: list[dict[str, Any]], strict: bool,
-                 interrupted: bool) -> int:
+def _exit_status(
+    results: tuple[CaseResult, ...], statuses: list[dict[str, Any]], strict: bool, interrupted: bool
+) -> int:
     """0 when every failure is known (and, with --strict-known, every entry still reproduces):
     the records decide, not pytest's outcomes, so a crash the ledger explains counts as known."""
     unexplained = any(r.verdict in known_issues.FAILING for r in results)
@@ -351,16 +395,31 @@ def _ledger_lines(statuses: list[dict[str, Any]]) -> list[tuple[str, bool]]:
     lines = []
     reproduced = [s for s in statuses if s["status"] == "reproduced"]
     if reproduced:
-        lines.append((f"conformance: {sum(len(s['matched']) for s in reproduced)} failing checks are known "
-                      f"issues ({', '.join(s['id'] for s in reproduced)})", False))
+        lines.append(
+            (
+                f"conformance: {sum(len(s['matched']) for s in reproduced)} failing checks are known "
+                f"issues ({', '.join(s['id'] for s in reproduced)})",
+                False,
+            )
+        )
     for s in statuses:
         if s["status"] in ("no longer reproduces", "stale"):
-            lines.append((f"conformance: known issue {s['id']} {s['status']} ({s['source']}); "
-                          "remove it or fix its selector", False))
+            lines.append(
+                (
+                    f"conformance: known issue {s['id']} {s['status']} ({s['source']}); "
+                    "remove it or fix its selector",
+                    False,
+                )
+            )
         elif s["status"] == "out of range" and s.get("failing_outside_range"):
-            lines.append((f"conformance: known issue {s['id']} would explain {s['failing_outside_range']} "
-                          f"failures here, outside its range jax {s['jax']}; widen its range if they are "
-                          "the same defect", True))
+            lines.append(
+                (
+                    f"conformance: known issue {s['id']} would explain {s['failing_outside_range']} "
+                    f"failures here, outside its range jax {s['jax']}; widen its range if they are "
+                    "the same defect",
+                    True,
+                )
+            )
     return lines
 
 
@@ -384,10 +443,14 @@ def _planned_of(item: pytest.Item) -> Planned | None:
 
 
 def _subject_summary(subject: Subject) -> dict[str, Any]:
-    return {"name": subject.name, "impl": subject.spec, "available": subject.available,
-            "reason": "" if subject.available else subject.reason,
-            "execution": subject.availability.execution,
-            "versions": dict(subject.availability.versions)}
+    return {
+        "name": subject.name,
+        "impl": subject.spec,
+        "available": subject.available,
+        "reason": "" if subject.available else subject.reason,
+        "execution": subject.availability.execution,
+        "versions": dict(subject.availability.versions),
+    }
 
 
 def _render_report(report_dir: Path, config: pytest.Config) -> None:
@@ -418,8 +481,11 @@ class Bound:
 
     def check(self, planned: Planned) -> None:
         """Evaluate, attach the record, and turn the verdict into pytest's outcome."""
-        self.node.user_properties.append(recording.case_property(
-            describe(planned.case), planned.check, isolation.planned_features(planned)))
+        self.node.user_properties.append(
+            recording.case_property(
+                describe(planned.case), planned.check, isolation.planned_features(planned)
+            )
+        )
         result = self.plugin.classify_known(self.plugin.runner.evaluate(planned))
         self.node.user_properties.append(recording.result_property(result))
         if result.verdict in ("unsupported", "unavailable"):

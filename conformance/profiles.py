@@ -1,9 +1,9 @@
 """Run profiles: how many cases, how big, and how hard each check pushes.
 
-    ci        derandomized (seed 0): the same cases on every run, within the CI budget
-              (all CPU subjects in under 10 minutes on a 2-core machine)
-    dev       the whole curated edge matrix plus random draws with a fresh seed each run
-    thorough  nightly: bigger shapes, many more draws, longer leak runs
+ci        derandomized (seed 0): the same cases on every run, within the CI budget
+          (all CPU subjects in under 10 minutes on a 2-core machine)
+dev       the whole curated edge matrix plus random draws with a fresh seed each run
+thorough  nightly: bigger shapes, many more draws, longer leak runs
 """
 
 from __future__ import annotations
@@ -37,10 +37,32 @@ PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
         Profile("ci", 0, 3, (1, 7, 64, 113, 128, 129, 256), (32, 64, 128), 2, 2, 1, 12, 60.0, True),
-        Profile("dev", 1, 30, (1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512),
-                (32, 64, 96, 128, 256), 3, 2, 2, 20, 300.0, False),
-        Profile("thorough", 2, 200, (1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512, 1000, 1024, 2048),
-                (16, 32, 64, 96, 128, 192, 256), 4, 4, 4, 40, 1800.0, False),
+        Profile(
+            "dev",
+            1,
+            30,
+            (1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512),
+            (32, 64, 96, 128, 256),
+            3,
+            2,
+            2,
+            20,
+            300.0,
+            False,
+        ),
+        Profile(
+            "thorough",
+            2,
+            200,
+            (1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512, 1000, 1024, 2048),
+            (16, 32, 64, 96, 128, 192, 256),
+            4,
+            4,
+            4,
+            40,
+            1800.0,
+            False,
+        ),
     )
 }
 

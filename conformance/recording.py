@@ -40,12 +40,14 @@ def result_property(result: CaseResult) -> tuple[str, str]:
     return RESULT_PROPERTY, json.dumps(case_result_to_json(result), allow_nan=True)
 
 
-def case_property(description: CaseDescription, check: str,
-                  features: tuple[str, ...] = ()) -> tuple[str, str]:
+def case_property(
+    description: CaseDescription, check: str, features: tuple[str, ...] = ()
+) -> tuple[str, str]:
     """Attached at the start of a test, so even a test that dies mid-call names its case
     (and its grid columns, so the error shows in the report's grid)."""
-    return CASE_PROPERTY, json.dumps({"check": check, "case": description.__dict__,
-                                      "features": list(features)}, allow_nan=True)
+    return CASE_PROPERTY, json.dumps(
+        {"check": check, "case": description.__dict__, "features": list(features)}, allow_nan=True
+    )
 
 
 def _property(report: Any, name: str) -> str | None:
@@ -72,9 +74,15 @@ def _failure_text(report: Any) -> str:
 class Recorder:
     """Controller-side writer: one per session, appends one record per finished test."""
 
-    def __init__(self, folder: Path, header: dict[str, Any], *, resume: bool,
-                 lookup: Callable[[str, str], CaseDescription | None],
-                 amend: Callable[[CaseResult], CaseResult] = lambda result: result):
+    def __init__(
+        self,
+        folder: Path,
+        header: dict[str, Any],
+        *,
+        resume: bool,
+        lookup: Callable[[str, str], CaseDescription | None],
+        amend: Callable[[CaseResult], CaseResult] = lambda result: result,
+    ):
         self.folder = Path(folder)
         self.amend = amend  # the ledger, for records the controller writes itself (crashes)
         self.writer = ResultsWriter(self.folder, header, append=resume)
@@ -110,8 +118,9 @@ class Recorder:
             data = json.loads(raw)
             check = data["check"]
             features = tuple(data.get("features", ()))
-            description = CaseDescription(**{k: tuple(v) if isinstance(v, list) else v
-                                             for k, v in data["case"].items()})
+            description = CaseDescription(
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in data["case"].items()}
+            )
         else:
             parsed = parse_node_id(report.nodeid)
             if parsed is None:
@@ -119,13 +128,27 @@ class Recorder:
             check, case_id = parsed
             features = ()
             description = self.lookup(check, case_id) or CaseDescription(
-                case_id=case_id, subject=case_id.split("-")[0], dtype="?", batch=0, q_heads=0, kv_heads=0,
-                q_len=0, kv_len=0, head_dim=0, v_head_dim=0)
+                case_id=case_id,
+                subject=case_id.split("-")[0],
+                dtype="?",
+                batch=0,
+                q_heads=0,
+                kv_heads=0,
+                q_len=0,
+                kv_len=0,
+                head_dim=0,
+                v_head_dim=0,
+            )
         if report.when == "call" and report.outcome == "skipped":
             return None  # a skip without a record is pytest's own (e.g. -x); nothing ran
         phase = "" if report.when not in ("setup", "call", "teardown") else f"[{report.when}] "
-        return CaseResult(case=description, check=check, verdict="error", features=features,
-                          reason=phase + _failure_text(report))
+        return CaseResult(
+            case=description,
+            check=check,
+            verdict="error",
+            features=features,
+            reason=phase + _failure_text(report),
+        )
 
     def finish(self, summary: dict[str, Any], interrupted: bool) -> dict[str, Any]:
         """Write summary.json; close results.jsonl with a footer unless the run was interrupted."""

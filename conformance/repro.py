@@ -15,7 +15,7 @@ Run from the attention-conformance checkout:  python repro.py"""
 from conformance.cases import Case
 '''
 
-_FORWARD = '''from conformance import baseline
+_FORWARD = """from conformance import baseline
 from conformance.inputs import build_inputs
 from conformance.tolerance import judge
 from kernels.registry import resolve
@@ -28,9 +28,9 @@ ref = attention_forward(inputs, case.spec)  # float64 reference on the same valu
 base = baseline.forward(inputs, case.spec)  # plain one-pass attention at {dtype} precision
 valid = ~ref.fully_masked  # rows that see at least one key
 print(judge({tensor!r}, got.{tensor}, ref.{tensor}, base.{tensor}, case.dtype, valid{extra}).explain())
-'''
+"""
 
-_BACKWARD = '''from conformance import baseline
+_BACKWARD = """from conformance import baseline
 from conformance.inputs import build_dout, build_inputs
 from conformance.tolerance import judge
 from kernels.registry import resolve
@@ -47,15 +47,15 @@ for name in ("dq", "dk", "dv", "dbias"):
     if getattr(ref, name) is not None and getattr(got, name) is not None:
         print(judge(name, getattr(got, name), getattr(ref, name), getattr(base, name), case.dtype,
                     cancellation=base.cancellation.get(name, 0.0)).explain())
-'''
+"""
 
-_GENERIC = '''from conformance.runner import run_check
+_GENERIC = """from conformance.runner import run_check
 
 case = {case!r}
 outcome = run_check(case, {check!r}, impl={impl!r})
 print(outcome.verdict)
 print(outcome.reason)
-'''
+"""
 
 
 def script(case: Case, check: str, impl: str) -> str:

@@ -40,15 +40,35 @@ SHRINKABLE = frozenset({"forward", "lse", "backward", "fully_masked", "finite", 
 
 def describe(case: Case) -> CaseDescription:
     """The record's description of a case: everything needed to rebuild it."""
-    masks = tuple(name for name, used in (
-        ("segment_ids", case.segments > 0), ("lengths", case.uses_padding), ("mask", case.mask is not None),
-    ) if used)
+    masks = tuple(
+        name
+        for name, used in (
+            ("segment_ids", case.segments > 0),
+            ("lengths", case.uses_padding),
+            ("mask", case.mask is not None),
+        )
+        if used
+    )
     return CaseDescription(
-        case_id=case.case_id, subject=case.subject, dtype=case.dtype, batch=case.batch,
-        q_heads=case.q_heads, kv_heads=case.kv_heads, q_len=case.q_len, kv_len=case.kv_len,
-        head_dim=case.head_dim, v_head_dim=case.v_head_dim, scale=case.scale, softcap=case.softcap,
-        causal=case.causal, alignment=case.alignment, window=case.window, masks=masks,
-        bias_shape=case.bias_shape, input_kind=case.input_kind, seed=case.seed,
+        case_id=case.case_id,
+        subject=case.subject,
+        dtype=case.dtype,
+        batch=case.batch,
+        q_heads=case.q_heads,
+        kv_heads=case.kv_heads,
+        q_len=case.q_len,
+        kv_len=case.kv_len,
+        head_dim=case.head_dim,
+        v_head_dim=case.v_head_dim,
+        scale=case.scale,
+        softcap=case.softcap,
+        causal=case.causal,
+        alignment=case.alignment,
+        window=case.window,
+        masks=masks,
+        bias_shape=case.bias_shape,
+        input_kind=case.input_kind,
+        seed=case.seed,
     )
 
 
@@ -74,13 +94,18 @@ class Runner:
     def context(self, check: str, case: Case, direction: str = "forward") -> CheckContext:
         subject = self.subjects[case.subject]
         return CheckContext(
-            case=case, adapter=subject.adapter, capabilities=subject.capabilities,
-            oracle=self.store.oracle(case), run=self.store.run(case, subject.adapter),
-            profile=self.profile, direction=direction,
+            case=case,
+            adapter=subject.adapter,
+            capabilities=subject.capabilities,
+            oracle=self.store.oracle(case),
+            run=self.store.run(case, subject.adapter),
+            profile=self.profile,
+            direction=direction,
         )
 
-    def outcome(self, check: str, case: Case,
-                direction: str = "forward") -> tuple[str, Outcome | SubjectError]:
+    def outcome(
+        self, check: str, case: Case, direction: str = "forward"
+    ) -> tuple[str, Outcome | SubjectError]:
         """(verdict, outcome-or-error) of running the check function; never raises SubjectError."""
         try:
             result = CHECK_FUNCTIONS[check](self.context(check, case, direction))
@@ -94,8 +119,9 @@ class Runner:
         subject = self.subjects[case.subject]
         base = {"case": describe(case), "check": check, "features": (check, case.dtype, *case.features)}
         if planned.status in ("unsupported", "unavailable"):
-            return CaseResult(verdict=planned.status, reason=planned.reason,
-                              availability=_availability(subject), **base)
+            return CaseResult(
+                verdict=planned.status, reason=planned.reason, availability=_availability(subject), **base
+            )
         start = time.perf_counter()
         verdict, result = self.outcome(check, case, planned.direction)
         elapsed = time.perf_counter() - start
@@ -117,9 +143,15 @@ class Runner:
                 reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.describe()})"
                 repro_case = minimal
         return CaseResult(
-            verdict=verdict, reason=reason, metrics=metrics, timings=timings, details=details,
-            observed=observed, availability=_availability(subject, ran),
-            repro="" if verdict == "pass" else repro.script(repro_case, check, subject.spec), **base,
+            verdict=verdict,
+            reason=reason,
+            metrics=metrics,
+            timings=timings,
+            details=details,
+            observed=observed,
+            availability=_availability(subject, ran),
+            repro="" if verdict == "pass" else repro.script(repro_case, check, subject.spec),
+            **base,
         )
 
     def _shrink(self, check: str, case: Case, verdict: str) -> Case | None:
@@ -137,8 +169,12 @@ class Runner:
         # evict this case's reference and outputs, which its remaining checks still need.
         session_store, self.store = self.store, ArtifactStore()
         try:
-            return shrink(case, self.subjects[case.subject].capabilities,
-                          lambda c: self._fails_like(check, c, verdict), self.shrink_seconds_left)
+            return shrink(
+                case,
+                self.subjects[case.subject].capabilities,
+                lambda c: self._fails_like(check, c, verdict),
+                self.shrink_seconds_left,
+            )
         finally:
             self.store = session_store
             self.shrink_seconds_left -= time.perf_counter() - start

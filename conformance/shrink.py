@@ -46,8 +46,14 @@ def shrink(case: Case, caps: Capabilities, fails: Callable[[Case], bool], budget
         return find(
             strategies.within(case, caps),
             still_fails,
-            settings=settings(max_examples=MAX_EXAMPLES, database=None, deadline=None, derandomize=True,
-                              phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck)),
+            settings=settings(
+                max_examples=MAX_EXAMPLES,
+                database=None,
+                deadline=None,
+                derandomize=True,
+                phases=[Phase.generate, Phase.shrink],
+                suppress_health_check=list(HealthCheck),
+            ),
         )
     except (NoSuchExample, Unsatisfiable):
         return None

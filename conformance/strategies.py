@@ -35,10 +35,15 @@ def runnable(case: Case, caps: Capabilities) -> bool:
 def _admissible_lengths(caps: Capabilities, lengths: tuple[int, ...], head_dim: int) -> tuple[int, ...]:
     """Lengths that pass every constraint as both Sq and Sk of a plain probe shape, so
     the joint filter rarely rejects (hypothesis gives up on filters that reject most draws)."""
+
     def ok(n: int) -> bool:
         shape = AttentionShape(1, 1, 1, n, n, head_dim, head_dim)
-        return not any(caps.violated_constraints(shape, AttentionSpec(), d) for d in ("forward", "backward")
-                       if d == "forward" or caps.backward)
+        return not any(
+            caps.violated_constraints(shape, AttentionSpec(), d)
+            for d in ("forward", "backward")
+            if d == "forward" or caps.backward
+        )
+
     good = tuple(n for n in lengths if ok(n))
     return good or lengths
 
@@ -47,6 +52,7 @@ def _admissible_dims(caps: Capabilities, dims: tuple[int, ...], length: int) -> 
     def ok(d: int) -> bool:
         shape = AttentionShape(1, 1, 1, length, length, d, d)
         return not any(caps.violated_constraints(shape, AttentionSpec(), "forward"))
+
     good = tuple(d for d in dims if ok(d))
     return good or dims
 
@@ -118,8 +124,13 @@ def draw_cases(strategy: st.SearchStrategy[Case], count: int, draw_seed: int) ->
         return ()
     found: list[Case] = []
 
-    @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=count,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @seed(draw_seed)
     @given(strategy)
     def collect(case: Case) -> None:

@@ -45,8 +45,8 @@ def _describe(spec: str, adapter: Adapter) -> Subject:
             capabilities = adapter.capabilities()
         except Exception as error:  # noqa: BLE001
             availability = dataclasses.replace(
-                availability, available=False,
-                reason=f"capabilities() raised {type(error).__name__}: {error}")
+                availability, available=False, reason=f"capabilities() raised {type(error).__name__}: {error}"
+            )
     return Subject(str(adapter.name), spec, adapter, availability, capabilities)
 
 
@@ -55,7 +55,8 @@ def impl_names(impl: str) -> tuple[str, ...]:
     names = [n.strip() for n in impl.split(",") if n.strip()]
     if not names:
         raise UnknownSubjectError(
-            f"--impl is empty; use one of {subject_names()}, 'all', or 'package.module:function'")
+            f"--impl is empty; use one of {subject_names()}, 'all', or 'package.module:function'"
+        )
     if "all" in names:
         names = [*subject_names(), *(n for n in names if n != "all" and n not in subject_names())]
     return tuple(dict.fromkeys(names))
@@ -68,5 +69,6 @@ def resolve_subjects(impl: str) -> tuple[Subject, ...]:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise UnknownSubjectError(
-            f"two subjects are both called {duplicates} in --impl {impl!r}; name each once")
+            f"two subjects are both called {duplicates} in --impl {impl!r}; name each once"
+        )
     return subjects

@@ -45,7 +45,9 @@ TOLERANCES: dict[str, TensorTolerance] = {
     t.tensor: t
     for t in (
         TensorTolerance(
-            "out", 3.0, 3.0,
+            "out",
+            3.0,
+            3.0,
             "A blocked online softmax rounds each rescaling and each partial sum once more "
             "than one-pass attention; 3x absorbs that (float32 ratios seen up to 1.4), while a "
             "wrong mask, scale or tail is orders of magnitude off. The mean gets the same 3x: "
@@ -54,11 +56,15 @@ TOLERANCES: dict[str, TensorTolerance] = {
             "baseline's mean error, which is far below its max.",
         ),
         TensorTolerance(
-            "lse", 3.0, 3.0,
+            "lse",
+            3.0,
+            3.0,
             "lse = m + log(l) accumulates the same rescaled partial sums as out.",
         ),
         TensorTolerance(
-            "dq", 5.0, 4.0,
+            "dq",
+            5.0,
+            4.0,
             "A flash backward recomputes p from the saved lse and chains three matmuls and "
             "a cancellation (ds = p (dp - delta), delta from the rounded out), each blocked, "
             "so each adds roundings the one-pass baseline lacks; float32 ratios reach ~2.5 at "
@@ -66,21 +72,26 @@ TOLERANCES: dict[str, TensorTolerance] = {
             "orders of magnitude.",
         ),
         TensorTolerance(
-            "dk", 5.0, 4.0,
+            "dk",
+            5.0,
+            4.0,
             "dk sums ds^T q over every query block (and the GQA group): one more blocked "
             "reduction than dq; float32 ratios reach ~2.8 at ci sizes.",
         ),
         TensorTolerance("dv", 5.0, 4.0, "dv sums p^T do over query blocks, as dk does (~2.3 seen)."),
         TensorTolerance(
-            "dbias", 5.0, 4.0,
+            "dbias",
+            5.0,
+            4.0,
             "dbias is ds itself, summed over the bias's broadcast axes: dq's error before its matmul.",
         ),
     )
 }
 
 
-def floors(dtype: str, want: np.ndarray, valid: np.ndarray | None,
-           cancellation: float = 0.0) -> tuple[float, float]:
+def floors(
+    dtype: str, want: np.ndarray, valid: np.ndarray | None, cancellation: float = 0.0
+) -> tuple[float, float]:
     """(floor_max, floor_mean): FLOOR_ULPS eps at max|want|; MEAN_FLOOR_ULPS eps at mean|want|,
     or floor_max / sqrt(n) when that is larger (n: the number of compared elements).
 

@@ -28,8 +28,16 @@ from conformance.subjects import Subject
 from reference.spec import validate
 
 EXAMPLE = "B=1,Hq=4,Hkv=2,Sq=128,Sk=256,D=64,causal=bottom_right,dtype=bfloat16"
-_SIZES = {"B": "batch", "Hq": "q_heads", "Hkv": "kv_heads", "Sq": "q_len", "Sk": "kv_len",
-          "D": "head_dim", "Dv": "v_head_dim", "segments": "segments"}
+_SIZES = {
+    "B": "batch",
+    "Hq": "q_heads",
+    "Hkv": "kv_heads",
+    "Sq": "q_len",
+    "Sk": "kv_len",
+    "D": "head_dim",
+    "Dv": "v_head_dim",
+    "segments": "segments",
+}
 _ALIGNMENTS = ("top_left", "bottom_right")
 # leak repeats calls many times and is planned for one small case per subject; not for these.
 USER_CHECKS = tuple(c for c in CHECKS if c != "leak")
@@ -69,8 +77,9 @@ def _fields(text: str) -> dict[str, Any]:
             left, colon, right = value.partition(":")
             if not colon:
                 raise CaseSyntaxError(f"window={value!r}: write LEFT:RIGHT, e.g. 64:0 or inf:0")
-            fields["window"] = tuple(None if e in ("inf", "none", "") else _number(key, e)
-                                     for e in (left, right))
+            fields["window"] = tuple(
+                None if e in ("inf", "none", "") else _number(key, e) for e in (left, right)
+            )
         elif key in ("softcap", "scale"):
             fields[key] = _number(key, value, float)
         elif key in ("bias", "mask"):
@@ -80,8 +89,20 @@ def _fields(text: str) -> dict[str, Any]:
         elif key == "input":
             fields["input_kind"] = value
         else:
-            known = [*_SIZES, "dtype", "causal", "align", "window", "softcap", "scale", "bias", "mask",
-                     "q_lengths", "kv_lengths", "input"]
+            known = [
+                *_SIZES,
+                "dtype",
+                "causal",
+                "align",
+                "window",
+                "softcap",
+                "scale",
+                "bias",
+                "mask",
+                "q_lengths",
+                "kv_lengths",
+                "input",
+            ]
             raise CaseSyntaxError(f"unknown key {key!r}; keys are {', '.join(known)}")
     if align is not None:
         if align not in _ALIGNMENTS:
@@ -107,8 +128,9 @@ def parse_case(text: str, dtypes: tuple[str, ...]) -> Case:
     return case
 
 
-def extend_plan(planned: dict[str, tuple[Planned, ...]], subjects: tuple[Subject, ...],
-                cases: tuple[Case, ...]) -> dict[str, tuple[Planned, ...]]:
+def extend_plan(
+    planned: dict[str, tuple[Planned, ...]], subjects: tuple[Subject, ...], cases: tuple[Case, ...]
+) -> dict[str, tuple[Planned, ...]]:
     """``planned`` plus each user case for each available subject (ids already planned are kept once)."""
     out = {check: list(items) for check, items in planned.items()}
     for check in USER_CHECKS:

@@ -54,7 +54,8 @@ class ShapeConstraint:
         if self.basis not in CONSTRAINT_BASES:
             raise ValueError(
                 f"constraint {self.name!r}: basis {self.basis!r} is not one of {CONSTRAINT_BASES}; "
-                "a kernel that returns wrong numbers gets a known-issue entry, not a constraint")
+                "a kernel that returns wrong numbers gets a known-issue entry, not a constraint"
+            )
 
     @property
     def raises(self) -> bool:
@@ -102,22 +103,33 @@ class Capabilities:
         shape = inputs.shape
         checks = [
             (dtype not in self.dtypes, f"dtype {dtype} not in {self.dtypes}"),
-            (spec.causal and spec.alignment not in self.causal_alignments,
-             f"causal alignment {spec.alignment} not supported"),
+            (
+                spec.causal and spec.alignment not in self.causal_alignments,
+                f"causal alignment {spec.alignment} not supported",
+            ),
             (spec.window is not None and not self.window, "local window not supported"),
             # A window sits on the same diagonal as causal; it only moves when Sq != Sk.
-            (spec.window is not None and shape.q_len != shape.kv_len
-             and spec.alignment not in self.causal_alignments,
-             f"window alignment {spec.alignment} not supported"),
+            (
+                spec.window is not None
+                and shape.q_len != shape.kv_len
+                and spec.alignment not in self.causal_alignments,
+                f"window alignment {spec.alignment} not supported",
+            ),
             (inputs.q_segment_ids is not None and not self.segment_ids, "segment ids not supported"),
-            ((inputs.q_lengths is not None or inputs.kv_lengths is not None) and not self.lengths,
-             "per-batch valid lengths not supported"),
+            (
+                (inputs.q_lengths is not None or inputs.kv_lengths is not None) and not self.lengths,
+                "per-batch valid lengths not supported",
+            ),
             (inputs.mask is not None and not self.bool_mask, "boolean mask not supported"),
             (shape.group_size != 1 and not self.gqa, "GQA/MQA not supported"),
             (inputs.bias is not None and not self.bias, "bias not supported"),
-            (inputs.bias is not None and self.bias and not self.bias_broadcast
-             and inputs.bias.shape != (shape.batch, shape.q_heads, shape.q_len, shape.kv_len),
-             "broadcast bias not supported (needs full [B, Hq, Sq, Sk])"),
+            (
+                inputs.bias is not None
+                and self.bias
+                and not self.bias_broadcast
+                and inputs.bias.shape != (shape.batch, shape.q_heads, shape.q_len, shape.kv_len),
+                "broadcast bias not supported (needs full [B, Hq, Sq, Sk])",
+            ),
             (spec.softcap is not None and not self.softcap, "softcap not supported"),
             (shape.v_head_dim != shape.head_dim and not self.distinct_v_dim, "Dv != D not supported"),
         ]
@@ -127,12 +139,16 @@ class Capabilities:
         return None
 
     def violated_constraints(
-        self, shape: AttentionShape, spec: AttentionSpec, direction: Literal["forward", "backward"],
+        self,
+        shape: AttentionShape,
+        spec: AttentionSpec,
+        direction: Literal["forward", "backward"],
         features: tuple[str, ...] = (),
     ) -> tuple[ShapeConstraint, ...]:
         """The constraints a case breaks; ``features`` are the case's (``Case.features``)."""
         return tuple(
-            c for c in self.constraints
+            c
+            for c in self.constraints
             if c.applies_to in (direction, "both") and c.concerns(features) and not c.holds(shape, spec)
         )
 

@@ -43,6 +43,7 @@ Implementation = Literal["xla", "cudnn"]
 # jax.nn.dot_product_attention has had implementation=, local_window_size= and the
 # sequence-length arguments since before 0.4.35; return_residual= (the lse) is newer.
 
+
 @dataclasses.dataclass(frozen=True)
 class _Api:
     dot_product_attention: Any
@@ -116,8 +117,11 @@ def _attention(api: _Api, static: _Static):
     def attention(q, k, v, bias, mask, q_lengths, kv_lengths):
         to_bthd = (0, 2, 1, 3)  # [B, H, S, D] <-> [B, S, H, D]; the permutation is its own inverse
         result = api.dot_product_attention(
-            jnp.transpose(q, to_bthd), jnp.transpose(k, to_bthd), jnp.transpose(v, to_bthd),
-            bias, mask,
+            jnp.transpose(q, to_bthd),
+            jnp.transpose(k, to_bthd),
+            jnp.transpose(v, to_bthd),
+            bias,
+            mask,
             scale=static.scale,
             is_causal=static.causal,
             query_seq_lengths=q_lengths,
@@ -174,11 +178,13 @@ class JaxNnRunner:
 
             def grads(q, k, v, bias, mask, q_lengths, kv_lengths, dout):
                 if bias is None:
-                    _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, None, mask, q_lengths, kv_lengths)[0],
-                                     q, k, v)
+                    _, vjp = jax.vjp(
+                        lambda q, k, v: attention(q, k, v, None, mask, q_lengths, kv_lengths)[0], q, k, v
+                    )
                     return (*vjp(dout), None)
-                _, vjp = jax.vjp(lambda q, k, v, b: attention(q, k, v, b, mask, q_lengths, kv_lengths)[0],
-                                 q, k, v, bias)
+                _, vjp = jax.vjp(
+                    lambda q, k, v, b: attention(q, k, v, b, mask, q_lengths, kv_lengths)[0], q, k, v, bias
+                )
                 return vjp(dout)
 
             return Compiled(jax.jit(grads), self._ran(grads, (*args, dout_j)))

@@ -89,24 +89,30 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
 
     constraints = []
     if api.raises_on_non_multiple:
-        constraints.append(ShapeConstraint(
-            name="lengths_multiple_of_block",
-            reason="the forward blocks min(128, length) must divide q_len and kv_len (ValueError otherwise)",
-            holds=lambda shape, spec: divides(shape.q_len) and divides(shape.kv_len),
-            basis="raises",
-        ))
+        constraints.append(
+            ShapeConstraint(
+                name="lengths_multiple_of_block",
+                reason=(
+                    "the forward blocks min(128, length) must divide q_len and kv_len (ValueError otherwise)"
+                ),
+                holds=lambda shape, spec: divides(shape.q_len) and divides(shape.kv_len),
+                basis="raises",
+            )
+        )
     if api.backward_block is not None:
         block = api.backward_block
-        constraints.append(ShapeConstraint(
-            name="backward_same_block_count",
-            reason=f"the fused backward needs q_len and kv_len split into the same number of "
-            f"min({block}, length) blocks (ValueError otherwise)",
-            holds=lambda shape, spec: (
-                shape.q_len // min(block, shape.q_len) == shape.kv_len // min(block, shape.kv_len)
-            ),
-            basis="raises",
-            applies_to="backward",
-        ))
+        constraints.append(
+            ShapeConstraint(
+                name="backward_same_block_count",
+                reason=f"the fused backward needs q_len and kv_len split into the same number of "
+                f"min({block}, length) blocks (ValueError otherwise)",
+                holds=lambda shape, spec: (
+                    shape.q_len // min(block, shape.q_len) == shape.kv_len // min(block, shape.kv_len)
+                ),
+                basis="raises",
+                applies_to="backward",
+            )
+        )
     return tuple(constraints)
 
 
@@ -164,8 +170,14 @@ class PallasGpuAdapter:
 
         def build() -> Compiled:
             def forward(q, k, v):
-                result = api.mha(*_to_bshd(q, k, v), None, sm_scale=scale, causal=spec.causal,
-                                 interpret=interpret, **({"return_residuals": True} if api.has_lse else {}))
+                result = api.mha(
+                    *_to_bshd(q, k, v),
+                    None,
+                    sm_scale=scale,
+                    causal=spec.causal,
+                    interpret=interpret,
+                    **({"return_residuals": True} if api.has_lse else {}),
+                )
                 if not api.has_lse:
                     return _from_bshd(result), None
                 out, lse_base2 = result  # lse: [B, H, Sq], log2 of the softmax denominator
@@ -190,8 +202,9 @@ class PallasGpuAdapter:
         def build() -> Compiled:
             def grads(q, k, v, dout):
                 def attention(q, k, v):
-                    out = api.mha(*_to_bshd(q, k, v), None, sm_scale=scale, causal=spec.causal,
-                                  interpret=interpret)
+                    out = api.mha(
+                        *_to_bshd(q, k, v), None, sm_scale=scale, causal=spec.causal, interpret=interpret
+                    )
                     return _from_bshd(out)
 
                 _, vjp = jax.vjp(attention, q, k, v)

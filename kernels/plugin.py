@@ -89,7 +89,8 @@ def check_signature(fn: Callable[..., Any], capabilities: Capabilities, where: s
             f"add them (or **kwargs) to its signature"
         )
     extra = [
-        p.name for p in list(params)[3:]
+        p.name
+        for p in list(params)[3:]
         if p.default is inspect.Parameter.empty
         and p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
         and p.name not in required_keywords(capabilities)

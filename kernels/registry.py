@@ -163,8 +163,11 @@ def _instantiate(factory: Callable[[], Any], where: str) -> Any:
 
 def _check_adapter(obj: Any, where: str) -> Adapter:
     if isinstance(obj, type) or not isinstance(obj, Adapter):
-        missing = [m for m in ("name", "description", "availability", "capabilities", "forward", "gradients")
-                   if not hasattr(obj, m)]
+        missing = [
+            m
+            for m in ("name", "description", "availability", "capabilities", "forward", "gradients")
+            if not hasattr(obj, m)
+        ]
         raise UnknownSubjectError(
             f"{where}: {type(obj).__name__} is not an adapter (missing {missing}); "
             f"implement kernels.base.Adapter"

@@ -99,21 +99,25 @@ def _head_dim_constraints() -> tuple[tuple[ShapeConstraint, ...], bool]:
     """(constraints on D and Dv, whether Dv != D is supported) for the installed JAX."""
     version = jax_version()
     if version < ANY_HEAD_DIM_SINCE:
-        return (ShapeConstraint(
-            name="head_dim_multiple_of_128",
-            reason="before JAX 0.5 the splash forward kernel tiles D in lanes of 128 "
-            "(NotImplementedError otherwise)",
-            holds=lambda shape, spec: shape.head_dim % BLOCK == 0,
-            basis="raises",
-        ),), False
+        return (
+            ShapeConstraint(
+                name="head_dim_multiple_of_128",
+                reason="before JAX 0.5 the splash forward kernel tiles D in lanes of 128 "
+                "(NotImplementedError otherwise)",
+                holds=lambda shape, spec: shape.head_dim % BLOCK == 0,
+                basis="raises",
+            ),
+        ), False
     if version < ANY_V_HEAD_DIM_SINCE:
-        return (ShapeConstraint(
-            name="v_head_dim_multiple_of_128",
-            reason="before JAX 0.7 the splash forward kernel tiles Dv in lanes of 128 "
-            "(NotImplementedError otherwise)",
-            holds=lambda shape, spec: shape.v_head_dim % BLOCK == 0,
-            basis="raises",
-        ),), True
+        return (
+            ShapeConstraint(
+                name="v_head_dim_multiple_of_128",
+                reason="before JAX 0.7 the splash forward kernel tiles Dv in lanes of 128 "
+                "(NotImplementedError otherwise)",
+                holds=lambda shape, spec: shape.v_head_dim % BLOCK == 0,
+                basis="raises",
+            ),
+        ), True
     return (), True
 
 
@@ -247,8 +251,15 @@ class SplashAdapter:
         return _Contextual(compiled, execution), args
 
     def _build(
-        self, direction: str, execution: TpuExecution, inputs: AttentionInputs, plan: _MaskPlan,
-        scale: float, softcap: float | None, present: tuple[bool, ...], args: tuple,
+        self,
+        direction: str,
+        execution: TpuExecution,
+        inputs: AttentionInputs,
+        plan: _MaskPlan,
+        scale: float,
+        softcap: float | None,
+        present: tuple[bool, ...],
+        args: tuple,
     ) -> Compiled:
         import jax
         import jax.numpy as jnp
@@ -282,8 +293,11 @@ class SplashAdapter:
             q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
 
             def one(kernel, q, k, v, q_seg, kv_seg):
-                segments = None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32),
-                                                                      kv_seg.astype(jnp.int32))
+                segments = (
+                    None
+                    if q_seg is None
+                    else api.segment_ids(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
+                )
                 result = kernel(q, k, v, segments)
                 if save:
                     out, (lse,) = result
@@ -292,28 +306,41 @@ class SplashAdapter:
 
             if per_batch:
                 results = [
-                    one(kernels[i], q[i], k[i], v[i],
-                        None if q_seg is None else q_seg[i], None if kv_seg is None else kv_seg[i])
+                    one(
+                        kernels[i],
+                        q[i],
+                        k[i],
+                        v[i],
+                        None if q_seg is None else q_seg[i],
+                        None if kv_seg is None else kv_seg[i],
+                    )
                     for i in range(b)
                 ]
                 return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
             seg_axes = 0 if q_seg is not None else None
-            return jax.vmap(lambda q, k, v, qs, ks: one(kernels[0], q, k, v, qs, ks),
-                            in_axes=(0, 0, 0, seg_axes, seg_axes))(q, k, v, q_seg, kv_seg)
+            return jax.vmap(
+                lambda q, k, v, qs, ks: one(kernels[0], q, k, v, qs, ks),
+                in_axes=(0, 0, 0, seg_axes, seg_axes),
+            )(q, k, v, q_seg, kv_seg)
 
         if direction == "forward":
+
             def fn(*flat):
                 q, k, v, q_seg, kv_seg, _ = unpack(flat)
                 return attention(q, k, v, q_seg, kv_seg)
         else:
+
             def fn(*flat):
                 q, k, v, q_seg, kv_seg, dout = unpack(flat)
                 _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, q_seg, kv_seg), q, k, v)
                 return vjp(dout)
 
         n = count_primitives(fn, args, "pallas_call")
-        ran = (f"pallas_call x{n} ({execution.description})" if n
-               else f"no pallas_call traced: fell back ({execution.description})")
+        ran = (
+            f"pallas_call x{n} ({execution.description})"
+            if n
+            else f"no pallas_call traced: fell back ({execution.description})"
+        )
         return Compiled(jax.jit(fn), ran)
 
 

@@ -62,8 +62,12 @@ class TorchSdpaAdapter:
             )
         versions = (("torch", torch.__version__),)
         if _torch_version() < GQA_SINCE:
-            return Availability(False, f"torch {torch.__version__} predates 2.5 (enable_gqa=, safe softmax); "
-                                f"install torch=={PINNED}", versions)
+            return Availability(
+                False,
+                f"torch {torch.__version__} predates 2.5 (enable_gqa=, safe softmax); "
+                f"install torch=={PINNED}",
+                versions,
+            )
         return Availability(True, "", versions, "PyTorch CPU")
 
     def capabilities(self) -> Capabilities:

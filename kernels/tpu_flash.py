@@ -101,8 +101,19 @@ CONSTRAINTS = (
 # _flash_attention_impl keeps the signature we call for lse.
 
 _IMPL_PARAMS = (
-    "q", "k", "v", "ab", "segment_ids", "save_residuals", "causal", "sm_scale",
-    "block_b", "block_q", "block_k_major", "block_k", "debug",
+    "q",
+    "k",
+    "v",
+    "ab",
+    "segment_ids",
+    "save_residuals",
+    "causal",
+    "sm_scale",
+    "block_b",
+    "block_q",
+    "block_k_major",
+    "block_k",
+    "debug",
 )
 
 
@@ -197,15 +208,27 @@ class TpuFlashAdapter:
 
         def forward(q, k, v, bias, q_seg, kv_seg):
             ab = _kernel_bias(bias, q, k, scale)
-            segment_ids = None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32),
-                                                                     kv_seg.astype(jnp.int32))
+            segment_ids = (
+                None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
+            )
             if api.impl is None:
                 return api.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale), None
             b, h, sq, d = q.shape
             blocks = api.block_sizes.get_default(b, h, sq, k.shape[2], d)
             out, denominator, row_max = api.impl(
-                q, k, v, ab, segment_ids, True, causal, scale,
-                blocks.block_b, blocks.block_q, blocks.block_k_major, blocks.block_k, False,
+                q,
+                k,
+                v,
+                ab,
+                segment_ids,
+                True,
+                causal,
+                scale,
+                blocks.block_b,
+                blocks.block_q,
+                blocks.block_k_major,
+                blocks.block_k,
+                False,
             )
             return out, row_max + jnp.log(denominator)
 
@@ -235,8 +258,9 @@ class TpuFlashAdapter:
         api = _load_api(execution)
 
         def attention(q, k, v, bias, q_seg, kv_seg):
-            segment_ids = None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32),
-                                                                     kv_seg.astype(jnp.int32))
+            segment_ids = (
+                None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
+            )
             ab = _kernel_bias(bias, q, k, scale)
             return api.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale)
 
@@ -269,4 +293,3 @@ def _ran(fn: Any, args: tuple, execution: TpuExecution) -> str:
     if n == 0:
         return f"no pallas_call traced: fell back to plain attention ({execution.description})"
     return f"pallas_call x{n} ({execution.description})"
-

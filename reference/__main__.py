@@ -17,8 +17,10 @@ def main() -> None:
         spec = AttentionSpec(causal=True, alignment=alignment, softcap=20.0)
         fwd = attention_forward(inputs, spec)
         grads = attention_backward(inputs, rng.standard_normal(fwd.out.shape), spec, fwd)
-        print(f"{alignment:>12}: lse[0,0] = {np.round(fwd.lse[0, 0], 4)}; "
-              f"fully masked rows = {int(fwd.fully_masked.sum())}; |dq| = {np.abs(grads.dq).sum():.4f}")
+        print(
+            f"{alignment:>12}: lse[0,0] = {np.round(fwd.lse[0, 0], 4)}; "
+            f"fully masked rows = {int(fwd.fully_masked.sum())}; |dq| = {np.abs(grads.dq).sum():.4f}"
+        )
 
 
 if __name__ == "__main__":

@@ -27,9 +27,7 @@ def has_mask(spec: AttentionSpec, inputs: AttentionInputs) -> bool:
     )
 
 
-def visible(
-    spec: AttentionSpec, inputs: AttentionInputs, batch: int, rows: slice
-) -> np.ndarray | None:
+def visible(spec: AttentionSpec, inputs: AttentionInputs, batch: int, rows: slice) -> np.ndarray | None:
     """Boolean visibility for one batch element and a range of query rows.
 
     Returns an array broadcastable to ``[Hq, len(rows), Sk]`` (True = may attend),

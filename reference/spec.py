@@ -47,18 +47,14 @@ class AttentionSpec:
 
     def __post_init__(self) -> None:
         if self.alignment not in ALIGNMENTS:
-            raise ValueError(
-                f"unknown alignment {self.alignment!r}; use one of {ALIGNMENTS}"
-            )
+            raise ValueError(f"unknown alignment {self.alignment!r}; use one of {ALIGNMENTS}")
         if self.softcap is not None and not self.softcap > 0:
             raise ValueError(f"softcap must be positive, got {self.softcap}; use None to disable it")
         if self.window is not None:
             left, right = self.window
             for name, side in (("left", left), ("right", right)):
                 if side is not None and side < 0:
-                    raise ValueError(
-                        f"window {name} edge must be >= 0 or None, got {side}"
-                    )
+                    raise ValueError(f"window {name} edge must be >= 0 or None, got {side}")
 
     def resolved_scale(self, head_dim: int) -> float:
         return 1.0 / math.sqrt(head_dim) if self.scale is None else float(self.scale)
@@ -130,9 +126,7 @@ def validate(inputs: AttentionInputs) -> AttentionShape:
     if d != dk:
         raise ValueError(f"q head_dim {d} != k head_dim {dk}; q and k must share D")
     if hkv == 0 or hq % hkv:
-        raise ValueError(
-            f"q heads {hq} is not a multiple of kv heads {hkv}; GQA needs Hq = G * Hkv"
-        )
+        raise ValueError(f"q heads {hq} is not a multiple of kv heads {hkv}; GQA needs Hq = G * Hkv")
     if min(b, hq, sq, sk, d, dv) < 1:
         raise ValueError(f"every dimension must be >= 1, got q {inputs.q.shape}, v {inputs.v.shape}")
     full = (b, hq, sq, sk)

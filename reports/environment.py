@@ -35,8 +35,13 @@ def git_revision(root: Path | None = None) -> str:
         return "unknown"
     if done.returncode != 0:
         return "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                           capture_output=True, text=True, timeout=5).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=5,
+    ).stdout.strip()
     return done.stdout.strip() + ("-dirty" if dirty else "")
 
 
@@ -46,8 +51,11 @@ def backend() -> dict[str, str]:
         import jax
 
         device = jax.devices()[0]
-        return {"backend": jax.default_backend(), "device_kind": str(device.device_kind),
-                "device_count": str(jax.device_count())}
+        return {
+            "backend": jax.default_backend(),
+            "device_kind": str(device.device_kind),
+            "device_count": str(jax.device_count()),
+        }
     except Exception as exc:  # noqa: BLE001 - an environment report must never crash the run
         return {"backend": "unavailable", "device_kind": f"({type(exc).__name__})"}
 

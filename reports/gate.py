@@ -218,17 +218,33 @@ def behaviour_changes(base: Run, candidate: Run) -> list[Finding]:
             continue
         for what in sorted(old.observed.keys() & new.observed.keys()):
             if old.observed[what] != new.observed[what]:
-                findings.append(Finding("behaviour change", old.case.subject, f"{_what(old)} · {what}",
-                                        old.observed[what], new.observed[what],
-                                        f"{old.verdict} → {new.verdict}"))
+                findings.append(
+                    Finding(
+                        "behaviour change",
+                        old.case.subject,
+                        f"{_what(old)} · {what}",
+                        old.observed[what],
+                        new.observed[what],
+                        f"{old.verdict} → {new.verdict}",
+                    )
+                )
     return findings
 
 
 def flaky_results(candidate: Run) -> list[Finding]:
     """Checks that crashed once and ran normally when retried: listed, never counted as regressions."""
-    return [Finding("flaky", r.case.subject, _what(r), "", "flaky",
-                    md.truncate(str(r.details.get("first_attempt", ""))))
-            for r in sorted(candidate.results, key=lambda r: r.key) if r.verdict == "flaky"]
+    return [
+        Finding(
+            "flaky",
+            r.case.subject,
+            _what(r),
+            "",
+            "flaky",
+            md.truncate(str(r.details.get("first_attempt", ""))),
+        )
+        for r in sorted(candidate.results, key=lambda r: r.key)
+        if r.verdict == "flaky"
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,8 +289,14 @@ def ratio_pairs(base: Run, candidate: Run) -> list[RatioPair]:
             for field, label, k, baseline, error, tolerance in (
                 ("ratio", "ratio", old_metric.k, new_metric.baseline_max_abs, "max_abs", "tolerance"),
                 # Records written before the mean rule was stored have no k_mean: judge by k.
-                ("mean_ratio", "mean ratio", old_metric.k_mean or old_metric.k, new_metric.baseline_mean_abs,
-                 "mean_abs", "mean_tolerance"),
+                (
+                    "mean_ratio",
+                    "mean ratio",
+                    old_metric.k_mean or old_metric.k,
+                    new_metric.baseline_mean_abs,
+                    "mean_abs",
+                    "mean_tolerance",
+                ),
             ):
                 before, after = getattr(old_metric, field), getattr(new_metric, field)
                 pairs.append(
@@ -596,8 +618,10 @@ def compare(
     if thresholds.allow_behaviour_change:
         if changes:
             listed = "; ".join(f"{f.what}: {f.base} → {f.candidate}" for f in changes[:5])
-            notes.append(f"{md.plural(len(changes), 'behaviour change')} allowed "
-                         f"(--allow-behaviour-change): {listed}" + (" …" if len(changes) > 5 else ""))
+            notes.append(
+                f"{md.plural(len(changes), 'behaviour change')} allowed "
+                f"(--allow-behaviour-change): {listed}" + (" …" if len(changes) > 5 else "")
+            )
     else:
         regressions += changes
     for label in fixed_known_issues(base, candidate):
@@ -689,8 +713,9 @@ def render_gate(result: GateResult) -> str:
         parts += [
             f"### 🎲 Flaky in the candidate ({len(result.flaky)}, not counted)",
             "",
-            md.table(["subject", "what", "base", "candidate", "first attempt"],
-                     _finding_rows(list(result.flaky))),
+            md.table(
+                ["subject", "what", "base", "candidate", "first attempt"], _finding_rows(list(result.flaky))
+            ),
             "",
         ]
     if result.notes:

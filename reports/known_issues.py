@@ -31,8 +31,19 @@ from reports.records import CaseResult
 
 BUILTIN_LEDGER = Path(__file__).resolve().parent.parent / "kernels" / "known_issues.toml"
 FAILING = ("fail", "error")
-_KEYS = {"id", "subject", "checks", "cases", "features", "input_kind", "dtype", "jax", "reason", "link",
-         "summary"}
+_KEYS = {
+    "id",
+    "subject",
+    "checks",
+    "cases",
+    "features",
+    "input_kind",
+    "dtype",
+    "jax",
+    "reason",
+    "link",
+    "summary",
+}
 _REQUIRED = ("id", "subject", "checks", "link", "summary")
 
 Status = Literal["reproduced", "no longer reproduces", "stale", "not run here", "out of range"]
@@ -81,8 +92,11 @@ class KnownIssue:
 
     def explains(self, result: CaseResult) -> bool:
         """Whether this failing (or known) result is the failure the entry describes."""
-        return (result.verdict in (*FAILING, "known") and self.selects(result)
-                and (self.reason is None or re.search(self.reason, result.reason) is not None))
+        return (
+            result.verdict in (*FAILING, "known")
+            and self.selects(result)
+            and (self.reason is None or re.search(self.reason, result.reason) is not None)
+        )
 
     def in_range(self, jax_version: str | None) -> bool:
         if not self.jax:
@@ -131,8 +145,10 @@ def load_ledger(paths: Iterable[Path], *, subjects: Iterable[str], checks: Itera
         for number, raw in enumerate(_tables(path), start=1):
             issue = _entry(path, number, raw, subjects, checks)
             if issue.id in seen:
-                raise LedgerError(f"{path}: entry {issue.id!r} duplicates the id of an entry in "
-                                  f"{seen[issue.id]}; give each entry its own id")
+                raise LedgerError(
+                    f"{path}: entry {issue.id!r} duplicates the id of an entry in "
+                    f"{seen[issue.id]}; give each entry its own id"
+                )
             seen[issue.id] = str(path)
             issues.append(issue)
     return Ledger(tuple(issues), tuple(files))
@@ -145,7 +161,8 @@ def _tables(path: Path) -> list[Any]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise LedgerError(
-            f"{path}: not valid TOML ({exc}); fix the file (format: docs/known-issues.md)") from None
+            f"{path}: not valid TOML ({exc}); fix the file (format: docs/known-issues.md)"
+        ) from None
     unknown = set(data) - {"issue"}
     if unknown:
         raise LedgerError(f"{path}: unknown top-level key(s) {sorted(unknown)}; entries are [[issue]] tables")
@@ -171,10 +188,11 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
             raise LedgerError(f"{where}: {key} must be a non-empty string")
     for key in ("checks", "cases", "features"):
         if key in raw and not (isinstance(raw[key], list) and all(isinstance(v, str) for v in raw[key])):
-            raise LedgerError(f"{where}: {key} must be a list of strings, e.g. {key} = [\"forward\"]")
+            raise LedgerError(f'{where}: {key} must be a list of strings, e.g. {key} = ["forward"]')
     if raw["subject"] not in subjects:
         raise LedgerError(
-            f"{where}: unknown subject {raw['subject']!r}; known subjects are {sorted(subjects)}")
+            f"{where}: unknown subject {raw['subject']!r}; known subjects are {sorted(subjects)}"
+        )
     bad = sorted(set(raw["checks"]) - checks)
     if bad or not raw["checks"]:
         raise LedgerError(f"{where}: unknown check(s) {bad or '(none given)'}; checks are {sorted(checks)}")
@@ -183,23 +201,33 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         SpecifierSet(jax)
     except InvalidSpecifier:
         raise LedgerError(
-            f"{where}: jax = {jax!r} is not a PEP 440 specifier; write e.g. \">=0.4.35,<0.6.2\"") from None
+            f'{where}: jax = {jax!r} is not a PEP 440 specifier; write e.g. ">=0.4.35,<0.6.2"'
+        ) from None
     try:
         re.compile(raw.get("reason", ""))
     except re.error as exc:
         raise LedgerError(
-            f"{where}: reason is not a regular expression ({exc}); escape its special characters") from None
+            f"{where}: reason is not a regular expression ({exc}); escape its special characters"
+        ) from None
     return KnownIssue(
-        id=raw["id"], subject=raw["subject"], checks=tuple(raw["checks"]), link=raw["link"].strip(),
-        summary=raw["summary"].strip(), cases=tuple(raw.get("cases", ())),
+        id=raw["id"],
+        subject=raw["subject"],
+        checks=tuple(raw["checks"]),
+        link=raw["link"].strip(),
+        summary=raw["summary"].strip(),
+        cases=tuple(raw.get("cases", ())),
         features=tuple(raw.get("features", ())),
-        input_kind=raw.get("input_kind"), dtype=raw.get("dtype"), jax=jax, reason=raw.get("reason"),
+        input_kind=raw.get("input_kind"),
+        dtype=raw.get("dtype"),
+        jax=jax,
+        reason=raw.get("reason"),
         source=str(path),
     )
 
 
-def ledger_status(ledger: Ledger, results: Iterable[CaseResult], jax_version: str | None,
-                  subjects_run: Iterable[str]) -> list[dict[str, Any]]:
+def ledger_status(
+    ledger: Ledger, results: Iterable[CaseResult], jax_version: str | None, subjects_run: Iterable[str]
+) -> list[dict[str, Any]]:
     """Per entry, what this run saw (written to summary.json, read by report, matrix and gate):
 
     * ``reproduced``: in range, and at least one check it selects failed (now ``known``);
@@ -219,8 +247,13 @@ def ledger_status(ledger: Ledger, results: Iterable[CaseResult], jax_version: st
         ran = [r for r in selected if r.verdict not in ("unsupported", "unavailable")]
         failing = [r for r in ran if issue.explains(r)]
         entry: dict[str, Any] = {
-            "id": issue.id, "subject": issue.subject, "checks": list(issue.checks), "jax": issue.jax,
-            "link": issue.link, "summary": issue.summary, "source": issue.source,
+            "id": issue.id,
+            "subject": issue.subject,
+            "checks": list(issue.checks),
+            "jax": issue.jax,
+            "link": issue.link,
+            "summary": issue.summary,
+            "source": issue.source,
             "matched": sorted(f"{r.check}[{r.case.case_id}]" for r in failing),
         }
         if not issue.in_range(jax_version):
@@ -228,7 +261,8 @@ def ledger_status(ledger: Ledger, results: Iterable[CaseResult], jax_version: st
             entry["matched"] = []
             # Failures another (in-range) entry explains are no evidence against this one's range.
             entry["failing_outside_range"] = sum(
-                1 for r in failing if r.verdict != "known" or r.known_issue.get("id") == issue.id)
+                1 for r in failing if r.verdict != "known" or r.known_issue.get("id") == issue.id
+            )
         elif failing:
             status = "reproduced"
         elif ran:

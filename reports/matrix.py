@@ -139,8 +139,9 @@ def known_issue_rows(matrix: Matrix) -> list[list[str]]:
             elif state == "no longer reproduces":
                 disagree.append(f"passes at {version}, inside its range")
         spec = next((s.get("jax") for s in by_version.values() if s.get("jax") is not None), "")
-        rows.append([md.code(entry_id), md.code(spec or "any"), *cells,
-                     "; ".join(disagree) if disagree else "agrees"])
+        rows.append(
+            [md.code(entry_id), md.code(spec or "any"), *cells, "; ".join(disagree) if disagree else "agrees"]
+        )
     return rows
 
 
@@ -152,8 +153,10 @@ def observed_rows(matrix: Matrix) -> list[list[str]]:
             for what, value in result.observed.items():
                 by_version = seen.setdefault((result.case.subject, what), {})
                 by_version.setdefault(matrix.label(run), set()).add(value)
-    return [[subject, what, *[", ".join(sorted(by_version.get(v, ()))) or "·" for v in matrix.versions]]
-            for (subject, what), by_version in sorted(seen.items())]
+    return [
+        [subject, what, *[", ".join(sorted(by_version.get(v, ()))) or "·" for v in matrix.versions]]
+        for (subject, what), by_version in sorted(seen.items())
+    ]
 
 
 def version_cell(run: Run, subject: str) -> str:

@@ -250,28 +250,45 @@ def known_issues_section(run: Run) -> str | None:
     known = [r for r in run.results if r.verdict == "known"]
     if not isinstance(statuses, list):  # a killed run has no summary: list what the records say
         ids = sorted({r.known_issue.get("id", "?") for r in known})
-        statuses = [{"id": i, "status": "reproduced", "link": next(
-            r.known_issue.get("link", "") for r in known if r.known_issue.get("id") == i)} for i in ids]
+        statuses = [
+            {
+                "id": i,
+                "status": "reproduced",
+                "link": next(r.known_issue.get("link", "") for r in known if r.known_issue.get("id") == i),
+            }
+            for i in ids
+        ]
     shown = [s for s in statuses if isinstance(s, dict) and s.get("status") != "not run here"]
     if not shown:
         return None
     rows = []
     for status in shown:
         mine = [r for r in known if r.known_issue.get("id") == status.get("id")]
-        rows.append([
-            f"{KNOWN_STATUS_ICON.get(status.get('status', ''), '')} {status.get('status', '')}",
-            md.code(status.get("id", "?")),
-            _link(status.get("link", "")),
-            _matched(mine, status),
-            _worst(mine),
-        ])
+        rows.append(
+            [
+                f"{KNOWN_STATUS_ICON.get(status.get('status', ''), '')} {status.get('status', '')}",
+                md.code(status.get("id", "?")),
+                _link(status.get("link", "")),
+                _matched(mine, status),
+                _worst(mine),
+            ]
+        )
     hidden = len(statuses) - len(shown)
-    note = (f"\n\n{md.plural(hidden, 'other entry', 'other entries')} of the ledger concern subjects or "
-            "cases not run here.") if hidden else ""
+    note = (
+        (
+            f"\n\n{md.plural(hidden, 'other entry', 'other entries')} of the ledger concern subjects or "
+            "cases not run here."
+        )
+        if hidden
+        else ""
+    )
     files = ", ".join(md.code(f) for f in (run.summary or {}).get("ledger_files", [])) or "the ledger"
-    return (f"## Known issues ({len(known)} failing checks explained)\n\nFrom {files}. A known failure keeps "
-            "its full record in `results.jsonl`; the gate still fails a check that passed in the base.\n\n"
-            + md.table(["status", "entry", "link", "matched checks", "worst element"], rows) + note)
+    return (
+        f"## Known issues ({len(known)} failing checks explained)\n\nFrom {files}. A known failure keeps "
+        "its full record in `results.jsonl`; the gate still fails a check that passed in the base.\n\n"
+        + md.table(["status", "entry", "link", "matched checks", "worst element"], rows)
+        + note
+    )
 
 
 def _link(link: str) -> str:
@@ -295,15 +312,24 @@ def _matched(results: list[CaseResult], status: dict) -> str:
         return "—"
     checks = Counter(r.check for r in results)
     dtypes = sorted({r.case.dtype for r in results})
-    return (f"{len(results)}: " + ", ".join(f"{c} ×{n}" for c, n in sorted(checks.items()))
-            + f" ({', '.join(dtypes)})")
+    return (
+        f"{len(results)}: "
+        + ", ".join(f"{c} ×{n}" for c, n in sorted(checks.items()))
+        + f" ({', '.join(dtypes)})"
+    )
 
 
 def _worst(results: list[CaseResult]) -> str:
     metrics = [(m, r) for r in results for m in ([worst_metric(r)] if worst_metric(r) else [])]
     if metrics:
-        metric, result = max(metrics, key=lambda mr: mr[0].max_abs / mr[0].tolerance
-                             if mr[0].tolerance > 0 and mr[0].max_abs == mr[0].max_abs else float("inf"))
+        metric, result = max(
+            metrics,
+            key=lambda mr: (
+                mr[0].max_abs / mr[0].tolerance
+                if mr[0].tolerance > 0 and mr[0].max_abs == mr[0].max_abs
+                else float("inf")
+            ),
+        )
         return f"{md.code(describe_worst_element(metric))} in {md.code(result.case.case_id)}"
     for result in results:
         if result.reason.strip():
@@ -320,11 +346,17 @@ def observed_section(results: Iterable[CaseResult]) -> str | None:
             seen.setdefault((result.case.subject, what), Counter())[value] += 1
     if not seen:
         return None
-    rows = [[subject, OBSERVED_LABELS.get(what, what),
-             ", ".join(f"{md.code(v)} ×{n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
-            for (subject, what), counts in sorted(seen.items())]
-    return ("## Observed behaviour where the semantics are open\n\n"
-            + md.table(["subject", "what", "observed (checks)"], rows))
+    rows = [
+        [
+            subject,
+            OBSERVED_LABELS.get(what, what),
+            ", ".join(f"{md.code(v)} ×{n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])),
+        ]
+        for (subject, what), counts in sorted(seen.items())
+    ]
+    return "## Observed behaviour where the semantics are open\n\n" + md.table(
+        ["subject", "what", "observed (checks)"], rows
+    )
 
 
 OBSERVED_LABELS = {

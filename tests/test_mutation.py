@@ -90,11 +90,15 @@ def decoy_ledger(path: Path) -> Path:
     entries = []
     for mutant in MUTANTS:
         others = [c for c in CHECKS if c not in mutant.checks]
-        for suffix, checks, extra in (("other-checks", others or ["leak"], ""),
-                                      ("out-of-range", list(mutant.checks), 'jax = "<0.0.1"\n')):
-            entries.append(f'[[issue]]\nid = "decoy-{mutant.name}-{suffix}"\n'
-                           f'subject = "{names[mutant.path]}"\nchecks = {json.dumps(checks)}\n{extra}'
-                           'link = "decoy: the mutation meta-test"\nsummary = "must not mask the mutant"\n')
+        for suffix, checks, extra in (
+            ("other-checks", others or ["leak"], ""),
+            ("out-of-range", list(mutant.checks), 'jax = "<0.0.1"\n'),
+        ):
+            entries.append(
+                f'[[issue]]\nid = "decoy-{mutant.name}-{suffix}"\n'
+                f'subject = "{names[mutant.path]}"\nchecks = {json.dumps(checks)}\n{extra}'
+                'link = "decoy: the mutation meta-test"\nsummary = "must not mask the mutant"\n'
+            )
     path.write_text("\n".join(entries))
     return path
 
@@ -103,9 +107,23 @@ def run_suite(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
     """``python -m conformance`` over ``impls`` with the smoke selection; verdicts by impl path."""
     report_dir.mkdir(parents=True, exist_ok=True)
     ledger = decoy_ledger(report_dir.parent / "decoy_ledger.toml")
-    command = [sys.executable, "-m", "conformance", "--impl", ",".join(impls), "--profile", "ci",
-               "--report-dir", str(report_dir), "--no-shrink", "-q", "-k", selection(),
-               "--known-issues", str(ledger)]
+    command = [
+        sys.executable,
+        "-m",
+        "conformance",
+        "--impl",
+        ",".join(impls),
+        "--profile",
+        "ci",
+        "--report-dir",
+        str(report_dir),
+        "--no-shrink",
+        "-q",
+        "-k",
+        selection(),
+        "--known-issues",
+        str(ledger),
+    ]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     seconds = time.perf_counter() - start
@@ -120,8 +138,13 @@ def run_suite(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
     for record in results.results:
         records[names[record.case.subject]].append(record)
     summary = json.loads((report_dir / "summary.json").read_text())
-    return SuiteRun({path: tuple(r) for path, r in records.items()}, seconds, output, done.returncode,
-                    tuple(summary.get("known_issues", ())))
+    return SuiteRun(
+        {path: tuple(r) for path, r in records.items()},
+        seconds,
+        output,
+        done.returncode,
+        tuple(summary.get("known_issues", ())),
+    )
 
 
 class LazySuite:
@@ -155,15 +178,20 @@ def test_mutant_is_rejected_by_its_check(mutant: Mutant, suite: LazySuite, recor
         caught = all("fail" in verdicts.get(check, ()) for check in mutant.checks)
     finally:
         record_property(MUTANT_PROPERTY, {"mutant": mutant.name, "caught": caught})
-    assert caught, (f"{mutant.name} ({mutant.bug}) was not rejected by {mutant.checks}; "
-                    f"verdicts: { {c: sorted(v) for c, v in verdicts.items()} }")
+    assert caught, (
+        f"{mutant.name} ({mutant.bug}) was not rejected by {mutant.checks}; "
+        f"verdicts: { {c: sorted(v) for c, v in verdicts.items()} }"
+    )
 
 
 @pytest.mark.parametrize("control", CONTROLS, ids=lambda c: c.path)
 def test_correct_subject_passes_every_check(control: Control, suite: LazySuite):
     verdicts = suite.run.verdicts(control.path)
-    bad = {check: sorted(v - {"pass", "unsupported"}) for check, v in verdicts.items()
-           if v - {"pass", "unsupported"}}
+    bad = {
+        check: sorted(v - {"pass", "unsupported"})
+        for check, v in verdicts.items()
+        if v - {"pass", "unsupported"}
+    }
     assert not bad, f"{control.path} is correct but got {bad}:\n{suite.run.output[-3000:]}"
     ran = {check for check, v in verdicts.items() if "pass" in v}
     assert set(control.checks) <= ran, f"{control.path}: {sorted(set(control.checks) - ran)} never ran"
@@ -187,8 +215,11 @@ def test_precision_loss_is_caught_by_the_baseline_ratio(suite: LazySuite):
     attention's own rounding error. It is rejected because it is more than k times that error,
     the baseline-relative rule, where a fixed bf16 tolerance loose enough for the plain
     implementation on every input kind could not tell the two apart."""
-    failed = [r for r in suite.run.of(by_name("bf16_accumulator").path)
-              if r.check == "forward" and r.verdict == "fail"]
+    failed = [
+        r
+        for r in suite.run.of(by_name("bf16_accumulator").path)
+        if r.check == "forward" and r.verdict == "fail"
+    ]
     assert failed
     for record in failed:
         (out,) = record.metrics

@@ -27,13 +27,17 @@ def _poisoned(ctx: CheckContext) -> list[str]:
     problems = []
     bad = valid & ~np.isfinite(np.asarray(got.out, dtype=np.float64)).all(axis=-1)
     if bad.any():
-        problems.append(f"{_fraction(bad, int(valid.sum()))} rows that see keys have non-finite out, "
-                        f"first at [b, h, q] = {list(_first(bad))}")
+        problems.append(
+            f"{_fraction(bad, int(valid.sum()))} rows that see keys have non-finite out, "
+            f"first at [b, h, q] = {list(_first(bad))}"
+        )
     if got.lse is not None and ctx.capabilities.lse:
         bad_lse = valid & ~np.isfinite(np.asarray(got.lse, dtype=np.float64))
         if bad_lse.any():
-            problems.append(f"{_fraction(bad_lse, int(valid.sum()))} rows that see keys have non-finite lse, "
-                            f"first at {list(_first(bad_lse))}")
+            problems.append(
+                f"{_fraction(bad_lse, int(valid.sum()))} rows that see keys have non-finite lse, "
+                f"first at {list(_first(bad_lse))}"
+            )
     return problems
 
 
@@ -70,27 +74,33 @@ def _fully_masked_verdict(ctx: CheckContext) -> Outcome:
         bad = rows & (out != 0).any(axis=-1)
         if bad.any():
             where = _first(bad)
-            problems.append(f"convention 'zeros': {_fraction(bad, n_rows)} fully masked rows are not 0, "
-                            f"first at [b, h, q] = {list(where)}: {out[where][:4].tolist()}...")
+            problems.append(
+                f"convention 'zeros': {_fraction(bad, n_rows)} fully masked rows are not 0, "
+                f"first at [b, h, q] = {list(where)}: {out[where][:4].tolist()}..."
+            )
     elif convention == "nan":
         bad = rows & ~np.isnan(out).all(axis=-1)
         if bad.any():
             where = _first(bad)
-            problems.append(f"convention 'nan': {_fraction(bad, n_rows)} fully masked rows are not NaN, "
-                            f"first at [b, h, q] = {list(where)}: {out[where][:4].tolist()}...")
+            problems.append(
+                f"convention 'nan': {_fraction(bad, n_rows)} fully masked rows are not NaN, "
+                f"first at [b, h, q] = {list(where)}: {out[where][:4].tolist()}..."
+            )
     elif convention == "mean_v":
         expected = np.broadcast_to(mean_v(ctx.oracle.inputs.v, ctx.case.q_heads)[:, :, None, :], out.shape)
         judged = judge("out", got.out, expected, ctx.oracle.baseline.out, ctx.dtype, rows[..., None])
         if not judged.passed:
-            return from_judgements([judged], "convention 'mean_v': fully masked rows are not mean(v); "
-                                   + "; ".join(problems))
+            return from_judgements(
+                [judged], "convention 'mean_v': fully masked rows are not mean(v); " + "; ".join(problems)
+            )
     if problems:
         return failed("; ".join(problems), fully_masked_rows=n_rows)
     return passed(f"{n_rows} fully masked rows; convention {convention!r}", fully_masked_rows=n_rows)
 
 
-def _nonfinite(name: str, got: np.ndarray | None, want: np.ndarray,
-               keep: np.ndarray | None = None) -> str | None:
+def _nonfinite(
+    name: str, got: np.ndarray | None, want: np.ndarray, keep: np.ndarray | None = None
+) -> str | None:
     if got is None or np.shape(got) != np.shape(want):
         return None  # shape_dtype and the numeric checks report these
     g = np.asarray(got, dtype=np.float64)
@@ -101,8 +111,10 @@ def _nonfinite(name: str, got: np.ndarray | None, want: np.ndarray,
     if not bad.any():
         return None
     where = _first(bad)
-    return (f"{name}: {_fraction(bad, int(expected_finite.sum()))} elements are non-finite where the "
-            f"reference is finite; first at {list(where)}: subject {g[where]}, reference {want[where]:.6g}")
+    return (
+        f"{name}: {_fraction(bad, int(expected_finite.sum()))} elements are non-finite where the "
+        f"reference is finite; first at {list(where)}: subject {g[where]}, reference {want[where]:.6g}"
+    )
 
 
 def finite(ctx: CheckContext) -> Outcome:
@@ -121,6 +133,7 @@ def finite(ctx: CheckContext) -> Outcome:
     found = [p for p in problems if p]
     outcome = failed("\n".join(found)) if found else passed()
     if ctx.case.input_kind == "nan_padding" and np.shape(got.out)[:3] == valid.shape:
-        outcome = dataclasses.replace(outcome, observed={
-            "masked_nonfinite": behaviour.masked_nonfinite(got.out, ref.fully_masked)})
+        outcome = dataclasses.replace(
+            outcome, observed={"masked_nonfinite": behaviour.masked_nonfinite(got.out, ref.fully_masked)}
+        )
     return outcome

@@ -51,5 +51,6 @@ def backward(ctx: CheckContext) -> Outcome:
     if problems:
         return failed("; ".join(problems))
     cancel = base.cancellation
-    return from_judgements([judge(name, g, r, b, ctx.dtype, cancellation=cancel.get(name, 0.0))
-                            for name, g, r, b in tensors])
+    return from_judgements(
+        [judge(name, g, r, b, ctx.dtype, cancellation=cancel.get(name, 0.0)) for name, g, r, b in tensors]
+    )

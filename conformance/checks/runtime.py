@@ -42,9 +42,11 @@ def _bitwise_diff(name: str, a: np.ndarray | None, b: np.ndarray | None) -> str 
     where = tuple(int(i) for i in np.argwhere(differ)[0])
     with np.errstate(invalid="ignore"):
         biggest = float(np.nanmax(np.abs(a64 - b64)))
-    return (f"{name}: {int(differ.sum())} of {differ.size} elements differ between two runs on the "
-            f"same inputs (max difference {biggest:.3g}); first at {list(where)}: "
-            f"{a64[where]!r} then {b64[where]!r}")
+    return (
+        f"{name}: {int(differ.sum())} of {differ.size} elements differ between two runs on the "
+        f"same inputs (max difference {biggest:.3g}); first at {list(where)}: "
+        f"{a64[where]!r} then {b64[where]!r}"
+    )
 
 
 def determinism(ctx: CheckContext) -> Outcome:
@@ -68,15 +70,17 @@ def recompile(ctx: CheckContext) -> Outcome:
     with jax_compat.CompileCounter() as counter:
         call_forward(ctx.adapter, ctx.case, fresh).get("forward")
     if counter.count:
-        problems.append(f"forward compiled {counter.count} time(s) on a second same-shape call: "
-                        f"{counter.names[:5]}")
+        problems.append(
+            f"forward compiled {counter.count} time(s) on a second same-shape call: {counter.names[:5]}"
+        )
     if _backward_runs(ctx):
         ctx.run.gradients  # noqa: B018
         with jax_compat.CompileCounter() as counter:
             call_gradients(ctx.adapter, ctx.case, fresh, ctx.oracle.dout).get("gradients")
         if counter.count:
-            problems.append(f"gradients compiled {counter.count} time(s) on a second same-shape call: "
-                            f"{counter.names[:5]}")
+            problems.append(
+                f"gradients compiled {counter.count} time(s) on a second same-shape call: {counter.names[:5]}"
+            )
     return failed("; ".join(problems)) if problems else passed()
 
 
@@ -91,8 +95,9 @@ class _Memory:
 
 def _sample() -> _Memory:
     gc.collect()
-    return _Memory(jax_compat.live_array_count(), psutil.Process().memory_info().rss,
-                   tracemalloc.get_traced_memory()[0])
+    return _Memory(
+        jax_compat.live_array_count(), psutil.Process().memory_info().rss, tracemalloc.get_traced_memory()[0]
+    )
 
 
 def leak(ctx: CheckContext) -> Outcome:
@@ -122,22 +127,34 @@ def leak(ctx: CheckContext) -> Outcome:
             tracemalloc.stop()
     grew = _Memory(after.arrays - before.arrays, after.rss - before.rss, after.traced - before.traced)
     per_call_floor = LEAK_BYTES_FRACTION * out_bytes * calls
-    details = {"calls": calls, "live_arrays_growth": grew.arrays, "rss_growth_bytes": grew.rss,
-               "traced_growth_bytes": grew.traced, "out_bytes": out_bytes}
+    details = {
+        "calls": calls,
+        "live_arrays_growth": grew.arrays,
+        "rss_growth_bytes": grew.rss,
+        "traced_growth_bytes": grew.traced,
+        "out_bytes": out_bytes,
+    }
     problems = []
     if grew.arrays >= LEAK_ARRAYS_PER_CALL * calls:
-        problems.append(f"{grew.arrays} more live JAX arrays after {calls} calls "
-                        f"({grew.arrays / calls:.2g} per call)")
+        problems.append(
+            f"{grew.arrays} more live JAX arrays after {calls} calls ({grew.arrays / calls:.2g} per call)"
+        )
     if grew.traced >= max(LEAK_MIN_TRACED_BYTES, per_call_floor):
-        problems.append(f"host allocations still held grew {grew.traced / 2**10:.0f} KiB over "
-                        f"{calls} calls ({grew.traced / calls / 1024:.0f} KiB per call; "
-                        f"one output is {out_bytes / 1024:.0f} KiB)")
+        problems.append(
+            f"host allocations still held grew {grew.traced / 2**10:.0f} KiB over "
+            f"{calls} calls ({grew.traced / calls / 1024:.0f} KiB per call; "
+            f"one output is {out_bytes / 1024:.0f} KiB)"
+        )
     if grew.rss >= max(LEAK_MIN_RSS_BYTES, per_call_floor):
-        problems.append(f"host RSS grew {grew.rss / 2**20:.1f} MiB over {calls} calls "
-                        f"({grew.rss / calls / 1024:.0f} KiB per call)")
-    summary = (f"{calls} calls: live arrays {before.arrays} -> {after.arrays}, "
-               f"traced host memory +{grew.traced / 1024:.0f} KiB, "
-               f"RSS {before.rss / 2**20:.1f} -> {after.rss / 2**20:.1f} MiB")
+        problems.append(
+            f"host RSS grew {grew.rss / 2**20:.1f} MiB over {calls} calls "
+            f"({grew.rss / calls / 1024:.0f} KiB per call)"
+        )
+    summary = (
+        f"{calls} calls: live arrays {before.arrays} -> {after.arrays}, "
+        f"traced host memory +{grew.traced / 1024:.0f} KiB, "
+        f"RSS {before.rss / 2**20:.1f} -> {after.rss / 2**20:.1f} MiB"
+    )
     if problems:
         return failed("; ".join(problems) + f" ({summary})", **details)
     return passed(summary, **details)

@@ -28,14 +28,19 @@ class _Fake:
         return self.caps
 
 
-ONE_TWENTY_EIGHT = ShapeConstraint("len_128", "length must be a multiple of 128",
-                                   lambda shape, spec: shape.q_len % 128 == 0, basis="api",
-                                   applies_to="backward")
+ONE_TWENTY_EIGHT = ShapeConstraint(
+    "len_128",
+    "length must be a multiple of 128",
+    lambda shape, spec: shape.q_len % 128 == 0,
+    basis="api",
+    applies_to="backward",
+)
 
 
 def test_declarations_give_the_skip_reason() -> None:
-    caps = Capabilities(dtypes=("float32",), causal_alignments=("top_left",), backward=True,
-                        constraints=(ONE_TWENTY_EIGHT,))
+    caps = Capabilities(
+        dtypes=("float32",), causal_alignments=("top_left",), backward=True, constraints=(ONE_TWENTY_EIGHT,)
+    )
     assert skip_reason(caps, "forward", BenchShape(256, 64, "float32", True)) is None
     assert "bfloat16" in skip_reason(caps, "forward", BenchShape(256, 64, "bfloat16", False))
     assert skip_reason(caps, "forward", BenchShape(200, 64, "float32", False)) is None  # forward-only rule

@@ -43,14 +43,30 @@ def test_dry_run_plans_venv_install_benchmarks_and_conformance(kind: str, extra:
     assert f"jax[{extra}]=={jax_versions.NEWEST}" in out
     assert "pytest-benchmark" in out and "absl-py" in out  # the project's test group and the pins table
     assert "--bench-execution native" in out and "benchmarks.json" in out
-    assert out.rstrip().endswith(("-k xla", "--profile ci --report-dir=" + str(
-        ROOT / "reports" / f"device-{kind}-jax-{jax_versions.NEWEST}")))
+    assert out.rstrip().endswith(
+        (
+            "-k xla",
+            "--profile ci --report-dir=" + str(ROOT / "reports" / f"device-{kind}-jax-{jax_versions.NEWEST}"),
+        )
+    )
 
 
 def test_options_reach_the_plan(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    result = run("--kind", "gpu", "--dry-run", "--jax", "0.7.2", "--extra", "cuda13",
-                 "--find-links", str(wheels), "--out-root", str(tmp_path), "--no-conformance")
+    result = run(
+        "--kind",
+        "gpu",
+        "--dry-run",
+        "--jax",
+        "0.7.2",
+        "--extra",
+        "cuda13",
+        "--find-links",
+        str(wheels),
+        "--out-root",
+        str(tmp_path),
+        "--no-conformance",
+    )
     assert result.returncode == 0, result.stderr
     assert "jax[cuda13]==0.7.2" in result.stdout and f"--no-index --find-links {wheels}" in result.stdout
     assert str(tmp_path / "device-gpu-jax-0.7.2") in result.stdout
@@ -81,8 +97,12 @@ def test_backend_check_refuses_a_cpu_only_jax() -> None:
     source = SCRIPT.read_text()
     namespace: dict = {"__name__": "device_bench_under_test", "__file__": str(SCRIPT)}
     exec(compile(source, str(SCRIPT), "exec"), namespace)
-    result = subprocess.run([sys.executable, "-c", namespace["_BACKEND_CHECK"], "gpu"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", namespace["_BACKEND_CHECK"], "gpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
         f"device-bench: jax {__import__('jax').__version__} runs on 'cpu', not 'gpu': "

@@ -22,4 +22,3 @@ def test_other_sessions_leave_the_whole_matrix() -> None:
     assert bench_versions(["-s", "conformance(jax='0.4.99')"], {}) == jax_versions.MATRIX
     assert bench_versions(["-l"], {}) == jax_versions.MATRIX
     assert bench_versions(["-s", "benchmark_something"], {}) == jax_versions.MATRIX
-

@@ -28,8 +28,17 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
     """``pytest benchmarks`` on the xla subject and the one-shape smoke list, in a subprocess."""
     folder = tmp_path_factory.mktemp("jax-smoke")
     command = [
-        sys.executable, "-m", "pytest", "benchmarks", "-q", "-p", "no:cacheprovider",
-        "--bench-subjects", "xla,cudnn", "--bench-shapes", "smoke",
+        sys.executable,
+        "-m",
+        "pytest",
+        "benchmarks",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--bench-subjects",
+        "xla,cudnn",
+        "--bench-shapes",
+        "smoke",
         f"--benchmark-json={folder / 'benchmarks.json'}",
     ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)

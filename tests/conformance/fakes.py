@@ -6,25 +6,53 @@ from conformance.subjects import Subject
 from kernels.base import Availability, Capabilities, ShapeConstraint
 
 FULL = Capabilities(
-    dtypes=("float32", "bfloat16", "float16"), causal_alignments=("top_left", "bottom_right"), window=True,
-    segment_ids=True, lengths=True, bool_mask=True, gqa=True, bias=True, bias_broadcast=True, softcap=True,
-    distinct_v_dim=True, backward=True, bias_grad=True, lse=True, fully_masked_rows="zeros",
+    dtypes=("float32", "bfloat16", "float16"),
+    causal_alignments=("top_left", "bottom_right"),
+    window=True,
+    segment_ids=True,
+    lengths=True,
+    bool_mask=True,
+    gqa=True,
+    bias=True,
+    bias_broadcast=True,
+    softcap=True,
+    distinct_v_dim=True,
+    backward=True,
+    bias_grad=True,
+    lse=True,
+    fully_masked_rows="zeros",
 )
 BLOCKED = Capabilities(
-    dtypes=("float32", "bfloat16"), causal_alignments=("top_left",), segment_ids=True, bias=True,
-    backward=True, lse=False,
+    dtypes=("float32", "bfloat16"),
+    causal_alignments=("top_left",),
+    segment_ids=True,
+    bias=True,
+    backward=True,
+    lse=False,
     constraints=(
-        ShapeConstraint("kv_multiple_of_128", "blocks of 128 keys", lambda s, _: s.kv_len % 128 == 0,
-                        basis="raises"),
-        ShapeConstraint("q_at_least_128", "one block of 128 queries", lambda s, _: s.q_len >= 128,
-                        basis="api"),
-        ShapeConstraint("bwd_q_multiple_of_128", "backward blocks", lambda s, _: s.q_len % 128 == 0,
-                        basis="raises", applies_to="backward"),
+        ShapeConstraint(
+            "kv_multiple_of_128", "blocks of 128 keys", lambda s, _: s.kv_len % 128 == 0, basis="raises"
+        ),
+        ShapeConstraint(
+            "q_at_least_128", "one block of 128 queries", lambda s, _: s.q_len >= 128, basis="api"
+        ),
+        ShapeConstraint(
+            "bwd_q_multiple_of_128",
+            "backward blocks",
+            lambda s, _: s.q_len % 128 == 0,
+            basis="raises",
+            applies_to="backward",
+        ),
     ),
 )
 
 
 def subject(name: str, caps: Capabilities, available: bool = True) -> Subject:
     availability = Availability(available, "" if available else "needs a TPU")
-    return Subject(name, name, adapter=None, availability=availability,  # type: ignore[arg-type]
-                   capabilities=caps if available else None)
+    return Subject(
+        name,
+        name,
+        adapter=None,
+        availability=availability,  # type: ignore[arg-type]
+        capabilities=caps if available else None,
+    )

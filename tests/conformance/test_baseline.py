@@ -10,8 +10,20 @@ from conformance.cases import Case
 from conformance.inputs import build_dout, build_inputs
 from reference import attention_backward, attention_forward
 
-CASE = dict(batch=2, q_heads=4, kv_heads=2, q_len=24, kv_len=40, head_dim=8, v_head_dim=8, causal=True,
-            alignment="bottom_right", bias="1h1k", softcap=5.0, kv_lengths=(40, 30))
+CASE = dict(
+    batch=2,
+    q_heads=4,
+    kv_heads=2,
+    q_len=24,
+    kv_len=40,
+    head_dim=8,
+    v_head_dim=8,
+    causal=True,
+    alignment="bottom_right",
+    bias="1h1k",
+    softcap=5.0,
+    kv_lengths=(40, 30),
+)
 
 
 def _errors(dtype: str) -> dict[str, float]:

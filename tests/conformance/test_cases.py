@@ -12,17 +12,44 @@ from conformance.runner import describe
 
 
 def test_case_id_reads_like_a_sentence():
-    case = Case("tpu_flash", "bfloat16", batch=2, q_heads=4, kv_heads=4, q_len=128, kv_len=256,
-                head_dim=128, v_head_dim=128, causal=True)
+    case = Case(
+        "tpu_flash",
+        "bfloat16",
+        batch=2,
+        q_heads=4,
+        kv_heads=4,
+        q_len=128,
+        kv_len=256,
+        head_dim=128,
+        v_head_dim=128,
+        causal=True,
+    )
     assert case.case_id == "tpu_flash-bfloat16-causal_tl-B2-Hq4-Hkv4-Sq128-Sk256-D128"
 
 
 def test_every_feature_shows_in_the_id():
-    case = Case("x", "float16", causal=True, alignment="bottom_right", window=(4, None), segments=2,
-                orphan_segment=True, q_lengths=(5,), kv_lengths=(7,), bias="1h1k", mask="b1qk",
-                softcap=30.0, scale=0.5, head_dim=64, v_head_dim=32, input_kind="nan_padding")
-    assert case.case_id == ("x-float16-causal_br-win4.inf-seg2x-lenq5-lenkv7-mask_b1qk-bias_1h1k-cap30"
-                            "-scale0.5-B1-Hq1-Hkv1-Sq128-Sk128-D64-Dv32-nan_padding")
+    case = Case(
+        "x",
+        "float16",
+        causal=True,
+        alignment="bottom_right",
+        window=(4, None),
+        segments=2,
+        orphan_segment=True,
+        q_lengths=(5,),
+        kv_lengths=(7,),
+        bias="1h1k",
+        mask="b1qk",
+        softcap=30.0,
+        scale=0.5,
+        head_dim=64,
+        v_head_dim=32,
+        input_kind="nan_padding",
+    )
+    assert case.case_id == (
+        "x-float16-causal_br-win4.inf-seg2x-lenq5-lenkv7-mask_b1qk-bias_1h1k-cap30"
+        "-scale0.5-B1-Hq1-Hkv1-Sq128-Sk128-D64-Dv32-nan_padding"
+    )
 
 
 def test_seed_is_stable_and_the_same_for_every_subject():
@@ -31,15 +58,18 @@ def test_seed_is_stable_and_the_same_for_every_subject():
     assert a.seed != Case("tpu_flash", "bfloat16").seed
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"bias": "bhq"}, "pattern"),
-    ({"mask": "bxqk"}, "pattern"),
-    ({"q_lengths": (1, 2)}, "one length per batch"),
-    ({"input_kind": "uniform"}, "unknown input kind"),
-    ({"input_kind": "nan_padding"}, "needs lengths or segment ids"),
-    ({"alignment": "middle"}, "alignment"),
-    ({"window": (-1, 0)}, "window"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"bias": "bhq"}, "pattern"),
+        ({"mask": "bxqk"}, "pattern"),
+        ({"q_lengths": (1, 2)}, "one length per batch"),
+        ({"input_kind": "uniform"}, "unknown input kind"),
+        ({"input_kind": "nan_padding"}, "needs lengths or segment ids"),
+        ({"alignment": "middle"}, "alignment"),
+        ({"window": (-1, 0)}, "window"),
+    ],
+)
 def test_impossible_cases_fail_at_construction(fields, message):
     with pytest.raises(ValueError, match=message):
         Case("x", "float32", **fields)

@@ -57,8 +57,9 @@ def test_fully_masked_check_only_where_rows_are_fully_masked():
 
 
 def test_plan_covers_every_dtype_and_the_unavailable_subject_once_per_check():
-    plan = catalogue.plan((subject("full", FULL), subject("gone", FULL, available=False)),
-                          profiles.get("ci"), draw_seed=0)
+    plan = catalogue.plan(
+        (subject("full", FULL), subject("gone", FULL, available=False)), profiles.get("ci"), draw_seed=0
+    )
     forward = [p for p in plan["forward"] if p.case.subject == "full"]
     assert {p.case.dtype for p in forward} == set(FULL.dtypes)
     gone = [p for check in catalogue.CHECKS for p in plan[check] if p.case.subject == "gone"]

@@ -18,8 +18,10 @@ TOY = "tests.conformance.toy_subjects"
 PADDED = Case("toy", "float32", batch=2, q_len=128, kv_len=128, q_lengths=(128, 60), kv_lengths=(100, 0))
 
 
-@pytest.mark.parametrize("check", ["forward", "lse", "fully_masked", "finite", "shape_dtype", "no_mutation",
-                                   "determinism", "recompile"])
+@pytest.mark.parametrize(
+    "check",
+    ["forward", "lse", "fully_masked", "finite", "shape_dtype", "no_mutation", "determinism", "recompile"],
+)
 def test_the_exact_subject_passes(check):
     assert run_check(PADDED, check, impl=f"{TOY}:exact").verdict == "pass"
 

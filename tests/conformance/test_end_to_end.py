@@ -18,8 +18,18 @@ SMALL = "float32 and (Sq128-Sk128-D64 or lenkv128.0) and not Dv"
 
 
 def run_suite(tmp_path: Path, impl: str, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "conformance", "--impl", f"{TOY}:{impl}", "--report-dir", str(tmp_path),
-               f"--junitxml={tmp_path / 'junit.xml'}", "-q", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "conformance",
+        "--impl",
+        f"{TOY}:{impl}",
+        "--report-dir",
+        str(tmp_path),
+        f"--junitxml={tmp_path / 'junit.xml'}",
+        "-q",
+        *args,
+    ]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
@@ -41,8 +51,9 @@ def test_a_correct_subject_passes_and_every_record_is_written(tmp_path):
 
 
 def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_repro(tmp_path):
-    done = run_suite(tmp_path, "scaled_wrong", "-k",
-                     "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64")
+    done = run_suite(
+        tmp_path, "scaled_wrong", "-k", "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64"
+    )
     assert done.returncode == 1
     assert "OUT OF TOLERANCE" in done.stdout and "worst at" in done.stdout and "Repro" in done.stdout
     failed = [r for r in read_results(tmp_path).results if r.verdict == "fail"]
@@ -52,8 +63,14 @@ def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_rep
     assert "Shrunk to a smaller failing case" in record.reason  # 1x1 fails the same way
     script = tmp_path / "repro.py"
     script.write_text(record.repro)
-    repro = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
-                           timeout=300, env={"PYTHONPATH": str(ROOT)})
+    repro = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT)},
+    )
     assert repro.returncode == 0, repro.stderr[-2000:]
     assert "OUT OF TOLERANCE" in repro.stdout
 

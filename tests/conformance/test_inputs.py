@@ -13,8 +13,9 @@ from reference import attention_forward
 
 @pytest.mark.parametrize("dtype", dtypes.DTYPE_NAMES)
 def test_inputs_are_in_the_subject_dtype_and_deterministic(dtype):
-    case = Case("x", dtype, batch=2, q_heads=4, kv_heads=2, q_len=16, kv_len=24, head_dim=8, v_head_dim=4,
-                bias="1h1k")
+    case = Case(
+        "x", dtype, batch=2, q_heads=4, kv_heads=2, q_len=16, kv_len=24, head_dim=8, v_head_dim=4, bias="1h1k"
+    )
     a, b = build_inputs(case), build_inputs(case)
     for name in ("q", "k", "v", "bias"):
         assert dtypes.name_of(getattr(a, name).dtype) == dtype
@@ -48,8 +49,16 @@ def test_integer_kind_is_sparse_small_integers():
 
 
 def test_nan_padding_only_touches_padding_and_the_reference_stays_finite_on_valid_rows():
-    case = Case("x", "float32", batch=2, q_len=32, kv_len=48, q_lengths=(20, 3), kv_lengths=(40, 5),
-                input_kind="nan_padding")
+    case = Case(
+        "x",
+        "float32",
+        batch=2,
+        q_len=32,
+        kv_len=48,
+        q_lengths=(20, 3),
+        kv_lengths=(40, 5),
+        input_kind="nan_padding",
+    )
     inputs = build_inputs(case)
     assert np.isnan(inputs.q[0, :, 20:]).all() and not np.isnan(inputs.q[0, :, :20]).any()
     assert np.isnan(inputs.q[1, :, 3:]).all()

@@ -27,14 +27,19 @@ def ran(folder: Path, check: str) -> list:
 def statuses(folder: Path) -> dict[str, dict]:
     """This test's entries (the built-in ledger's are there too, "not run here")."""
     summary = json.loads((folder / "summary.json").read_text())
-    return {s["id"]: s for s in summary["known_issues"] if s["source"].endswith("ledger.toml")
-            and "kernels" not in s["source"]}
+    return {
+        s["id"]: s
+        for s in summary["known_issues"]
+        if s["source"].endswith("ledger.toml") and "kernels" not in s["source"]
+    }
 
 
 def entry(entry_id: str, subject: str, checks: str, extra: str = "") -> str:
-    return (f'[[issue]]\nid = "{entry_id}"\nsubject = "{subject}"\nchecks = {checks}\n'
-            f'link = "https://github.com/example/kernels/issues/1"\n'
-            f'summary = "scale applied twice"\n{extra}\n')
+    return (
+        f'[[issue]]\nid = "{entry_id}"\nsubject = "{subject}"\nchecks = {checks}\n'
+        f'link = "https://github.com/example/kernels/issues/1"\n'
+        f'summary = "scale applied twice"\n{extra}\n'
+    )
 
 
 def test_a_run_whose_every_failure_is_known_exits_0_and_keeps_the_record(tmp_path):
@@ -45,8 +50,11 @@ def test_a_run_whose_every_failure_is_known_exits_0_and_keeps_the_record(tmp_pat
     forward = ran(tmp_path, "forward")
     assert forward and {r.verdict for r in forward} == {"known"}
     record = forward[0]
-    assert record.known_issue == {"id": "wrong-scale", "link": "https://github.com/example/kernels/issues/1",
-                                  "summary": "scale applied twice"}
+    assert record.known_issue == {
+        "id": "wrong-scale",
+        "link": "https://github.com/example/kernels/issues/1",
+        "summary": "scale applied twice",
+    }
     assert record.metrics and record.metrics[0].ratio > 10 and record.repro  # nothing of the record is lost
     status = statuses(tmp_path)["wrong-scale"]
     assert status["status"] == "reproduced"
@@ -58,9 +66,12 @@ def test_a_run_whose_every_failure_is_known_exits_0_and_keeps_the_record(tmp_pat
 
 def test_an_entry_never_excuses_a_failure_it_does_not_select(tmp_path):
     """The control no ledger may mask: the entry names lse and other cases, the forward failure stays red."""
-    file = ledger(tmp_path, entry("other-check", WRONG, '["lse"]'),
-                  entry("other-case", WRONG, '["forward"]', 'cases = ["*-causal_tl-*"]'),
-                  entry("other-dtype", WRONG, '["forward"]', 'dtype = "bfloat16"'))
+    file = ledger(
+        tmp_path,
+        entry("other-check", WRONG, '["lse"]'),
+        entry("other-case", WRONG, '["forward"]', 'cases = ["*-causal_tl-*"]'),
+        entry("other-dtype", WRONG, '["forward"]', 'dtype = "bfloat16"'),
+    )
     done = run_suite(tmp_path, "scaled_wrong", "-k", FORWARD_CASE, "--known-issues", file, "--no-shrink")
     assert done.returncode == 1
     forward = ran(tmp_path, "forward")
@@ -79,15 +90,19 @@ def test_an_entry_outside_its_jax_range_excuses_nothing_and_says_it_would_have(t
 
 def test_fixed_and_stale_entries_are_reported_and_strict_known_makes_them_fatal(tmp_path):
     exact = f"{TOY}:exact"
-    file = ledger(tmp_path, entry("fixed", exact, '["forward"]'),
-                  entry("typo", exact, '["forward"]', 'cases = ["*-Sq9999-*"]'))
+    file = ledger(
+        tmp_path,
+        entry("fixed", exact, '["forward"]'),
+        entry("typo", exact, '["forward"]', 'cases = ["*-Sq9999-*"]'),
+    )
     done = run_suite(tmp_path, "exact", "-k", FORWARD_CASE, "--known-issues", file)
     assert done.returncode == 0, done.stdout[-3000:]
     found = {entry_id: s["status"] for entry_id, s in statuses(tmp_path).items()}
     assert found == {"fixed": "no longer reproduces", "typo": "stale"}
     assert "known issue fixed no longer reproduces" in done.stdout and "known issue typo stale" in done.stdout
-    strict = run_suite(tmp_path / "strict", "exact", "-k", FORWARD_CASE, "--known-issues", file,
-                       "--strict-known")
+    strict = run_suite(
+        tmp_path / "strict", "exact", "-k", FORWARD_CASE, "--known-issues", file, "--strict-known"
+    )
     assert strict.returncode == 1
 
 

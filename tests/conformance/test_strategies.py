@@ -15,8 +15,18 @@ from conformance.shrink import shrink
 from kernels.base import Capabilities
 from tests.conformance.fakes import BLOCKED, FULL
 
-FLAGS = ("window", "segment_ids", "lengths", "bool_mask", "gqa", "bias", "bias_broadcast", "softcap",
-         "distinct_v_dim", "backward")
+FLAGS = (
+    "window",
+    "segment_ids",
+    "lengths",
+    "bool_mask",
+    "gqa",
+    "bias",
+    "bias_broadcast",
+    "softcap",
+    "distinct_v_dim",
+    "backward",
+)
 
 
 @st.composite
@@ -24,8 +34,16 @@ def capabilities(draw) -> Capabilities:
     flags = {flag: draw(st.booleans()) for flag in FLAGS}
     return dataclasses.replace(
         BLOCKED if draw(st.booleans()) else FULL,
-        dtypes=tuple(draw(st.lists(st.sampled_from(("float32", "bfloat16", "float16", "float64")),
-                                   min_size=1, max_size=4, unique=True))),
+        dtypes=tuple(
+            draw(
+                st.lists(
+                    st.sampled_from(("float32", "bfloat16", "float16", "float64")),
+                    min_size=1,
+                    max_size=4,
+                    unique=True,
+                )
+            )
+        ),
         causal_alignments=tuple(draw(st.lists(st.sampled_from(("top_left", "bottom_right")), unique=True))),
         **flags,
     )
@@ -56,8 +74,19 @@ def test_blocked_subject_draws_only_block_multiples():
 
 
 def test_shrinking_finds_the_minimal_failing_case():
-    big = Case("s", "float32", batch=2, q_heads=4, kv_heads=2, q_len=256, kv_len=256, causal=True,
-               bias="1h1k", softcap=30.0, window=(3, 3))
+    big = Case(
+        "s",
+        "float32",
+        batch=2,
+        q_heads=4,
+        kv_heads=2,
+        q_len=256,
+        kv_len=256,
+        causal=True,
+        bias="1h1k",
+        softcap=30.0,
+        window=(3, 3),
+    )
 
     def fails(case: Case) -> bool:  # a bug that needs a window and at least 2 heads
         return case.window is not None and case.q_heads >= 2

@@ -17,8 +17,13 @@ from kernels.base import Capabilities
 from reference import AttentionInputs, AttentionSpec, attention_forward
 from reference.masks import full_visibility
 
-CAPS = Capabilities(dtypes=("float32", "float16"), causal_alignments=("top_left", "bottom_right"),
-                    lengths=True, lse=True, fully_masked_rows="zeros")
+CAPS = Capabilities(
+    dtypes=("float32", "float16"),
+    causal_alignments=("top_left", "bottom_right"),
+    lengths=True,
+    lse=True,
+    fully_masked_rows="zeros",
+)
 
 
 def _attention(q, k, v, scale, causal, alignment, q_lengths, kv_lengths):
@@ -58,8 +63,9 @@ def finite_mask(q, k, v, *, scale, causal=False, alignment="top_left", q_lengths
     return _finite_mask(q, k, v, scale, causal, alignment, q_lengths, kv_lengths)
 
 
-def finite_mask_claims_zeros(q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None,
-                             kv_lengths=None):
+def finite_mask_claims_zeros(
+    q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None, kv_lengths=None
+):
     """Large-negative masking, but declares zeros on fully masked rows."""
     return _finite_mask(q, k, v, scale, causal, alignment, q_lengths, kv_lengths)
 

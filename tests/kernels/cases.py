@@ -26,7 +26,12 @@ NUMPY_DTYPE = {
 
 def make_inputs(
     seed: int,
-    b: int, hq: int, hkv: int, sq: int, sk: int, d: int,
+    b: int,
+    hq: int,
+    hkv: int,
+    sq: int,
+    sk: int,
+    d: int,
     dtype: str = "float32",
     dv: int | None = None,
     bias_shape: tuple[int, ...] | None = None,

@@ -28,10 +28,12 @@ def test_every_constraint_states_a_basis_that_is_not_a_defect(name):
         assert constraint.basis in CONSTRAINT_BASES, constraint.name
         assert not _DEFECT_WORDS.search(constraint.reason), (
             f"{name}.{constraint.name} declares a defect away ({constraint.reason!r}); let the cases "
-            "run and add a known-issue entry instead")
+            "run and add a known-issue entry instead"
+        )
         if constraint.raises:
             assert _EXCEPTION_WORDS.search(constraint.reason), (
-                f"{name}.{constraint.name}: a raising constraint names what it raises")
+                f"{name}.{constraint.name}: a raising constraint names what it raises"
+            )
 
 
 @pytest.mark.parametrize("name", BUILTIN)
@@ -40,23 +42,28 @@ def test_no_builtin_constraint_skips_cases_without_a_raise_or_a_missing_paramete
     assert all(c.basis == "api" for c in non_raising), [c.name for c in non_raising]
     for constraint in non_raising:
         assert re.search(r"\b(no|not|cannot|missing)\b", constraint.reason), (
-            f"{name}.{constraint.name}: an api constraint names the parameter that is missing")
+            f"{name}.{constraint.name}: an api constraint names the parameter that is missing"
+        )
 
 
 def test_a_constraint_without_a_basis_cannot_be_written():
     with pytest.raises(TypeError):
         ShapeConstraint("x", "a reason of five words", lambda shape, spec: True)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="known-issue entry"):
-        ShapeConstraint("x", "a reason of five words", lambda shape, spec: True,
-                        basis="undefined")  # type: ignore[arg-type]
+        ShapeConstraint("x", "a reason of five words", lambda shape, spec: True, basis="undefined")  # type: ignore[arg-type]
 
 
 def test_a_feature_scoped_constraint_concerns_only_cases_with_that_feature():
     from kernels.base import Capabilities
     from reference.spec import AttentionShape, AttentionSpec
 
-    odd = ShapeConstraint("even_with_bias", "with a bias the backward raises NotImplementedError",
-                          lambda shape, spec: shape.q_len % 2 == 0, basis="raises", features=("bias",))
+    odd = ShapeConstraint(
+        "even_with_bias",
+        "with a bias the backward raises NotImplementedError",
+        lambda shape, spec: shape.q_len % 2 == 0,
+        basis="raises",
+        features=("bias",),
+    )
     caps = Capabilities(dtypes=("float32",), constraints=(odd,))
     shape = AttentionShape(1, 1, 1, 3, 4, 8, 8)
     with_bias = ("bias", "causal_top_left")

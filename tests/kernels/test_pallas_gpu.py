@@ -34,8 +34,10 @@ def test_causal_top_left_with_longer_kv_and_odd_head_dim(adapter):
     """D=48 is padded to 64 inside the kernel; Sq != Sk needs the BlockSizes-era kernel."""
     inputs = make_inputs(1, b=2, hq=1, hkv=1, sq=128, sk=256, d=48)
     if not pallas_gpu._load_api().has_block_sizes:
-        pytest.skip("before 0.5.1 the kernel sizes kv blocks from the query length: Sq != Sk runs and "
-                    "fails (kernels/known_issues.toml)")
+        pytest.skip(
+            "before 0.5.1 the kernel sizes kv blocks from the query length: Sq != Sk runs and "
+            "fails (kernels/known_issues.toml)"
+        )
     check_forward(adapter, inputs, AttentionSpec(causal=True), "float32")
 
 

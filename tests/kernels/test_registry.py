@@ -219,12 +219,14 @@ def test_real_entry_point_from_an_installed_distribution(tmp_path, monkeypatch):
     """A dist-info on sys.path is found by importlib.metadata exactly like an installed plug-in."""
     package = tmp_path / "my_attention_plugin"
     package.mkdir()
-    (package / "__init__.py").write_text(textwrap.dedent("""
+    (package / "__init__.py").write_text(
+        textwrap.dedent("""
         from kernels.xla import XlaAdapter
 
         def make():
             return XlaAdapter(name="plugin_xla", description="XLA through an entry point")
-    """))
+    """)
+    )
     dist = tmp_path / "my_attention_plugin-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-attention-plugin\nVersion: 1.0\n")

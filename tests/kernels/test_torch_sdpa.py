@@ -29,8 +29,9 @@ def _mask(seed, shape):
 CASES = {
     "gqa-causal": (dict(b=2, hq=4, hkv=2, sq=16, sk=24, d=8), AttentionSpec(causal=True)),
     "bias-mask-causal-dv": (
-        dict(b=1, hq=2, hkv=2, sq=16, sk=24, d=8, dv=6,
-             bias_shape=(1, 2, 16, 1), mask=_mask(0, (1, 2, 16, 24))),
+        dict(
+            b=1, hq=2, hkv=2, sq=16, sk=24, d=8, dv=6, bias_shape=(1, 2, 16, 1), mask=_mask(0, (1, 2, 16, 24))
+        ),
         AttentionSpec(causal=True, scale=0.4),
     ),
     "bias-only": (dict(b=2, hq=2, hkv=1, sq=8, sk=8, d=16, bias_shape=(2, 1, 8, 8)), AttentionSpec()),

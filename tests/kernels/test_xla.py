@@ -30,12 +30,14 @@ CASES = {
         AttentionSpec(causal=True, scale=0.2),
     ),
     "window-lengths": (
-        dict(b=2, hq=2, hkv=2, sq=40, sk=40, d=8,
-             q_lengths=np.array([40, 17]), kv_lengths=np.array([25, 40])),
+        dict(
+            b=2, hq=2, hkv=2, sq=40, sk=40, d=8, q_lengths=np.array([40, 17]), kv_lengths=np.array([25, 40])
+        ),
         AttentionSpec(window=(3, 2)),
     ),
     "window-one-sided-causal": (
-        dict(b=1, hq=2, hkv=2, sq=24, sk=40, d=8), AttentionSpec(causal=True, window=(5, None)),
+        dict(b=1, hq=2, hkv=2, sq=24, sk=40, d=8),
+        AttentionSpec(causal=True, window=(5, None)),
     ),
 }
 

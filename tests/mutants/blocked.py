@@ -54,8 +54,11 @@ def online_softmax(s: jax.Array, keep: jax.Array | None, v: jax.Array, blocking:
         acc = (alpha * acc + partial).astype(acc_dtype)
         return (m_new, total, acc), None
 
-    init = (jnp.full((b, h, q_len, 1), -jnp.inf), jnp.zeros((b, h, q_len, 1), acc_dtype),
-            jnp.zeros((b, h, q_len, v.shape[-1]), acc_dtype))
+    init = (
+        jnp.full((b, h, q_len, 1), -jnp.inf),
+        jnp.zeros((b, h, q_len, 1), acc_dtype),
+        jnp.zeros((b, h, q_len, v.shape[-1]), acc_dtype),
+    )
     (_, total, acc), _ = jax.lax.scan(step, init, (s_blocks, v_blocks))
     total = total.astype(jnp.float32)
     return acc.astype(jnp.float32) / jnp.where(total == 0, 1.0, total)
@@ -68,18 +71,39 @@ def _blocked(q, k, v, *, scale, blocking, causal=False, alignment="top_left", wi
     return online_softmax(s, keep, v, blocking)
 
 
-def _run(blocking: Blocking, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, causal: bool,
-         alignment: str) -> np.ndarray:
-    out = core.call(functools.partial(_blocked, blocking=blocking), q, k, v, scale=scale, causal=causal,
-                    alignment=alignment)
+def _run(
+    blocking: Blocking,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scale: float,
+    causal: bool,
+    alignment: str,
+) -> np.ndarray:
+    out = core.call(
+        functools.partial(_blocked, blocking=blocking),
+        q,
+        k,
+        v,
+        scale=scale,
+        causal=causal,
+        alignment=alignment,
+    )
     return core.host(out, q.dtype)
 
 
 CAPS = Capabilities(dtypes=("float32",), causal_alignments=("top_left",))
 
 
-def drops_tail_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-                     alignment: str = "top_left") -> np.ndarray:
+def drops_tail_block(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Blocked over 128 keys; loops over Sk // 128 blocks, dropping a partial tail block (Sk > 128)."""
     return _run(Blocking(floor_blocks=True), q, k, v, scale, causal, alignment)
 
@@ -87,8 +111,15 @@ def drops_tail_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: floa
 drops_tail_block.attention_capabilities = CAPS
 
 
-def online_softmax_no_rescale(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
-                              causal: bool = False, alignment: str = "top_left") -> np.ndarray:
+def online_softmax_no_rescale(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Online softmax over 64-key blocks that never rescales the running sum and output."""
     return _run(Blocking(block=64, rescale=False), q, k, v, scale, causal, alignment)
 
@@ -96,8 +127,15 @@ def online_softmax_no_rescale(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, sc
 online_softmax_no_rescale.attention_capabilities = CAPS
 
 
-def bf16_accumulator(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-                     alignment: str = "top_left") -> np.ndarray:
+def bf16_accumulator(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Online softmax that accumulates key by key in bfloat16 (running sum and output rounded
     to bfloat16 after every key), where plain attention accumulates in float32."""
     # Per key, not per block: with 16-key blocks the loss is no worse than the plain bf16

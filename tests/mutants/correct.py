@@ -22,9 +22,19 @@ from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 
 FULL = Capabilities(
-    dtypes=("float32", "bfloat16", "float16"), causal_alignments=("top_left",),
-    window=True, segment_ids=True, lengths=True, bool_mask=True, gqa=True, bias=True,
-    bias_broadcast=True, softcap=True, distinct_v_dim=True, lse=True, fully_masked_rows="zeros",
+    dtypes=("float32", "bfloat16", "float16"),
+    causal_alignments=("top_left",),
+    window=True,
+    segment_ids=True,
+    lengths=True,
+    bool_mask=True,
+    gqa=True,
+    bias=True,
+    bias_broadcast=True,
+    softcap=True,
+    distinct_v_dim=True,
+    lse=True,
+    fully_masked_rows="zeros",
 )
 
 
@@ -47,15 +57,22 @@ def keywords(inputs: AttentionInputs, spec: AttentionSpec) -> dict[str, Any]:
 @functools.partial(jax.jit, static_argnames=core.STATIC)
 def _gradients(q, k, v, dout, *, scale, causal=False, alignment="top_left", window=None, softcap=None):
     def out_of(q, k, v):
-        return core.attention(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window,
-                              softcap=softcap)[0]
+        return core.attention(
+            q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, softcap=softcap
+        )[0]
 
     _, pullback = jax.vjp(out_of, q.astype(np.float32), k.astype(np.float32), v.astype(np.float32))
     return pullback(dout.astype(np.float32))
 
 
-BACKWARD = Capabilities(dtypes=("float32",), causal_alignments=("top_left",), gqa=True, backward=True,
-                        lse=True, fully_masked_rows="zeros")
+BACKWARD = Capabilities(
+    dtypes=("float32",),
+    causal_alignments=("top_left",),
+    gqa=True,
+    backward=True,
+    lse=True,
+    fully_masked_rows="zeros",
+)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -61,8 +61,7 @@ def band(q_len: int, kv_len: int, *, causal: bool, alignment: str, window: Windo
     return keep
 
 
-def padding(q_len: int, kv_len: int, q_lengths: jax.Array | None,
-            kv_lengths: jax.Array | None) -> jax.Array:
+def padding(q_len: int, kv_len: int, q_lengths: jax.Array | None, kv_lengths: jax.Array | None) -> jax.Array:
     """[B|1, 1, Sq, Sk] bool: key j < kv_lengths[b] and query i < q_lengths[b]."""
     keep = jnp.ones((1, 1, q_len, kv_len), dtype=bool)
     if kv_lengths is not None:
@@ -76,13 +75,22 @@ def segments(q_segment_ids: jax.Array | None, kv_segment_ids: jax.Array | None) 
     """[B, 1, Sq, Sk] bool: equal segment ids, or None without segment ids."""
     if q_segment_ids is None:
         return None
-    return (q_segment_ids[:, None, :, None] == kv_segment_ids[:, None, None, :])
+    return q_segment_ids[:, None, :, None] == kv_segment_ids[:, None, None, :]
 
 
-def visibility(q_len: int, kv_len: int, *, causal: bool = False, alignment: str = "top_left",
-               window: Window = None, q_segment_ids: jax.Array | None = None,
-               kv_segment_ids: jax.Array | None = None, q_lengths: jax.Array | None = None,
-               kv_lengths: jax.Array | None = None, mask: jax.Array | None = None) -> jax.Array:
+def visibility(
+    q_len: int,
+    kv_len: int,
+    *,
+    causal: bool = False,
+    alignment: str = "top_left",
+    window: Window = None,
+    q_segment_ids: jax.Array | None = None,
+    kv_segment_ids: jax.Array | None = None,
+    q_lengths: jax.Array | None = None,
+    kv_lengths: jax.Array | None = None,
+    mask: jax.Array | None = None,
+) -> jax.Array:
     """[B|1, H|1, Sq, Sk] bool, True = may attend: every mask ANDed (docs/semantics.md)."""
     keep = band(q_len, kv_len, causal=causal, alignment=alignment, window=window)[None, None]
     keep = keep & padding(q_len, kv_len, q_lengths, kv_lengths)
@@ -94,13 +102,13 @@ def visibility(q_len: int, kv_len: int, *, causal: bool = False, alignment: str 
     return keep
 
 
-def logits(q: jax.Array, k: jax.Array, scale: float, bias: jax.Array | None = None,
-           softcap: float | None = None) -> tuple[jax.Array, jax.Array | None]:
+def logits(
+    q: jax.Array, k: jax.Array, scale: float, bias: jax.Array | None = None, softcap: float | None = None
+) -> tuple[jax.Array, jax.Array | None]:
     """(s [B, Hq, Sq, Sk] float32, bias_mask): scaled, biased, capped logits. A -inf bias
     acts as a mask (also under softcap), so it is returned as a mask and zeroed in s."""
     k = group(k, q.shape[1])
-    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32),
-                   precision=HIGHEST) * scale
+    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32), precision=HIGHEST) * scale
     bias_mask = None
     if bias is not None:
         bias = bias.astype(jnp.float32)
@@ -130,17 +138,37 @@ STATIC = ("scale", "causal", "alignment", "window", "softcap")
 
 
 @functools.partial(jax.jit, static_argnames=STATIC)
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None = None,
-              mask: jax.Array | None = None, q_segment_ids: jax.Array | None = None,
-              kv_segment_ids: jax.Array | None = None, q_lengths: jax.Array | None = None,
-              kv_lengths: jax.Array | None = None, *, scale: float, causal: bool = False,
-              alignment: str = "top_left", window: Window = None,
-              softcap: float | None = None) -> tuple[jax.Array, jax.Array]:
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    bias: jax.Array | None = None,
+    mask: jax.Array | None = None,
+    q_segment_ids: jax.Array | None = None,
+    kv_segment_ids: jax.Array | None = None,
+    q_lengths: jax.Array | None = None,
+    kv_lengths: jax.Array | None = None,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+    window: Window = None,
+    softcap: float | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """Correct attention: (out [B, Hq, Sq, Dv], lse [B, Hq, Sq]) in float32."""
     s, bias_mask = logits(q, k, scale, bias, softcap)
-    keep = visibility(q.shape[2], k.shape[2], causal=causal, alignment=alignment, window=window,
-                      q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                      q_lengths=q_lengths, kv_lengths=kv_lengths, mask=mask)
+    keep = visibility(
+        q.shape[2],
+        k.shape[2],
+        causal=causal,
+        alignment=alignment,
+        window=window,
+        q_segment_ids=q_segment_ids,
+        kv_segment_ids=kv_segment_ids,
+        q_lengths=q_lengths,
+        kv_lengths=kv_lengths,
+        mask=mask,
+    )
     if bias_mask is not None:
         keep = keep & bias_mask
     return softmax_attend(s, keep, v)

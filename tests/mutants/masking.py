@@ -25,8 +25,15 @@ def _strict_causal(q, k, v, *, scale, causal=False, alignment="top_left", window
     return core.softmax_attend(s, keep, v)[0]
 
 
-def causal_off_by_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-                      alignment: str = "top_left") -> np.ndarray:
+def causal_off_by_one(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Causal mask j < i instead of j <= i: every query loses its diagonal key."""
     out = core.call(_strict_causal, q, k, v, scale=scale, causal=causal, alignment=alignment)
     return core.host(out, q.dtype)
@@ -43,8 +50,15 @@ def _bottom_right(q, k, v, *, scale, causal=False, alignment="top_left", window=
     return core.softmax_attend(s, keep[None, None], v)[0]
 
 
-def causal_bottom_right(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-                        alignment: str = "top_left") -> np.ndarray:
+def causal_bottom_right(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Declares top-left causal but aligns the diagonal bottom-right (differs when Sq != Sk)."""
     out = core.call(_bottom_right, q, k, v, scale=scale, causal=causal, alignment=alignment)
     return core.host(out, q.dtype)
@@ -67,44 +81,87 @@ def _exclusive_left(q, k, v, *, scale, causal=False, alignment="top_left", windo
     return core.softmax_attend(s, keep[None, None], v)[0]
 
 
-def window_exclusive_left(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
-                          window: tuple[int | None, int | None] | None = None, causal: bool = False,
-                          alignment: str = "top_left") -> np.ndarray:
+def window_exclusive_left(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    window: tuple[int | None, int | None] | None = None,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Local window with an exclusive left edge: diag - left < j instead of <=."""
     out = core.call(_exclusive_left, q, k, v, scale=scale, window=window, causal=causal, alignment=alignment)
     return core.host(out, q.dtype)
 
 
 window_exclusive_left.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), window=True)
+    dtypes=("float32",), causal_alignments=("top_left",), window=True
+)
 
 
 @functools.partial(jax.jit, static_argnames=core.STATIC)
-def _shifted_segments(q, k, v, q_segment_ids, kv_segment_ids, *, scale, causal=False, alignment="top_left",
-                      window=None, softcap=None):
+def _shifted_segments(
+    q,
+    k,
+    v,
+    q_segment_ids,
+    kv_segment_ids,
+    *,
+    scale,
+    causal=False,
+    alignment="top_left",
+    window=None,
+    softcap=None,
+):
     s, _ = core.logits(q, k, scale)
     # BUG: kv ids read one position late (an off-by-one in the key index), so each
     # segment's first key is filed under the previous segment.
     shifted = jnp.concatenate([kv_segment_ids[:, :1], kv_segment_ids[:, :-1]], axis=1)
-    keep = core.visibility(q.shape[2], k.shape[2], causal=causal, alignment=alignment,
-                           q_segment_ids=q_segment_ids, kv_segment_ids=shifted)
+    keep = core.visibility(
+        q.shape[2],
+        k.shape[2],
+        causal=causal,
+        alignment=alignment,
+        q_segment_ids=q_segment_ids,
+        kv_segment_ids=shifted,
+    )
     return core.softmax_attend(s, keep, v)[0]
 
 
-def segment_shifted_kv(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
-                       q_segment_ids: np.ndarray | None = None, kv_segment_ids: np.ndarray | None = None,
-                       causal: bool = False, alignment: str = "top_left") -> np.ndarray:
+def segment_shifted_kv(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    q_segment_ids: np.ndarray | None = None,
+    kv_segment_ids: np.ndarray | None = None,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Compares q segment ids with kv segment ids shifted by one key."""
     if q_segment_ids is None:
         out, _ = core.call(core.attention, q, k, v, scale=scale, causal=causal, alignment=alignment)
     else:
-        out = core.call(_shifted_segments, q, k, v, q_segment_ids=q_segment_ids,
-                        kv_segment_ids=kv_segment_ids, scale=scale, causal=causal, alignment=alignment)
+        out = core.call(
+            _shifted_segments,
+            q,
+            k,
+            v,
+            q_segment_ids=q_segment_ids,
+            kv_segment_ids=kv_segment_ids,
+            scale=scale,
+            causal=causal,
+            alignment=alignment,
+        )
     return core.host(out, q.dtype)
 
 
 segment_shifted_kv.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), segment_ids=True, fully_masked_rows="zeros")
+    dtypes=("float32",), causal_alignments=("top_left",), segment_ids=True, fully_masked_rows="zeros"
+)
 
 
 @functools.partial(jax.jit, static_argnames=core.STATIC)
@@ -117,15 +174,24 @@ def _modulo_heads(q, k, v, *, scale, causal=False, alignment="top_left", window=
     return core.softmax_attend(s, keep, v)[0]
 
 
-def gqa_modulo(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-               alignment: str = "top_left") -> np.ndarray:
+def gqa_modulo(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """GQA maps query head h to kv head h % Hkv instead of h // G."""
-    return core.host(core.call(_modulo_heads, q, k, v, scale=scale, causal=causal, alignment=alignment),
-                     q.dtype)
+    return core.host(
+        core.call(_modulo_heads, q, k, v, scale=scale, causal=causal, alignment=alignment), q.dtype
+    )
 
 
-gqa_modulo.attention_capabilities = Capabilities(dtypes=("float32",), causal_alignments=("top_left",),
-                                                 gqa=True)
+gqa_modulo.attention_capabilities = Capabilities(
+    dtypes=("float32",), causal_alignments=("top_left",), gqa=True
+)
 
 
 @functools.partial(jax.jit, static_argnames=core.STATIC)
@@ -138,11 +204,19 @@ def _first_batch_kv(q, k, v, *, scale, causal=False, alignment="top_left", windo
     return core.softmax_attend(s, keep, v)[0]
 
 
-def batch_zero_kv(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-                  alignment: str = "top_left") -> np.ndarray:
+def batch_zero_kv(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Every batch row attends to batch row 0's keys and values."""
-    return core.host(core.call(_first_batch_kv, q, k, v, scale=scale, causal=causal, alignment=alignment),
-                     q.dtype)
+    return core.host(
+        core.call(_first_batch_kv, q, k, v, scale=scale, causal=causal, alignment=alignment), q.dtype
+    )
 
 
 batch_zero_kv.attention_capabilities = CAUSAL_TL

@@ -25,8 +25,15 @@ def _racy(q, k, v, key, *, scale, causal=False, alignment="top_left", window=Non
     return jnp.where(flip, jnp.nextafter(out, jnp.inf), out)
 
 
-def nondeterministic(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-                     alignment: str = "top_left") -> np.ndarray:
+def nondeterministic(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Right to an ulp, but about 1% of the elements move one ulp from run to run (os.urandom)."""
     key = jax.random.key(int.from_bytes(os.urandom(4), "little"))
     out = core.call(_racy, q, k, v, key=key, scale=scale, causal=causal, alignment=alignment)
@@ -36,8 +43,15 @@ def nondeterministic(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: floa
 nondeterministic.attention_capabilities = CAUSAL_TL
 
 
-def leaks_buffers(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-                  alignment: str = "top_left") -> np.ndarray:
+def leaks_buffers(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Right values, but keeps every call's device inputs and outputs in a growing list."""
     q_dev, k_dev, v_dev = core.device(q), core.device(k), core.device(v)
     out, lse = core.attention(q_dev, k_dev, v_dev, scale=scale, causal=causal, alignment=alignment)
@@ -50,9 +64,17 @@ leaks_buffers.history = []
 leaks_buffers.attention_capabilities = CAUSAL_TL
 
 
-def recompiles(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-               alignment: str = "top_left") -> np.ndarray:
+def recompiles(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Right values, but jits a fresh closure on every call, so every call compiles again."""
+
     def attend(q, k, v):
         return core.attention(q, k, v, scale=scale, causal=causal, alignment=alignment)[0]
 

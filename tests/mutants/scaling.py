@@ -19,8 +19,15 @@ def _inverse_d(q, k, v, *, scale, causal=False, alignment="top_left", window=Non
     return core.softmax_attend(s, keep, v)[0]
 
 
-def scale_inverse_d(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, causal: bool = False,
-                    alignment: str = "top_left") -> np.ndarray:
+def scale_inverse_d(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Scales the logits by 1/D instead of the given scale (1/sqrt(D) by default)."""
     return core.host(core.call(_inverse_d, q, k, v, scale=scale, causal=causal, alignment=alignment), q.dtype)
 
@@ -36,16 +43,24 @@ def _bias_first(q, k, v, bias=None, *, scale, causal=False, alignment="top_left"
     return core.softmax_attend(s * scale, keep, v)[0]
 
 
-def bias_before_scale(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
-                      bias: np.ndarray | None = None, causal: bool = False,
-                      alignment: str = "top_left") -> np.ndarray:
+def bias_before_scale(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    bias: np.ndarray | None = None,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Adds the bias before scaling, so the bias is scaled too."""
     out = core.call(_bias_first, q, k, v, bias=bias, scale=scale, causal=causal, alignment=alignment)
     return core.host(out, q.dtype)
 
 
 bias_before_scale.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), bias=True, bias_broadcast=True)
+    dtypes=("float32",), causal_alignments=("top_left",), bias=True, bias_broadcast=True
+)
 
 
 @functools.partial(jax.jit, static_argnames=core.STATIC)
@@ -57,13 +72,21 @@ def _tanh_unscaled(q, k, v, *, scale, causal=False, alignment="top_left", window
     return core.softmax_attend(s, keep, v)[0]
 
 
-def softcap_unscaled_tanh(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
-                          softcap: float | None = None, causal: bool = False,
-                          alignment: str = "top_left") -> np.ndarray:
+def softcap_unscaled_tanh(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    softcap: float | None = None,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> np.ndarray:
     """Caps with c * tanh(s) instead of c * tanh(s / c) (right only when c = 1)."""
     out = core.call(_tanh_unscaled, q, k, v, scale=scale, softcap=softcap, causal=causal, alignment=alignment)
     return core.host(out, q.dtype)
 
 
 softcap_unscaled_tanh.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), softcap=True)
+    dtypes=("float32",), causal_alignments=("top_left",), softcap=True
+)

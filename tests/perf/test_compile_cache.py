@@ -36,8 +36,10 @@ def test_the_cache_is_on_in_the_folder_and_keeps_every_compilation(tmp_path):
 def test_a_name_this_jax_lacks_is_skipped_and_reported(tmp_path):
     config = FakeConfig({"jax_compilation_cache_dir", "jax_enable_compilation_cache"})
     settings = jax_compat.enable_compilation_cache(tmp_path, config)
-    assert set(settings.missing) == {"jax_persistent_cache_min_compile_time_secs",
-                                     "jax_persistent_cache_min_entry_size_bytes"}
+    assert set(settings.missing) == {
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    }
     assert {name for name, _ in settings.applied} == set(config.values)
 
 

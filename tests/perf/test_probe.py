@@ -20,9 +20,23 @@ SMALL = "float32 and full-B1-Hq1-Hkv1-Sq128-Sk128-D64"
 def test_a_run_with_the_probe_writes_its_split_and_restores_the_suite(tmp_path, monkeypatch):
     originals = (artifacts.timed_call, artifacts.attention_forward, baseline.forward)
     monkeypatch.setenv(suite_probe.PROBE_DIR_ENV, str(tmp_path / "probe"))
-    code = pytest.main([str(ROOT / "conformance"), "-p", "no:cacheprovider", "-q", "--no-header",
-                        "-p", "benchmarks.suite_probe", "--impl", TOY,
-                        "--report-dir", str(tmp_path / "report"), "-k", SMALL])
+    code = pytest.main(
+        [
+            str(ROOT / "conformance"),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--no-header",
+            "-p",
+            "benchmarks.suite_probe",
+            "--impl",
+            TOY,
+            "--report-dir",
+            str(tmp_path / "report"),
+            "-k",
+            SMALL,
+        ]
+    )
     assert code == 0
     (probe,) = read_probes(tmp_path / "probe")
     cases, checks, need_reference = count_ran(tmp_path / "report")
@@ -36,9 +50,23 @@ def test_a_run_with_the_probe_writes_its_split_and_restores_the_suite(tmp_path, 
 
 def test_reference_passes_while_shrinking_a_failure_are_counted_apart(tmp_path, monkeypatch):
     monkeypatch.setenv(suite_probe.PROBE_DIR_ENV, str(tmp_path / "probe"))
-    code = pytest.main([str(ROOT / "conformance"), "-p", "no:cacheprovider", "-q", "--no-header",
-                        "-p", "benchmarks.suite_probe", "--impl", f"{TOYS}:scaled_wrong",
-                        "--report-dir", str(tmp_path / "report"), "-k", "test_forward and " + SMALL])
+    code = pytest.main(
+        [
+            str(ROOT / "conformance"),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--no-header",
+            "-p",
+            "benchmarks.suite_probe",
+            "--impl",
+            f"{TOYS}:scaled_wrong",
+            "--report-dir",
+            str(tmp_path / "report"),
+            "-k",
+            "test_forward and " + SMALL,
+        ]
+    )
     assert code == 1  # the forward check fails, and the failure is shrunk
     (probe,) = read_probes(tmp_path / "probe")
     assert reference_calls([probe]) == count_ran(tmp_path / "report")[2]  # the run's own cases, once each

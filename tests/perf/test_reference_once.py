@@ -46,8 +46,21 @@ def test_the_reference_is_computed_once_per_case(tmp_path, monkeypatch):
     calls = _count_calls(monkeypatch, artifacts, "attention_forward", _key)
     baselines = _count_calls(monkeypatch, baseline, "forward", _key)
     adapters = _count_calls(monkeypatch, subjects, "resolve", lambda name, *_: name)
-    code = pytest.main([str(ROOT / "conformance"), "-p", "no:cacheprovider", "-q", "--no-header",
-                        "--impl", TOY, "--report-dir", str(tmp_path), "-k", SMALL])
+    code = pytest.main(
+        [
+            str(ROOT / "conformance"),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--no-header",
+            "--impl",
+            TOY,
+            "--report-dir",
+            str(tmp_path),
+            "-k",
+            SMALL,
+        ]
+    )
     assert code == 0
     ran = [r for r in read_results(tmp_path).results if r.verdict == "pass"]
     cases = {r.case.case_id for r in ran}
@@ -65,9 +78,21 @@ def test_shrinking_a_failure_does_not_evict_the_case_it_shrinks(tmp_path, monkey
     # A store of 2 entries: the toy's shrinks try ~5 cases, as a real one tries dozens.
     monkeypatch.setattr(artifacts.ArtifactStore.__init__, "__defaults__", (2,))
     wrong = TOY.replace(":exact", ":scaled_wrong")
-    code = pytest.main([str(ROOT / "conformance"), "-p", "no:cacheprovider", "-q", "--no-header",
-                        "--impl", wrong, "--report-dir", str(tmp_path), "-k",
-                        "float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64 and not (large or integers or Dv)"])
+    code = pytest.main(
+        [
+            str(ROOT / "conformance"),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--no-header",
+            "--impl",
+            wrong,
+            "--report-dir",
+            str(tmp_path),
+            "-k",
+            "float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64 and not (large or integers or Dv)",
+        ]
+    )
     assert code == 1
     results = read_results(tmp_path).results
     assert {r.check for r in results if r.verdict == "fail"} >= {"forward", "lse"}

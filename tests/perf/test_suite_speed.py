@@ -23,8 +23,9 @@ from benchmarks.suite_speed import (
 from reports.records import CaseDescription, CaseResult, ResultsWriter
 
 
-def _times(subject: float, reference: float, baseline: float, lifetime: float, tests: int = 10,
-           worker: str = "gw0") -> ProcessTimes:
+def _times(
+    subject: float, reference: float, baseline: float, lifetime: float, tests: int = 10, worker: str = "gw0"
+) -> ProcessTimes:
     seconds = {"subject": subject, "reference": reference, "baseline": baseline}
     return ProcessTimes(seconds, tests, lifetime, worker)
 
@@ -45,9 +46,14 @@ def test_harness_is_never_negative_and_an_empty_run_has_no_shares():
 
 
 def test_probe_files_are_read_back(tmp_path):
-    record = {"pid": 1, "worker": "gw0", "tests": 3, "lifetime_s": 9.5,
-              "seconds": {"subject": 4.0, "reference": 1.0, "baseline": 0.5},
-              "calls": {"subject": 6, "reference": 1, "baseline": 1}}
+    record = {
+        "pid": 1,
+        "worker": "gw0",
+        "tests": 3,
+        "lifetime_s": 9.5,
+        "seconds": {"subject": 4.0, "reference": 1.0, "baseline": 0.5},
+        "calls": {"subject": 6, "reference": 1, "baseline": 1},
+    }
     (tmp_path / "probe-1.json").write_text(json.dumps(record))
     (probe,) = read_probes(tmp_path)
     assert probe == ProcessTimes({"subject": 4.0, "reference": 1.0, "baseline": 0.5}, 3, 9.5, "gw0")
@@ -64,7 +70,9 @@ def _report(cold_wall: float, warm_wall: float, harness: float) -> PerfReport:
     return PerfReport(
         cold=RunMeasurement("cold (empty cache)", cold_wall, 300, 1200, split, cpu_s=390.0),
         warm=RunMeasurement("warm (cache filled)", warm_wall, cases=300, checks=1200, split=split),
-        reference=ReferenceSpeed(12.5, 20.0, 0.625), command="pytest conformance --impl all")
+        reference=ReferenceSpeed(12.5, 20.0, 0.625),
+        command="pytest conformance --impl all",
+    )
 
 
 def test_the_table_shows_walls_rates_shares_and_the_reference_ratio():
@@ -72,8 +80,18 @@ def test_the_table_shows_walls_rates_shares_and_the_reference_ratio():
     rows = [line for line in text.splitlines() if line.startswith(("| cold (", "| warm ("))]
     assert len(rows) == 2
     cold = [cell.strip() for cell in rows[0].strip("|").split("|")]
-    assert cold == ["cold (empty cache)", "420 s (7.0 min)", "390 s", "300", "1200", "0.71", "79.0%", "10.0%",
-                    "5.0%", "6.0%"]
+    assert cold == [
+        "cold (empty cache)",
+        "420 s (7.0 min)",
+        "390 s",
+        "300",
+        "1200",
+        "0.71",
+        "79.0%",
+        "10.0%",
+        "5.0%",
+        "6.0%",
+    ]
     assert "0.625 x float64 matmul" in text and "12.50 GFLOP/s" in text
     assert "| warm >= 2x faster than cold | 2.80x | met |" in text
     assert "NOT met" not in text
@@ -89,22 +107,28 @@ def test_the_table_says_which_goals_are_not_met():
 
 def test_a_crashed_run_is_flagged_and_a_missing_bench_is_left_out():
     report = _report(100.0, 40.0, 5.0)
-    crashed = PerfReport(RunMeasurement("cold", 100.0, 0, 0, Split(0, 0, 0, 0), returncode=3),
-                         report.warm, None)
+    crashed = PerfReport(
+        RunMeasurement("cold", 100.0, 0, 0, Split(0, 0, 0, 0), returncode=3), report.warm, None
+    )
     text = render(crashed)
     assert "| cold (exit 3) |" in text and "GFLOP/s" not in text
 
 
 def test_reference_passes_are_counted_over_processes_and_shown_per_run():
     target = "conformance.artifacts.attention_forward"
-    procs = [ProcessTimes({}, 0, 1.0, "", {}), ProcessTimes({}, 5, 9.0, "gw0", {target: 7, "other": 3}),
-             ProcessTimes({}, 5, 9.0, "gw1", {target: 5, target + "@shrink": 4})]
+    procs = [
+        ProcessTimes({}, 0, 1.0, "", {}),
+        ProcessTimes({}, 5, 9.0, "gw0", {target: 7, "other": 3}),
+        ProcessTimes({}, 5, 9.0, "gw1", {target: 5, target + "@shrink": 4}),
+    ]
     assert reference_calls(procs) == 12 and reference_calls(procs, shrinking=True) == 4
     report = _report(100.0, 40.0, 5.0)
     cold = dataclasses.replace(report.cold, reference_calls=12, reference_cases=12, shrink_reference_calls=4)
     text = render(dataclasses.replace(report, cold=cold))
-    assert ("Float64 reference (cold (empty cache)): 12 forward passes for 12 cases that need one, "
-            "and 4 for smaller cases tried while shrinking failures.") in text
+    assert (
+        "Float64 reference (cold (empty cache)): 12 forward passes for 12 cases that need one, "
+        "and 4 for smaller cases tried while shrinking failures."
+    ) in text
     assert "Float64 reference (warm" not in text  # no count, no line
 
 
@@ -129,7 +153,17 @@ def run_folder(path):
 def write_records(folder, rows):
     writer = ResultsWriter(folder, {"impl": "toy"})
     for case_id, check, verdict in rows:
-        case = CaseDescription(case_id, "toy", "float32", batch=1, q_heads=1, kv_heads=1, q_len=1, kv_len=1,
-                               head_dim=8, v_head_dim=8)
+        case = CaseDescription(
+            case_id,
+            "toy",
+            "float32",
+            batch=1,
+            q_heads=1,
+            kv_heads=1,
+            q_len=1,
+            kv_len=1,
+            head_dim=8,
+            v_head_dim=8,
+        )
         writer.append(CaseResult(case=case, check=check, verdict=verdict))
     writer.finish()

@@ -15,16 +15,34 @@ FAULTY_CASE = "float32-full-B1-Hq1-Hkv1-Sq113-Sk113-D64"
 
 
 def suite_command(report_dir: Path, impl: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "conformance", "--impl", impl, "--report-dir", str(report_dir),
-            "--no-shrink", "-q", *args]
+    return [
+        sys.executable,
+        "-m",
+        "conformance",
+        "--impl",
+        impl,
+        "--report-dir",
+        str(report_dir),
+        "--no-shrink",
+        "-q",
+        *args,
+    ]
 
 
-def run_suite(report_dir: Path, impl: str, *args: str, timeout: float = 300,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(suite_command(report_dir, impl, *args), cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def run_suite(
+    report_dir: Path, impl: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        suite_command(report_dir, impl, *args),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def run_module(module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )

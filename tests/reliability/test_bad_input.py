@@ -33,31 +33,40 @@ def test_unknown_subject(tmp_path):
     assert "unknown subject 'flash_attn_v9'" in line and "'xla'" in line and "package.module:function" in line
 
 
-@pytest.mark.parametrize("impl, expected", [
-    ("no_such_pkg.attn:attention", "cannot import module 'no_such_pkg.attn'"),
-    (f"{FAULTY}:no_such_function", "has no attribute 'no_such_function'"),
-    ("tests.faulty.broken_import:attention", "raised RuntimeError: libcudart.so.12"),
-])
+@pytest.mark.parametrize(
+    "impl, expected",
+    [
+        ("no_such_pkg.attn:attention", "cannot import module 'no_such_pkg.attn'"),
+        (f"{FAULTY}:no_such_function", "has no attribute 'no_such_function'"),
+        ("tests.faulty.broken_import:attention", "raised RuntimeError: libcudart.so.12"),
+    ],
+)
 def test_unimportable_impl_path(tmp_path, impl, expected):
     line = suite_error(tmp_path, impl)
     assert expected in line
 
 
-@pytest.mark.parametrize("impl, expected", [
-    ("tests.faulty.signatures:two_positional", "fn(q, k, v, *, scale, ...)"),
-    ("tests.faulty.signatures:unpassable", "['flavour'] are never passed; give them defaults"),
-])
+@pytest.mark.parametrize(
+    "impl, expected",
+    [
+        ("tests.faulty.signatures:two_positional", "fn(q, k, v, *, scale, ...)"),
+        ("tests.faulty.signatures:unpassable", "['flavour'] are never passed; give them defaults"),
+    ],
+)
 def test_wrong_signature(tmp_path, impl, expected):
     assert expected in suite_error(tmp_path, impl)
 
 
-@pytest.mark.parametrize("case, expected", [
-    ("B=1,Hq=4,Hkv=3,Sq=128,Sk=256,D=64", "q heads 4 is not a multiple of kv heads 3"),
-    ("B=2,Sq=16,Sk=16,kv_lengths=8/20", "kv_lengths must lie in [0, 16]"),
-    ("B=1,Hq=2,mask=bh1x", "mask pattern 'bh1x' must be 4 of 'bhqk' or '1'"),
-    ("B=1,Sq=7,causal=sideways", "use top_left, bottom_right or no"),
-    ("B=1,Sq=0", "every dimension must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("B=1,Hq=4,Hkv=3,Sq=128,Sk=256,D=64", "q heads 4 is not a multiple of kv heads 3"),
+        ("B=2,Sq=16,Sk=16,kv_lengths=8/20", "kv_lengths must lie in [0, 16]"),
+        ("B=1,Hq=2,mask=bh1x", "mask pattern 'bh1x' must be 4 of 'bhqk' or '1'"),
+        ("B=1,Sq=7,causal=sideways", "use top_left, bottom_right or no"),
+        ("B=1,Sq=0", "every dimension must be >= 1"),
+    ],
+)
 def test_impossible_user_case(tmp_path, case, expected):
     line = suite_error(tmp_path, f"{FAULTY}:healthy", "--case", case)
     assert line.startswith(f"ERROR: --case '{case}'") and expected in line
@@ -67,9 +76,11 @@ def test_unknown_or_uninstallable_jax_version():
     """The nox session's messages (noxfile.install_project ends the session with these)."""
     for problem in (jax_versions.version_problem("latest"), jax_versions.version_problem("0.1.0")):
         assert problem and "\n" not in problem and ("name one like" in problem or "use " in problem)
-    uv = ("× No solution found when resolving dependencies:\n"
-          "  ╰─▶ Because there is no version of jax==9.9.9 and you require jax==9.9.9, we can conclude "
-          "that your requirements are unsatisfiable.\n")
+    uv = (
+        "× No solution found when resolving dependencies:\n"
+        "  ╰─▶ Because there is no version of jax==9.9.9 and you require jax==9.9.9, we can conclude "
+        "that your requirements are unsatisfiable.\n"
+    )
     failure = jax_versions.install_failure("9.9.9", uv)
     assert "\n" not in failure and "no such release" in failure and "Fix:" in failure
 
@@ -77,21 +88,31 @@ def test_unknown_or_uninstallable_jax_version():
 @pytest.fixture
 def good(tmp_path):
     folder = tmp_path / "good"
-    header = {"kind": "run", "schema": 1, "impl": "x", "subjects": ["x"], "profile": "ci",
-              "hypothesis_seed": 0}
+    header = {
+        "kind": "run",
+        "schema": 1,
+        "impl": "x",
+        "subjects": ["x"],
+        "profile": "ci",
+        "hypothesis_seed": 0,
+    }
     folder.mkdir()
-    (folder / "results.jsonl").write_text(json.dumps(header) + "\n" + json.dumps({"kind": "end", "schema": 1})
-                                          + "\n")
+    (folder / "results.jsonl").write_text(
+        json.dumps(header) + "\n" + json.dumps({"kind": "end", "schema": 1}) + "\n"
+    )
     return folder
 
 
-@pytest.mark.parametrize("damage, expected", [
-    ("missing", "no results file"),
-    ("empty", "the results file is empty"),
-    ("truncated", "no run header"),  # cut inside its first line
-    ("corrupt", "corrupt line"),
-    ("wrong_schema", "schema version 99"),
-])
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        ("missing", "no results file"),
+        ("empty", "the results file is empty"),
+        ("truncated", "no run header"),  # cut inside its first line
+        ("corrupt", "corrupt line"),
+        ("wrong_schema", "schema version 99"),
+    ],
+)
 def test_gate_given_a_bad_results_folder(tmp_path, good, damage, expected):
     bad = tmp_path / "bad"
     shutil.copytree(good, bad)
@@ -121,10 +142,13 @@ def test_conflicting_options(tmp_path):
     assert "was recorded with --profile dev, not ci" in line and "rerun with --profile dev" in line
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--profile", "weekly"], "invalid choice: 'weekly'"),
-    (["--worker-memory-limit", "lots"], "--worker-memory-limit 'lots' is not a size"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--profile", "weekly"], "invalid choice: 'weekly'"),
+        (["--worker-memory-limit", "lots"], "--worker-memory-limit 'lots' is not a size"),
+    ],
+)
 def test_bad_option_values(tmp_path, args, expected):
     done = run_suite(tmp_path, f"{FAULTY}:healthy", *args)
     assert done.returncode == USAGE_ERROR

@@ -25,8 +25,9 @@ def crash_once_run(folder: Path, *args: str):
     marker = folder / "marker"
     marker.mkdir()
     env = {**os.environ, "CRASH_ONCE_DIR": str(marker)}
-    done = run_suite(folder / "report", IMPL, "-k", TINY, "--timeout", "60", "--worker-memory-limit", "2G",
-                     *args, env=env)
+    done = run_suite(
+        folder / "report", IMPL, "-k", TINY, "--timeout", "60", "--worker-memory-limit", "2G", *args, env=env
+    )
     results = read_results(folder / "report")
     records = {r.check: r for r in results.results if r.case.case_id.endswith(FAULTY_CASE)}
     return done, results, records, (folder / "report" / "report.md").read_text()
@@ -83,8 +84,11 @@ def test_no_crash_retry_keeps_the_first_crash_as_an_error(tmp_path):
     assert re.match(killed, first.reason), first.reason
     assert "retry" not in first.reason and first.details == {}
     rest = [r for r in records.values() if r is not first]
-    assert all(r.verdict == "error" and r.reason.startswith(
-        "not run: an earlier check of this case crashed its worker") for r in rest), rest
+    assert all(
+        r.verdict == "error"
+        and r.reason.startswith("not run: an earlier check of this case crashed its worker")
+        for r in rest
+    ), rest
 
 
 def test_the_reason_names_both_attempts():
@@ -95,26 +99,39 @@ def test_the_reason_names_both_attempts():
     failed = Retry(seconds=0.25, verdict="fail", reason="out has shape (1, 1, 112, 64)\nmore")
     assert crash_reason("gw3", crash, failed) == (
         "worker gw3 crashed once, then the check ran normally when retried in a fresh process: "
-        f"first attempt: {killed}; retry: fail in 0.2 s: out has shape (1, 1, 112, 64)")
+        f"first attempt: {killed}; retry: fail in 0.2 s: out has shape (1, 1, 112, 64)"
+    )
     segfault = Retry(seconds=3.0, returncode=-11)
     assert crash_reason("gw3", crash, segfault) == (
         f"worker gw3 crashed twice: {killed} (confirmed by a retry in a fresh process, "
-        "which was killed by SIGSEGV (Segmentation fault) after 3.0 s)")
+        "which was killed by SIGSEGV (Segmentation fault) after 3.0 s)"
+    )
 
 
-@pytest.mark.parametrize(("retry", "summary"), [
-    (Retry(seconds=12.0, returncode=1, last_words="Timeout (0:00:10)!\n", timeout=10),
-     "timed out after 12.0 s (--timeout 10 s)"),
-    (Retry(seconds=130.0, returncode=None, timeout=10), "timed out after 130.0 s (--timeout 10 s)"),
-    (Retry(seconds=2.0, returncode=3), "exited with status 3 after 2.0 s without finishing the check"),
-    (Retry(seconds=2.0, returncode=1, last_line="ImportError: no module 'm'"),
-     "exited with status 1 after 2.0 s without finishing the check: ImportError: no module 'm'"),
-    (Retry(seconds=2.0, returncode=1, last_words="Fatal Python error: Aborted\n\nCurrent thread"),
-     "died: Aborted after 2.0 s"),
-    (Retry(seconds=0.5, verdict="error", reason="forward raised RuntimeError: boom"),
-     "error in 0.5 s: forward raised RuntimeError: boom"),
-    (Retry(seconds=0.5, verdict="pass", reason="ok"), "pass in 0.5 s"),
-])
+@pytest.mark.parametrize(
+    ("retry", "summary"),
+    [
+        (
+            Retry(seconds=12.0, returncode=1, last_words="Timeout (0:00:10)!\n", timeout=10),
+            "timed out after 12.0 s (--timeout 10 s)",
+        ),
+        (Retry(seconds=130.0, returncode=None, timeout=10), "timed out after 130.0 s (--timeout 10 s)"),
+        (Retry(seconds=2.0, returncode=3), "exited with status 3 after 2.0 s without finishing the check"),
+        (
+            Retry(seconds=2.0, returncode=1, last_line="ImportError: no module 'm'"),
+            "exited with status 1 after 2.0 s without finishing the check: ImportError: no module 'm'",
+        ),
+        (
+            Retry(seconds=2.0, returncode=1, last_words="Fatal Python error: Aborted\n\nCurrent thread"),
+            "died: Aborted after 2.0 s",
+        ),
+        (
+            Retry(seconds=0.5, verdict="error", reason="forward raised RuntimeError: boom"),
+            "error in 0.5 s: forward raised RuntimeError: boom",
+        ),
+        (Retry(seconds=0.5, verdict="pass", reason="ok"), "pass in 0.5 s"),
+    ],
+)
 def test_each_retry_outcome_reads_in_one_line(retry, summary):
     assert retry.summary() == summary
     assert retry.crashed == (retry.verdict is None)

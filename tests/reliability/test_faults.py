@@ -21,8 +21,9 @@ def run(tmp_path_factory):
     impl = ",".join(f"{FAULTY}:{name}" for name in (*FAULTS, "healthy"))
     done = run_suite(folder, impl, "-k", TINY, "--timeout", "10", "--worker-memory-limit", "2G")
     results = read_results(folder)
-    records = {(r.case.subject.split(":")[1], r.case.case_id.split("-", 1)[1], r.check): r
-               for r in results.results}
+    records = {
+        (r.case.subject.split(":")[1], r.case.case_id.split("-", 1)[1], r.check): r for r in results.results
+    }
     return done, results, records, (folder / "report.md").read_text()
 
 
@@ -118,7 +119,6 @@ def test_a_wrong_type_fails_shape_and_forward(run):
     assert records[("wrong_type", FAULTY_CASE, "forward")].verdict == "fail"
 
 
-
 def test_when_xdist_gives_up_on_restarts_the_results_stay_incomplete(tmp_path):
     done = run_suite(tmp_path, f"{FAULTY}:abort", "-k", TINY, "--max-worker-restart", "0")
     assert done.returncode == 1
@@ -132,8 +132,14 @@ def test_when_xdist_gives_up_on_restarts_the_results_stay_incomplete(tmp_path):
 
 def test_jax_runs_normally_under_the_worker_memory_limit(tmp_path):
     """The limit is on the data segment, not address space: XLA's reservations do not trip it."""
-    done = run_suite(tmp_path, "xla", "--worker-memory-limit", "2G", "-k",
-                     "(test_forward or test_recompile) and xla-float32-full-B2-Hq8-Hkv1-Sq128-Sk128-D64")
+    done = run_suite(
+        tmp_path,
+        "xla",
+        "--worker-memory-limit",
+        "2G",
+        "-k",
+        "(test_forward or test_recompile) and xla-float32-full-B2-Hq8-Hkv1-Sq128-Sk128-D64",
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     verdicts = {(r.check, r.verdict) for r in read_results(tmp_path).results}
     assert ("forward", "pass") in verdicts and ("recompile", "pass") in verdicts

@@ -10,16 +10,30 @@ from conformance.launch import isolated_args
 
 def test_defaults_isolate_every_run():
     assert isolated_args(["--impl", "xla"]) == [
-        "-n", "1", "--max-worker-restart", "200", "--timeout", "600", "--impl", "xla"]
+        "-n",
+        "1",
+        "--max-worker-restart",
+        "200",
+        "--timeout",
+        "600",
+        "--impl",
+        "xla",
+    ]
 
 
-@pytest.mark.parametrize("given, absent", [
-    (["-n", "2"], "-n"), (["-n0"], "-n"), (["--numprocesses=4"], "-n"),
-    (["--max-worker-restart", "3"], "--max-worker-restart"), (["--timeout=30"], "--timeout"),
-])
+@pytest.mark.parametrize(
+    "given, absent",
+    [
+        (["-n", "2"], "-n"),
+        (["-n0"], "-n"),
+        (["--numprocesses=4"], "-n"),
+        (["--max-worker-restart", "3"], "--max-worker-restart"),
+        (["--timeout=30"], "--timeout"),
+    ],
+)
 def test_the_users_own_values_win(given, absent):
     args = isolated_args(given)
-    assert args.count(absent) == (1 if absent in given else 0) and args[-len(given):] == given
+    assert args.count(absent) == (1 if absent in given else 0) and args[-len(given) :] == given
 
 
 def test_no_xdist_means_no_workers_but_still_a_timeout():

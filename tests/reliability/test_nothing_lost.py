@@ -28,8 +28,13 @@ def case_lines(folder: Path) -> list[dict]:
 
 def kill_after(folder: Path, records_wanted: int) -> None:
     """Start a run in its own process group; SIGKILL the group (controller and worker) mid-run."""
-    process = subprocess.Popen(suite_command(folder, IMPL, *SELECTION), cwd=ROOT, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        suite_command(folder, IMPL, *SELECTION),
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline and process.poll() is None:
@@ -110,9 +115,12 @@ def test_every_report_writer_goes_through_the_atomic_helpers():
     """render, matrix, plots, gate output and summary.json: no direct writes into the report folder."""
     paths = [*(ROOT / "reports").glob("*.py"), ROOT / "conformance/recording.py"]
     sources = {p: p.read_text() for p in paths}
-    direct = [f"{p.name}: {needle}" for p, text in sources.items()
-              for needle in (".write_text(", ".write_bytes(", "json.dump(", "savefig(fname", "open(\"w")
-              if needle in text and p.name != "records.py"]
+    direct = [
+        f"{p.name}: {needle}"
+        for p, text in sources.items()
+        for needle in (".write_text(", ".write_bytes(", "json.dump(", "savefig(fname", 'open("w')
+        if needle in text and p.name != "records.py"
+    ]
     assert not direct, direct
     assert "write_text_atomic" in sources[ROOT / "reports/render.py"]
     assert "write_text_atomic" in sources[ROOT / "reports/matrix.py"]

@@ -11,9 +11,11 @@ from reports.environment import environment_block
 from tests.reliability.suite import FAULTY, ROOT, run_suite
 
 # Every way Python code commonly deserializes objects it should not trust.
-UNSAFE = re.compile(r"\bimport pickle\b|\bpickle\.|cPickle|allow_pickle\s*=\s*True|\btorch\.load\(|"
-                    r"\bjoblib\b|\bimport dill\b|\bshelve\b|\bmarshal\.loads?\(|\byaml\.(unsafe_)?load\(|"
-                    r"\b(np|numpy)\.load\(")
+UNSAFE = re.compile(
+    r"\bimport pickle\b|\bpickle\.|cPickle|allow_pickle\s*=\s*True|\btorch\.load\(|"
+    r"\bjoblib\b|\bimport dill\b|\bshelve\b|\bmarshal\.loads?\(|\byaml\.(unsafe_)?load\(|"
+    r"\b(np|numpy)\.load\("
+)
 SKIP_DIRS = {".git", ".nox", ".venv", "venv", ".ci-venv", "__pycache__", "node_modules"}  # envs are not ours
 
 
@@ -44,8 +46,16 @@ def test_the_environment_block_holds_versions_and_hardware_only(monkeypatch, tmp
     block = json.dumps(environment_block())
     assert "s3cr3t-value-42" not in block and "ATTN_SECRET_TOKEN" not in block
     assert str(home) not in block and "alice" not in block
-    assert set(environment_block()) <= {"python", "platform", "processor", "libraries", "backend",
-                                        "device_kind", "device_count", "git_revision"}
+    assert set(environment_block()) <= {
+        "python",
+        "platform",
+        "processor",
+        "libraries",
+        "backend",
+        "device_kind",
+        "device_count",
+        "git_revision",
+    }
 
 
 def test_a_run_writes_no_secret_and_no_home_path(tmp_path):
@@ -53,8 +63,13 @@ def test_a_run_writes_no_secret_and_no_home_path(tmp_path):
     home = tmp_path / "home" / "alice"
     report_dir = home / "reports" / "run"
     env = {**os.environ, "HOME": str(home), "ATTN_SECRET_TOKEN": "s3cr3t-value-42"}
-    done = run_suite(report_dir, f"{FAULTY}:healthy,{FAULTY}:abort", "-k",
-                     "test_forward and full and (Sq1-Sk1-D32 or Sq113-Sk113-D64)", env=env)
+    done = run_suite(
+        report_dir,
+        f"{FAULTY}:healthy,{FAULTY}:abort",
+        "-k",
+        "test_forward and full and (Sq1-Sk1-D32 or Sq113-Sk113-D64)",
+        env=env,
+    )
     assert done.returncode == 1, done.stdout[-2000:]
     written = sorted(p for p in report_dir.rglob("*") if p.is_file())
     assert {p.name for p in written} >= {"results.jsonl", "summary.json", "report.md"}

@@ -121,8 +121,10 @@ def test_single_case_from_0_2k_to_0_8k_fails(tmp_path):
     assert [(f.rule, f.what) for f in result.regressions] == [
         ("ratio jump", "backward · float32-L131 · dq ratio")
     ]
-    assert re.fullmatch(r"(19|20|21)% → (76|77|78|79|80|81|82|83|84)% of its tolerance \(k 5 \+ floor\)",
-                        result.regressions[0].detail)
+    assert re.fullmatch(
+        r"(19|20|21)% → (76|77|78|79|80|81|82|83|84)% of its tolerance \(k 5 \+ floor\)",
+        result.regressions[0].detail,
+    )
 
 
 def test_a_ratio_against_a_near_exact_baseline_is_judged_by_its_share_of_the_tolerance(tmp_path):
@@ -130,16 +132,32 @@ def test_a_ratio_against_a_near_exact_baseline_is_judged_by_its_share_of_the_tol
     # error is 1.5e-16, the subject's went from 1.5e-16 to 1.5e-7. The ratio moved 1 -> 1e9,
     # while the error uses 44% of its tolerance (k x baseline + a floor of 3.6e-7): no jump.
     def one_case(subject_error: float) -> list[CaseResult]:
-        m = dataclasses.replace(metric("dq", 1.0, k=5.0, baseline=1.5e-16), max_abs=subject_error,
-                                ratio=subject_error / 1.5e-16, floor=3.55e-7, tolerance=3.55e-7)
-        return [CaseResult(case=case("flash", length=128), check="backward", verdict="pass",
-                           metrics=(m,), features=("backward", "float32"))]
+        m = dataclasses.replace(
+            metric("dq", 1.0, k=5.0, baseline=1.5e-16),
+            max_abs=subject_error,
+            ratio=subject_error / 1.5e-16,
+            floor=3.55e-7,
+            tolerance=3.55e-7,
+        )
+        return [
+            CaseResult(
+                case=case("flash", length=128),
+                check="backward",
+                verdict="pass",
+                metrics=(m,),
+                features=("backward", "float32"),
+            )
+        ]
 
-    result = gate(write_run(tmp_path / "jax-0.4.38", one_case(1.5e-16), jax="0.4.38"),
-                  write_run(tmp_path / "jax-0.5.3", one_case(1.547e-7)))
+    result = gate(
+        write_run(tmp_path / "jax-0.4.38", one_case(1.5e-16), jax="0.4.38"),
+        write_run(tmp_path / "jax-0.5.3", one_case(1.547e-7)),
+    )
     assert result.passed, result.regressions
-    nearly_failing = gate(write_run(tmp_path / "b" / "jax-0.4.38", one_case(1.5e-16), jax="0.4.38"),
-                          write_run(tmp_path / "b" / "jax-0.5.3", one_case(3.0e-7)))
+    nearly_failing = gate(
+        write_run(tmp_path / "b" / "jax-0.4.38", one_case(1.5e-16), jax="0.4.38"),
+        write_run(tmp_path / "b" / "jax-0.5.3", one_case(3.0e-7)),
+    )
     assert [f.rule for f in nearly_failing.regressions] == ["ratio jump"]
 
 

@@ -13,8 +13,11 @@ ISSUE = {"id": "nan-segments", "link": "https://github.com/jax-ml/jax/issues/1",
 
 
 def _segment_check(results):
-    return next(r for r in results if "segment_ids" in r.features and r.case.subject == "flash"
-                and r.case.dtype == "float32")
+    return next(
+        r
+        for r in results
+        if "segment_ids" in r.features and r.case.subject == "flash" and r.case.dtype == "float32"
+    )
 
 
 def _known(result):
@@ -22,8 +25,14 @@ def _known(result):
 
 
 def _gate(tmp_path, capsys, base, candidate, *options):
-    code = main(["gate", str(write_run(tmp_path / "jax-0.9.2", base, jax="0.9.2")),
-                 str(write_run(tmp_path / "jax-0.10.2", candidate)), *options])
+    code = main(
+        [
+            "gate",
+            str(write_run(tmp_path / "jax-0.9.2", base, jax="0.9.2")),
+            str(write_run(tmp_path / "jax-0.10.2", candidate)),
+            *options,
+        ]
+    )
     return code, capsys.readouterr().out
 
 
@@ -32,8 +41,9 @@ def test_a_check_the_base_passed_fails_the_gate_even_when_the_ledger_knows_it(tm
     code, out = _gate(tmp_path, capsys, base, standard_results(extra=[_known(_segment_check(base))]))
     assert code == EXIT_REGRESSION
     assert "### ❌ Newly failing (1)" in out
-    assert ("| pass | known | known issue [nan-segments](https://github.com/jax-ml/jax/issues/1); "
-            "out: ratio 9") in out
+    assert (
+        "| pass | known | known issue [nan-segments](https://github.com/jax-ml/jax/issues/1); out: ratio 9"
+    ) in out
 
 
 def test_a_known_issue_in_both_runs_is_no_regression(tmp_path, capsys):
@@ -74,8 +84,11 @@ def test_the_same_behaviour_on_both_sides_is_no_change(tmp_path, capsys):
 
 def test_flaky_results_are_listed_and_never_a_regression(tmp_path, capsys):
     base = standard_results()
-    flaky = dataclasses.replace(with_verdict(_segment_check(base), "pass", 1.1), verdict="flaky",
-                                details={"first_attempt": "worker gw0: killed by SIGSEGV"})
+    flaky = dataclasses.replace(
+        with_verdict(_segment_check(base), "pass", 1.1),
+        verdict="flaky",
+        details={"first_attempt": "worker gw0: killed by SIGSEGV"},
+    )
     code, out = _gate(tmp_path, capsys, base, standard_results(extra=[flaky]))
     assert code == EXIT_PASS, out
     assert "### 🎲 Flaky in the candidate (1, not counted)" in out and "killed by SIGSEGV" in out

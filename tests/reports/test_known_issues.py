@@ -13,7 +13,7 @@ from reports.known_issues import BUILTIN_LEDGER, Ledger, LedgerError, ledger_sta
 from tests.reports.synthetic import result
 
 SUBJECTS = ("tpu_flash", "xla")
-GOOD = '''
+GOOD = """
 [[issue]]
 id = "nan-segments"
 subject = "tpu_flash"
@@ -25,7 +25,7 @@ dtype = "float32"
 jax = ">=0.4.35,<0.9"
 link = "https://github.com/jax-ml/jax/issues/1"
 summary = "NaN in masked keys reaches every row"
-'''
+"""
 
 
 def load(tmp_path: Path, text: str, name: str = "ledger.toml") -> Ledger:
@@ -34,10 +34,17 @@ def load(tmp_path: Path, text: str, name: str = "ledger.toml") -> Ledger:
     return load_ledger([path], subjects=SUBJECTS, checks=CHECKS)
 
 
-def failing(check="forward", case_id="tpu_flash-float32-seg3x-B2-Hq1-Hkv1-Sq256-Sk256-D64-nan_padding",
-            verdict="fail", dtype="float32", input_kind="nan_padding", features=("segment_ids",)):
-    record = result("tpu_flash", check, verdict, case_id=case_id, dtype=dtype,
-                    features=(check, dtype, *features))
+def failing(
+    check="forward",
+    case_id="tpu_flash-float32-seg3x-B2-Hq1-Hkv1-Sq256-Sk256-D64-nan_padding",
+    verdict="fail",
+    dtype="float32",
+    input_kind="nan_padding",
+    features=("segment_ids",),
+):
+    record = result(
+        "tpu_flash", check, verdict, case_id=case_id, dtype=dtype, features=(check, dtype, *features)
+    )
     return dataclasses.replace(record, case=dataclasses.replace(record.case, input_kind=input_kind))
 
 
@@ -65,17 +72,20 @@ def test_an_entry_matches_only_failures_inside_every_part_of_its_selector(tmp_pa
         assert ledger.apply(record, version) is record
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[[issue]\nid=", "not valid TOML"),
-    (GOOD.replace('subject = "tpu_flash"', 'subject = "tpu_flsh"'), "unknown subject 'tpu_flsh'"),
-    (GOOD.replace('["forward", "finite"]', '["forwards"]'), "unknown check(s) ['forwards']"),
-    (GOOD.replace('">=0.4.35,<0.9"', '"0.4 to 0.9"'), "is not a PEP 440 specifier"),
-    (GOOD + GOOD, "duplicates the id"),
-    (GOOD.replace('link = "https://github.com/jax-ml/jax/issues/1"\n', ""), "missing link"),
-    (GOOD.replace("dtype =", "dtypes ="), "unknown key(s) ['dtypes']"),
-    (GOOD.replace('cases = ["*-seg*"]', 'cases = "*-seg*"'), "cases must be a list of strings"),
-    ('title = "x"\n', "unknown top-level key(s) ['title']"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[issue]\nid=", "not valid TOML"),
+        (GOOD.replace('subject = "tpu_flash"', 'subject = "tpu_flsh"'), "unknown subject 'tpu_flsh'"),
+        (GOOD.replace('["forward", "finite"]', '["forwards"]'), "unknown check(s) ['forwards']"),
+        (GOOD.replace('">=0.4.35,<0.9"', '"0.4 to 0.9"'), "is not a PEP 440 specifier"),
+        (GOOD + GOOD, "duplicates the id"),
+        (GOOD.replace('link = "https://github.com/jax-ml/jax/issues/1"\n', ""), "missing link"),
+        (GOOD.replace("dtype =", "dtypes ="), "unknown key(s) ['dtypes']"),
+        (GOOD.replace('cases = ["*-seg*"]', 'cases = "*-seg*"'), "cases must be a list of strings"),
+        ('title = "x"\n', "unknown top-level key(s) ['title']"),
+    ],
+)
 def test_bad_ledger_input_is_one_line_naming_the_file_the_entry_and_the_fix(tmp_path, text, message):
     with pytest.raises(LedgerError) as raised:
         load(tmp_path, text)
@@ -126,8 +136,11 @@ def test_the_matrix_shows_each_entry_by_version_and_flags_a_range_that_disagrees
         return {"id": "nan-segments", "jax": ">=0.9", "status": state, **extra}
 
     folders = []
-    for version, state in (("0.8.3", status("out of range", failing_outside_range=3)),
-                           ("0.9.2", status("reproduced")), ("0.10.2", status("no longer reproduces"))):
+    for version, state in (
+        ("0.8.3", status("out of range", failing_outside_range=3)),
+        ("0.9.2", status("reproduced")),
+        ("0.10.2", status("no longer reproduces")),
+    ):
         results = standard_results()
         results[0] = dataclasses.replace(results[0], observed={"fully_masked_out": "mean_v"})
         folder = write_run(tmp_path / f"jax-{version}", results, jax=version)
@@ -137,8 +150,7 @@ def test_the_matrix_shows_each_entry_by_version_and_flags_a_range_that_disagrees
     matrix = load_matrix(folders)
     (row,) = known_issue_rows(matrix)
     assert row[2:5] == ["⚠️ 🐞 outside range", "🐞", "✅ fixed"]
-    assert row[5] == ("fails at 0.8.3, outside its range; "
-                      "passes at 0.10.2, inside its range")
+    assert row[5] == ("fails at 0.8.3, outside its range; passes at 0.10.2, inside its range")
     assert observed_rows(matrix) == [["flash", "fully_masked_out", "mean_v", "mean_v", "mean_v"]]
     text = render_matrix(matrix)
     assert "## Known issues by version" in text
@@ -148,8 +160,9 @@ def test_the_matrix_shows_each_entry_by_version_and_flags_a_range_that_disagrees
 def test_a_reason_pattern_keeps_an_entry_to_its_own_error(tmp_path):
     with_reason = GOOD.replace('dtype = "float32"', 'dtype = "float32"\nreason = "DotThunk::Execute"')
     ledger = load(tmp_path, with_reason)
-    compile_error = dataclasses.replace(failing(verdict="error"),
-                                        reason="UNIMPLEMENTED: DotThunk::Execute: BF16")
+    compile_error = dataclasses.replace(
+        failing(verdict="error"), reason="UNIMPLEMENTED: DotThunk::Execute: BF16"
+    )
     other_error = dataclasses.replace(failing(verdict="error"), reason="ValueError: block sizes")
     assert ledger.apply(compile_error, "0.8.3").verdict == "known"
     assert ledger.apply(other_error, "0.8.3") is other_error
