@@ -4,11 +4,11 @@
 It wraps the three kinds of work that are not the harness's own, at the names the suite
 calls them by (so nothing is counted twice):
 
-    subject    conformance.artifacts.timed_call: every subject call (trace, compile, run)
-    reference  conformance.artifacts.attention_forward / attention_backward (float64)
-    baseline   conformance.baseline.forward / gradients (NumPy, same dtype)
+    subject    conformance.judge.artifacts.timed_call: every subject call (trace, compile, run)
+    reference  conformance.judge.artifacts.attention_forward / attention_backward (float64)
+    baseline   conformance.judge.baseline.forward / gradients (NumPy, same dtype)
 
-Calls made while a failure is being shrunk (``conformance.shrink.shrink``) are also counted
+Calls made while a failure is being shrunk (``conformance.plan.shrink.shrink``) are also counted
 under ``<target>@shrink``, so "once per case" can be told apart from shrinking's extra cases.
 It writes one JSON file per process (xdist workers included) into the folder named by
 ``$SUITE_PROBE_DIR``: the seconds and calls of each kind, the tests the process ran, and
@@ -33,11 +33,11 @@ PROBE_DIR_ENV = "SUITE_PROBE_DIR"
 KINDS = ("subject", "reference", "baseline")
 # (module, attribute, kind): patched on the module object, where the suite looks them up.
 TARGETS: tuple[tuple[str, str, str], ...] = (
-    ("conformance.artifacts", "timed_call", "subject"),
-    ("conformance.artifacts", "attention_forward", "reference"),
-    ("conformance.artifacts", "attention_backward", "reference"),
-    ("conformance.baseline", "forward", "baseline"),
-    ("conformance.baseline", "gradients", "baseline"),
+    ("conformance.judge.artifacts", "timed_call", "subject"),
+    ("conformance.judge.artifacts", "attention_forward", "reference"),
+    ("conformance.judge.artifacts", "attention_backward", "reference"),
+    ("conformance.judge.baseline", "forward", "baseline"),
+    ("conformance.judge.baseline", "gradients", "baseline"),
 )
 
 
@@ -50,7 +50,7 @@ class Probe:
         self.calls: collections.Counter[str] = collections.Counter()
         self.target_calls: collections.Counter[str] = collections.Counter()  # by "module.attribute"
         self.tests = 0
-        self.shrinking = 0  # depth of conformance.shrink.shrink calls in progress
+        self.shrinking = 0  # depth of conformance.plan.shrink.shrink calls in progress
         self.patch = pytest.MonkeyPatch()
 
     def timed(self, kind: str, target: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -82,7 +82,7 @@ class Probe:
             module = importlib.import_module(module_name)
             wrapped = self.timed(kind, f"{module_name}.{attribute}", getattr(module, attribute))
             self.patch.setattr(module, attribute, wrapped)
-        shrink = importlib.import_module("conformance.shrink")  # looked up at each use by the runner
+        shrink = importlib.import_module("conformance.plan.shrink")  # looked up at each use by the runner
         self.patch.setattr(shrink, "shrink", self.flagged(shrink.shrink))
 
     @pytest.hookimpl(hookwrapper=True)

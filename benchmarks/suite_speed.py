@@ -35,7 +35,7 @@ from reports.records import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RAN = ("pass", "fail", "error")  # verdicts of checks that ran (not unsupported/unavailable)
-REFERENCE_TARGET = "conformance.artifacts.attention_forward"
+REFERENCE_TARGET = "conformance.judge.artifacts.attention_forward"
 GOAL_WALL_S = 600.0
 GOAL_HARNESS_FRACTION = 0.10
 GOAL_WARM_SPEEDUP = 2.0

@@ -1,10 +1,10 @@
-"""Loads the conformance plugin (``conformance/plugin.py``) for ``pytest conformance``."""
+"""Loads the conformance plugin (``conformance/harness/plugin.py``) for ``pytest conformance``."""
 
 from __future__ import annotations
 
 import pytest
 
-from conformance import plugin
+from conformance.harness import plugin
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,7 +1,7 @@
 """dq, dk, dv (and dbias) match the float64 reference within the tolerance policy.
 
-The logic lives in ``conformance.checks``; cases come from the adapter's declared
-capabilities (``conformance.catalogue``).
+The logic lives in ``conformance.judge.checks``; cases come from the adapter's declared
+capabilities (``conformance.plan.catalogue``).
 """
 
 

@@ -1,7 +1,7 @@
 """out matches the float64 reference within the tolerance policy (fully masked rows excluded).
 
-The logic lives in ``conformance.checks``; cases come from the adapter's declared
-capabilities (``conformance.catalogue``).
+The logic lives in ``conformance.judge.checks``; cases come from the adapter's declared
+capabilities (``conformance.plan.catalogue``).
 """
 
 

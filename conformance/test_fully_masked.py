@@ -1,7 +1,7 @@
 """Rows that see no key follow the declared convention and never poison other rows.
 
-The logic lives in ``conformance.checks``; cases come from the adapter's declared
-capabilities (``conformance.catalogue``).
+The logic lives in ``conformance.judge.checks``; cases come from the adapter's declared
+capabilities (``conformance.plan.catalogue``).
 """
 
 

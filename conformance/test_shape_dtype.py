@@ -1,7 +1,7 @@
 """Every output has the canonical shape and the declared dtype.
 
-The logic lives in ``conformance.checks``; cases come from the adapter's declared
-capabilities (``conformance.catalogue``).
+The logic lives in ``conformance.judge.checks``; cases come from the adapter's declared
+capabilities (``conformance.plan.catalogue``).
 """
 
 

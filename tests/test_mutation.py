@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalogue import CHECKS, RUNTIME_CHECKS
-from conformance.subjects import resolve_subjects
+from conformance.plan.catalogue import CHECKS, RUNTIME_CHECKS
+from conformance.plan.subjects import resolve_subjects
 from reports.records import CaseResult, read_results
 from tests.conftest import MUTANT_PROPERTY
 from tests.mutants.catalogue import CONTROLS, MUTANTS, Control, Mutant, by_name

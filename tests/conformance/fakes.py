@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.subjects import Subject
+from conformance.plan.subjects import Subject
 from kernels.base import Availability, Capabilities, ShapeConstraint
 
 FULL = Capabilities(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance import baseline, tolerance
-from conformance.cases import Case
-from conformance.inputs import build_dout, build_inputs
+from conformance.judge import baseline, tolerance
+from conformance.judge.inputs import build_dout, build_inputs
+from conformance.plan.cases import Case
 from reference import attention_backward, attention_forward
 
 CASE = dict(

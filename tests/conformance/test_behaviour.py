@@ -1,10 +1,10 @@
-"""The classes of observed behaviour (conformance/behaviour.py) on hand-made arrays."""
+"""The classes of observed behaviour (conformance/judge/behaviour.py) on hand-made arrays."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from conformance import behaviour
+from conformance.judge import behaviour
 
 
 def _setup():

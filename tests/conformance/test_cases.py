@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from conformance import edge_matrix
-from conformance.cases import Case
-from conformance.runner import describe
+from conformance.judge.runner import describe
+from conformance.plan import edge_matrix
+from conformance.plan.cases import Case
 
 
 def test_case_id_reads_like_a_sentence():

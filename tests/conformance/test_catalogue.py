@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from conformance import catalogue, profiles
-from conformance.cases import Case
+from conformance.plan import catalogue, profiles
+from conformance.plan.cases import Case
 from tests.conformance.fakes import BLOCKED, FULL, subject
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.cases import Case
-from conformance.catalogue import classify
-from conformance.profiles import get
-from conformance.runner import Runner, run_check
-from conformance.subjects import Subject
+from conformance.judge.runner import Runner, run_check
+from conformance.plan.cases import Case
+from conformance.plan.catalogue import classify
+from conformance.plan.profiles import get
+from conformance.plan.subjects import Subject
 from kernels.plugin import FunctionAdapter
 from tests.conformance import toy_subjects
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance import dtypes
-from conformance.cases import Case
-from conformance.inputs import build_dout, build_inputs, mask_arrays, padding
+from conformance.judge import dtypes
+from conformance.judge.inputs import build_dout, build_inputs, mask_arrays, padding
+from conformance.plan.cases import Case
 from reference import attention_forward
 
 

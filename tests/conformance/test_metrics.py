@@ -1,4 +1,4 @@
-"""Meta-tests of conformance.metrics: the numbers every verdict rests on."""
+"""Meta-tests of conformance.judge.metrics: the numbers every verdict rests on."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from conformance import metrics
+from conformance.judge import metrics
 
 
 def test_nan_and_inf_in_the_subject_count_as_infinite_error():

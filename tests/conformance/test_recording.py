@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from conformance import recording
-from conformance.cases import Case
-from conformance.runner import describe
+from conformance.harness import recording
+from conformance.judge.runner import describe
+from conformance.plan.cases import Case
 from reports.records import CaseResult, read_results
 
 

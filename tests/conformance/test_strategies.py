@@ -9,9 +9,9 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance import profiles, strategies
-from conformance.cases import Case
-from conformance.shrink import shrink
+from conformance.plan import profiles, strategies
+from conformance.plan.cases import Case
+from conformance.plan.shrink import shrink
 from kernels.base import Capabilities
 from tests.conformance.fakes import BLOCKED, FULL
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance import dtypes, tolerance
+from conformance.judge import dtypes, tolerance
 
 
 @pytest.fixture

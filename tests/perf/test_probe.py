@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import suite_probe
 from benchmarks.suite_speed import REFERENCE_TARGET, count_ran, read_probes, reference_calls, split_of
-from conformance import artifacts, baseline
+from conformance.judge import artifacts, baseline
 
 ROOT = Path(__file__).resolve().parents[2]
 TOYS = "tests.conformance.toy_subjects"

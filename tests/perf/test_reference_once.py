@@ -3,8 +3,8 @@ case, not once per check, and builds one adapter per subject for the whole sessi
 compiled functions are cached on the instance, so cases of the same shapes reuse them).
 
 The suite runs in this process (``pytest.main``) on a toy subject, with the functions the
-suite calls (``conformance.artifacts.attention_forward``, ``conformance.baseline.forward``,
-``conformance.subjects.resolve``) wrapped to count calls.
+suite calls (``conformance.judge.artifacts.attention_forward``, ``conformance.judge.baseline.forward``,
+``conformance.plan.subjects.resolve``) wrapped to count calls.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import artifacts, baseline, subjects
+from conformance.judge import artifacts, baseline
+from conformance.plan import subjects
 from reports.records import read_results
 
 ROOT = Path(__file__).resolve().parents[2]

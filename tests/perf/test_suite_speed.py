@@ -115,7 +115,7 @@ def test_a_crashed_run_is_flagged_and_a_missing_bench_is_left_out():
 
 
 def test_reference_passes_are_counted_over_processes_and_shown_per_run():
-    target = "conformance.artifacts.attention_forward"
+    target = "conformance.judge.artifacts.attention_forward"
     procs = [
         ProcessTimes({}, 0, 1.0, "", {}),
         ProcessTimes({}, 5, 9.0, "gw0", {target: 7, "other": 3}),

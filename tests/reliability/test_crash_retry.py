@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.isolation import Crash, Retry, crash_reason
+from conformance.harness.isolation import Crash, Retry, crash_reason
 from reports.records import CaseResult, read_results
 from tests.reliability.suite import FAULTY, FAULTY_CASE, TINY, run_suite
 
@@ -138,7 +138,7 @@ def test_each_retry_outcome_reads_in_one_line(retry, summary):
 
 
 def test_only_a_retry_that_passes_makes_a_crash_flaky():
-    from conformance.isolation import Retry, crash_verdict
+    from conformance.harness.isolation import Retry, crash_verdict
 
     assert crash_verdict(None) == "error"
     assert crash_verdict(Retry(1.0, None, returncode=-11)) == "error"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.isolation import parse_size
-from conformance.launch import isolated_args
+from conformance.harness.isolation import parse_size
+from conformance.harness.launch import isolated_args
 
 
 def test_defaults_isolate_every_run():

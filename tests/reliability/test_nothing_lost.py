@@ -113,7 +113,7 @@ def test_report_files_are_replaced_atomically(tmp_path, monkeypatch):
 
 def test_every_report_writer_goes_through_the_atomic_helpers():
     """render, matrix, plots, gate output and summary.json: no direct writes into the report folder."""
-    paths = [*(ROOT / "reports").glob("*.py"), ROOT / "conformance/recording.py"]
+    paths = [*(ROOT / "reports").glob("*.py"), ROOT / "conformance/harness/recording.py"]
     sources = {p: p.read_text() for p in paths}
     direct = [
         f"{p.name}: {needle}"
@@ -125,5 +125,5 @@ def test_every_report_writer_goes_through_the_atomic_helpers():
     assert "write_text_atomic" in sources[ROOT / "reports/render.py"]
     assert "write_text_atomic" in sources[ROOT / "reports/matrix.py"]
     assert "write_bytes_atomic" in sources[ROOT / "reports/plots.py"]
-    assert "write_json_atomic" in sources[ROOT / "conformance/recording.py"]
+    assert "write_json_atomic" in sources[ROOT / "conformance/harness/recording.py"]
     assert render.write_report.__module__ == "reports.render"

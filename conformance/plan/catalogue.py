@@ -20,12 +20,12 @@ from typing import Literal
 
 import numpy as np
 
-from conformance import edge_matrix, strategies
-from conformance.cases import Case
-from conformance.dtypes import DTYPE_NAMES
-from conformance.inputs import mask_arrays
-from conformance.profiles import Profile
-from conformance.subjects import Subject
+from conformance.judge.dtypes import DTYPE_NAMES
+from conformance.judge.inputs import mask_arrays
+from conformance.plan import edge_matrix, strategies
+from conformance.plan.cases import Case
+from conformance.plan.profiles import Profile
+from conformance.plan.subjects import Subject
 from kernels.base import Capabilities, ShapeConstraint
 from reference.masks import full_visibility, has_mask
 from reference.spec import AttentionInputs

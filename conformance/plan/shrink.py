@@ -14,8 +14,8 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample, Unsatisfiable
 
-from conformance import strategies
-from conformance.cases import Case
+from conformance.plan import strategies
+from conformance.plan.cases import Case
 from kernels.base import Capabilities
 
 MAX_EXAMPLES = 40

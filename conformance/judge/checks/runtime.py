@@ -11,11 +11,11 @@ import tracemalloc
 import numpy as np
 import psutil
 
-from conformance import jax_compat
-from conformance.artifacts import call_forward, call_gradients
-from conformance.catalogue import classify
-from conformance.checks.base import CheckContext, Outcome, failed, passed
-from conformance.inputs import build_inputs
+from conformance.harness import jax_compat
+from conformance.judge.artifacts import call_forward, call_gradients
+from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
+from conformance.judge.inputs import build_inputs
+from conformance.plan.catalogue import classify
 
 # Leak thresholds. Growth is measured over a second batch of calls, after a first batch
 # has warmed caches and allocator arenas, so one-off growth is not charged as a leak.

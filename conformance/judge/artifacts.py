@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from conformance import baseline as plain
-from conformance import inputs as case_inputs
-from conformance.baseline import BaselineGrads, BaselineOutput
-from conformance.cases import Case
+from conformance.judge import baseline as plain
+from conformance.judge import inputs as case_inputs
+from conformance.judge.baseline import BaselineGrads, BaselineOutput
+from conformance.plan.cases import Case
 from kernels.base import Adapter, SubjectGrads, SubjectOutput
 from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
 from reference.spec import AttentionInputs

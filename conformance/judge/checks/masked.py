@@ -7,10 +7,10 @@ import dataclasses
 
 import numpy as np
 
-from conformance import behaviour
-from conformance.catalogue import classify
-from conformance.checks.base import CheckContext, Outcome, failed, from_judgements, passed
-from conformance.tolerance import judge
+from conformance.judge import behaviour
+from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, passed
+from conformance.judge.tolerance import judge
+from conformance.plan.catalogue import classify
 
 
 def _first(mask: np.ndarray) -> tuple[int, ...]:

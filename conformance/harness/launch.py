@@ -5,7 +5,7 @@ Stdlib only: ``noxfile.py`` imports this before any session has pytest installed
 the two run the same way:
 
 * ``-n 1``: the checks run in one pytest-xdist worker process, reused until it dies;
-  a subject that crashes it costs one case (``conformance/isolation.py``).
+  a subject that crashes it costs one case (``conformance/harness/isolation.py``).
 * ``--max-worker-restart``: how many dead workers xdist replaces before it gives up.
   Each crashing case costs one (a crash is retried once, alone, outside xdist), so this bounds a
   subject that crashes everywhere, not a healthy run.

@@ -8,16 +8,16 @@ repository root with ``python repro.py``, no pytest needed.
 
 from __future__ import annotations
 
-from conformance.cases import Case
+from conformance.plan.cases import Case
 
 _HEADER = '''"""Repro: the {check} check of {case_id}.
 Run from the attention-conformance checkout:  python repro.py"""
-from conformance.cases import Case
+from conformance.plan.cases import Case
 '''
 
-_FORWARD = """from conformance import baseline
-from conformance.inputs import build_inputs
-from conformance.tolerance import judge
+_FORWARD = """from conformance.judge import baseline
+from conformance.judge.inputs import build_inputs
+from conformance.judge.tolerance import judge
 from kernels.registry import resolve
 from reference import attention_forward
 
@@ -30,9 +30,9 @@ valid = ~ref.fully_masked  # rows that see at least one key
 print(judge({tensor!r}, got.{tensor}, ref.{tensor}, base.{tensor}, case.dtype, valid{extra}).explain())
 """
 
-_BACKWARD = """from conformance import baseline
-from conformance.inputs import build_dout, build_inputs
-from conformance.tolerance import judge
+_BACKWARD = """from conformance.judge import baseline
+from conformance.judge.inputs import build_dout, build_inputs
+from conformance.judge.tolerance import judge
 from kernels.registry import resolve
 from reference import attention_backward, attention_forward
 
@@ -49,7 +49,7 @@ for name in ("dq", "dk", "dv", "dbias"):
                     cancellation=base.cancellation.get(name, 0.0)).explain())
 """
 
-_GENERIC = """from conformance.runner import run_check
+_GENERIC = """from conformance.judge.runner import run_check
 
 case = {case!r}
 outcome = run_check(case, {check!r}, impl={impl!r})

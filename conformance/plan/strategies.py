@@ -14,9 +14,9 @@ import dataclasses
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from conformance.cases import Case
-from conformance.dtypes import DTYPE_NAMES
-from conformance.profiles import Profile
+from conformance.judge.dtypes import DTYPE_NAMES
+from conformance.plan.cases import Case
+from conformance.plan.profiles import Profile
 from kernels.base import Capabilities
 from reference.spec import AttentionShape, AttentionSpec
 

@@ -6,10 +6,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import Literal
 
-from conformance.artifacts import Oracle, SubjectRun
-from conformance.cases import Case
-from conformance.profiles import Profile
-from conformance.tolerance import Judgement
+from conformance.judge.artifacts import Oracle, SubjectRun
+from conformance.judge.tolerance import Judgement
+from conformance.plan.cases import Case
+from conformance.plan.profiles import Profile
 from kernels.base import Adapter, Capabilities
 from reports.records import TensorMetrics
 
@@ -39,7 +39,7 @@ class Outcome:
     """verdict: "pass" or "fail" (errors are SubjectError, raised); reason: one paragraph
     naming what failed, the worst element and the fraction failing; details: numbers the
     check measured (e.g. the leak check's growth), recorded in the result's ``details``;
-    observed: behaviour where the semantics are open (``conformance.behaviour``), recorded as is."""
+    observed: behaviour where the semantics are open (``conformance.judge.behaviour``), recorded as is."""
 
     verdict: Literal["pass", "fail"]
     reason: str = ""

@@ -6,7 +6,7 @@ float64 reference on the same quantised inputs:
     max_abs(subject)  <= k      * max_abs(baseline)  + floor_max
     mean_abs(subject) <= k_mean * mean_abs(baseline) + floor_mean
 
-``baseline`` is ``conformance.baseline``: the attention a user would write in the
+``baseline`` is ``conformance.judge.baseline``: the attention a user would write in the
 subject's dtype. ``floor_max`` is ``FLOOR_ULPS`` x eps of the dtype at max |ref|,
 ``floor_mean`` is ``MEAN_FLOOR_ULPS`` x eps at mean |ref| (an average element is
 off by a fraction of an ulp, so a full ulp there would hide drift), but never less
@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from conformance import dtypes, metrics
+from conformance.judge import dtypes, metrics
 from reports.records import TensorMetrics
 
 FLOOR_ULPS = 2.0

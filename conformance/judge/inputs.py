@@ -24,8 +24,8 @@ import math
 
 import numpy as np
 
-from conformance import dtypes
-from conformance.cases import Case
+from conformance.judge import dtypes
+from conformance.plan.cases import Case
 from reference.masks import full_visibility
 from reference.spec import AttentionInputs
 

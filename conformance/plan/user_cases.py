@@ -2,7 +2,7 @@
 
     --case "B=1,Hq=4,Hkv=2,Sq=128,Sk=256,D=64,causal=bottom_right,dtype=bfloat16"
 
-Keys (all optional; defaults are ``conformance.cases.Case``'s):
+Keys (all optional; defaults are ``conformance.plan.cases.Case``'s):
 ``B Hq Hkv Sq Sk D Dv`` sizes; ``dtype``; ``causal`` = top_left | bottom_right | no;
 ``window`` = LEFT:RIGHT (``inf`` for an unbounded side; the diagonal follows
 ``align`` = top_left | bottom_right); ``softcap``, ``scale`` numbers; ``bias``,
@@ -22,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from conformance.cases import Case
-from conformance.catalogue import CHECKS, Planned, classify
-from conformance.subjects import Subject
+from conformance.plan.cases import Case
+from conformance.plan.catalogue import CHECKS, Planned, classify
+from conformance.plan.subjects import Subject
 from reference.spec import validate
 
 EXAMPLE = "B=1,Hq=4,Hkv=2,Sq=128,Sk=256,D=64,causal=bottom_right,dtype=bfloat16"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from conformance import dtypes
+from conformance.judge import dtypes
 from reference.masks import full_visibility, has_mask
 from reference.spec import AttentionInputs, AttentionSpec
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.catalogue import classify
-from conformance.checks.base import CheckContext, Outcome, failed, passed
-from conformance.dtypes import name_of
+from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
+from conformance.judge.dtypes import name_of
+from conformance.plan.catalogue import classify
 
 LSE_DTYPES = ("float32", "float64")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conformance.cases import Case
+from conformance.plan.cases import Case
 
 CURATED_LENGTHS = (1, 7, 113, 127, 128, 129, 1000, 1023)
 

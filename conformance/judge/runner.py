@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from conformance import repro
-from conformance.artifacts import ArtifactStore, SubjectError
-from conformance.cases import Case
-from conformance.catalogue import Planned, classify
-from conformance.checks import contract, masked, numeric, runtime
-from conformance.checks.base import CheckContext, CheckFunction, Outcome
-from conformance.profiles import Profile, get
-from conformance.subjects import Subject, resolve_subjects
+from conformance.judge import repro
+from conformance.judge.artifacts import ArtifactStore, SubjectError
+from conformance.judge.checks import contract, masked, numeric, runtime
+from conformance.judge.checks.base import CheckContext, CheckFunction, Outcome
+from conformance.plan.cases import Case
+from conformance.plan.catalogue import Planned, classify
+from conformance.plan.profiles import Profile, get
+from conformance.plan.subjects import Subject, resolve_subjects
 from reports.records import CaseDescription, CaseResult
 
 CHECK_FUNCTIONS: dict[str, CheckFunction] = {
@@ -162,7 +162,7 @@ class Runner:
         if self.shrink_seconds_left <= 0:
             return None
         self._shrunk.add(key)
-        from conformance.shrink import shrink  # hypothesis' search; imported only on failure
+        from conformance.plan.shrink import shrink  # hypothesis' search; imported only on failure
 
         start = time.perf_counter()
         # The smaller cases get a store of their own: in the session's, dozens of them would

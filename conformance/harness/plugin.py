@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 
-from conformance import isolation, jax_compat, profiles, recording, user_cases
-from conformance.catalogue import CHECKS, Planned, plan
-from conformance.runner import Runner, describe
-from conformance.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
+from conformance.harness import isolation, jax_compat, recording
+from conformance.judge.runner import Runner, describe
+from conformance.plan import profiles, user_cases
+from conformance.plan.catalogue import CHECKS, Planned, plan
+from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
 from kernels.base import DTYPES
 from kernels.registry import UnknownSubjectError, subject_names
 from reports import known_issues
@@ -91,7 +92,7 @@ def add_options(parser: pytest.Parser) -> None:
         default=[],
         metavar="SPEC",
         help="also check this case of your own on every subject (repeatable), e.g. "
-        f"--case '{user_cases.EXAMPLE}' (keys: conformance/user_cases.py)",
+        f"--case '{user_cases.EXAMPLE}' (keys: conformance/plan/user_cases.py)",
     )
     isolation.add_options(group)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.checks.base import CheckContext, Outcome, failed, from_judgements
-from conformance.tolerance import judge
+from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements
+from conformance.judge.tolerance import judge
 
 
 def _shape_mismatch(name: str, got: np.ndarray | None, want: np.ndarray) -> str | None:

@@ -1,6 +1,6 @@
 """One conformance case: shapes, dtype, semantics, masks and input kind, for one subject.
 
-A ``Case`` is a frozen, hashable description; ``conformance.inputs`` turns it into
+A ``Case`` is a frozen, hashable description; ``conformance.judge.inputs`` turns it into
 arrays. Its id reads like a sentence and is unique:
 
     tpu_flash-bfloat16-causal_tl-B2-Hq4-Hkv4-Sq128-Sk256-D128
@@ -34,7 +34,7 @@ class Case:
     orphan_segment: the q side's first run gets an id no key has, so those rows are fully masked.
     q_lengths, kv_lengths: per-batch valid lengths (``len == batch``), or None.
     bias, mask:     broadcast pattern over ``bhqk`` such as ``"1h1k"`` (``1`` = size-1 axis), or None.
-    input_kind:     how values are drawn (``conformance.inputs``).
+    input_kind:     how values are drawn (``conformance.judge.inputs``).
     """
 
     subject: str

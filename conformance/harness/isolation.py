@@ -1,6 +1,6 @@
 """Process isolation: a subject that crashes, hangs or exhausts memory costs one case, not the run.
 
-The mechanism is pytest-xdist and pytest-timeout (``conformance/launch.py`` turns
+The mechanism is pytest-xdist and pytest-timeout (``conformance/harness/launch.py`` turns
 them on); this module only makes their outcome *say what happened*:
 
 * xdist runs the checks in a worker process, reused until it dies; a dead worker
@@ -13,7 +13,7 @@ them on); this module only makes their outcome *say what happened*:
   fails in that worker (MemoryError, or an abort in C++) before the kernel's OOM
   killer picks a victim on a shared machine. Data, not address space: CUDA and
   XLA reserve terabytes of address space they never touch.
-* ``--jax-cache-dir DIR`` (``conformance/plugin.py``) is JAX's persistent compilation
+* ``--jax-cache-dir DIR`` (``conformance/harness/plugin.py``) is JAX's persistent compilation
   cache: every worker turns it on, so a replacement recompiles nothing its predecessor did.
 
 Each worker keeps a *last-words* file that faulthandler writes into (the fatal
@@ -55,11 +55,12 @@ from typing import Any
 
 import pytest
 
-from conformance import jax_compat, recording, repro
-from conformance.artifacts import SubjectError
-from conformance.cases import Case
-from conformance.catalogue import Planned
-from conformance.runner import describe, run_check
+from conformance.harness import jax_compat, recording
+from conformance.judge import repro
+from conformance.judge.artifacts import SubjectError
+from conformance.judge.runner import describe, run_check
+from conformance.plan.cases import Case
+from conformance.plan.catalogue import Planned
 from reports.records import CaseResult, write_json_atomic
 
 PLUGIN_NAME = "conformance-isolation"
@@ -74,7 +75,7 @@ _RETRY_GRACE_S = 120.0
 _RETRY_PROGRAM = (
     "import json, sys; settings = json.loads(sys.argv[1]); "
     "sys.path[:0] = [p for p in settings['sys_path'] if p not in sys.path]; "
-    "from conformance.isolation import retry_main; retry_main(settings)"
+    "from conformance.harness.isolation import retry_main; retry_main(settings)"
 )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.dtypes import eps
+from conformance.judge.dtypes import eps
 
 # Classes of a fully masked row's output.
 ZEROS, MEAN_V, PARTIAL_MEAN_V, NAN, INF, OTHER = "zeros", "mean_v", "partial_mean_v", "nan", "inf", "other"

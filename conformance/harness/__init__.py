@@ -1,0 +1,1 @@
+"""The pytest harness: the plugin, records, worker isolation and launch."""

@@ -1,0 +1,1 @@
+"""Planning: which (check, case) pairs a run holds."""
