@@ -89,6 +89,9 @@ class Capabilities:
     lse: bool = False
     fully_masked_rows: FullyMaskedConvention = "unspecified"
     constraints: tuple[ShapeConstraint, ...] = ()
+    # The implementation runs on JAX in this process, so its compilations and live arrays
+    # can be observed (the recompile and leak checks need that; they are unsupported without).
+    jax_runtime: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.dtypes) - set(DTYPES)

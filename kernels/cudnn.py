@@ -75,6 +75,7 @@ class CudnnAdapter:
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
+            jax_runtime=True,
             dtypes=("bfloat16", "float16"),
             causal_alignments=("top_left",),
             lengths=True,

@@ -149,6 +149,7 @@ class PallasGpuAdapter:
         except Exception:
             api = _Api(None, False, True, True)
         return Capabilities(
+            jax_runtime=True,
             dtypes=("float32", "bfloat16", "float16"),
             causal_alignments=("top_left",),
             backward=True,

@@ -24,8 +24,11 @@ Capabilities are declared on the function itself::
                                                     causal_alignments=("top_left",))
 
 Without that attribute the conservative ``DEFAULT_CAPABILITIES`` apply: float32,
-no masks, no bias, no GQA, forward only. Functions are forward-only (``backward``
-must stay False); gradients need an adapter of your own (see ``kernels.registry``).
+no masks, no bias, no GQA, forward only. A function built on JAX declares
+``jax_runtime=True``: only then do the ``recompile`` and ``leak`` checks run on it (they
+observe JAX's compilations and live arrays; without them they are unsupported).
+Functions are forward-only (``backward`` must stay False); gradients need an adapter of
+your own (see ``kernels.registry``).
 """
 
 from __future__ import annotations

@@ -205,6 +205,7 @@ class SplashAdapter:
     def capabilities(self) -> Capabilities:
         head_dim_constraints, distinct_v_dim = _head_dim_constraints()
         return Capabilities(
+            jax_runtime=True,
             dtypes=("float32", "bfloat16"),
             causal_alignments=("top_left", "bottom_right"),
             window=True,

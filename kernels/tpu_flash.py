@@ -173,6 +173,7 @@ class TpuFlashAdapter:
         except Exception:
             has_lse = False
         return Capabilities(
+            jax_runtime=True,
             dtypes=("float32", "bfloat16"),
             causal_alignments=("top_left",),
             segment_ids=True,

@@ -52,6 +52,7 @@ class XlaAdapter:
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
+            jax_runtime=True,
             dtypes=_dtypes(),
             causal_alignments=("top_left",),
             window=True,

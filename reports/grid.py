@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Literal
 
+from conformance.judge.checks.registry import LABELS as CHECK_LABELS
+from conformance.judge.checks.registry import REPORT_ORDER
 from reports.records import CaseResult
 
 Status = Literal["fail", "known", "flaky", "pass", "unsupported", "unavailable", "not run"]
@@ -25,20 +27,9 @@ STATUS_ORDER: tuple[Status, ...] = ("fail", "known", "flaky", "pass", "unsupport
 FAILED = ("fail", "error")  # failures nobody has explained: they make a run red
 NOT_PASSING = (*FAILED, "known")  # what the gate never excuses where the base passed
 
-# Preferred order inside each group; features not listed follow, alphabetically.
-CHECK_ORDER = (
-    "forward",
-    "lse",
-    "backward",
-    "fully_masked",
-    "raises",
-    "shape_dtype",
-    "finite",
-    "no_mutation",
-    "determinism",
-    "recompile",
-    "leak",
-)
+# Preferred order inside each group; features not listed follow, alphabetically. The
+# checks' order and labels are the registry's (stdlib-only, so the gate still runs bare).
+CHECK_ORDER = REPORT_ORDER
 MASK_KINDS = (
     "causal",
     "causal_top_left",
@@ -68,11 +59,8 @@ LABELS = {
     "mqa": "MQA",
     "dv_ne_d": "Dv ≠ D",
     "sq_ne_sk": "Sq ≠ Sk",
-    "fully_masked": "fully-masked rows",
-    "shape_dtype": "shape and dtype",
-    "no_mutation": "no input mutation",
-    "recompile": "no recompilation",
-    "leak": "no leak",
+    "fully_masked": "fully-masked rows",  # the feature of a case, named like the check
+    **CHECK_LABELS,
 }
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.plan.catalogue import CHECKS, RUNTIME_CHECKS
+from conformance.judge.checks.registry import CHECKS, REGISTRY
 from conformance.plan.subjects import resolve_subjects
 from reports.records import CaseResult, read_results
 from tests.conftest import MUTANT_PROPERTY
@@ -56,8 +56,9 @@ SMOKE: tuple[str, ...] = (
 
 def selection() -> str:
     """The ``-k`` expression: smoke cases for per-case checks, every case of runtime checks."""
-    per_case = " or ".join(f"test_{c}" for c in CHECKS if c not in RUNTIME_CHECKS)
-    runtime = " or ".join(f"test_{c}" for c in CHECKS if c in RUNTIME_CHECKS)
+    repeated = {d.name for d in REGISTRY if d.sampling in ("runtime_sample", "one_case")}
+    per_case = " or ".join(f"test_{c}" for c in CHECKS if c not in repeated)
+    runtime = " or ".join(f"test_{c}" for c in CHECKS if c in repeated)
     return f"(({per_case}) and ({' or '.join(SMOKE)})) or {runtime}"
 
 

@@ -6,11 +6,12 @@ Options: ``--impl NAME|all|a,b|package.module:function`` (default: the primary s
 Hypothesis' own ``--hypothesis-seed`` picks the seed of the drawn cases (the ci
 profile always uses seed 0, so its cases never change).
 
-Every ``test_<check>(planned, conformance)`` in ``conformance/`` is parametrized over
-the catalogue's (case, check) items, ids being case ids. Items run grouped by case
-(all checks of one case back to back) so the reference and the subject's outputs are
-computed once per case. Records are written by the controller only (``recording``),
-so the design holds under pytest-xdist; workers get the controller's seed.
+Every ``test_<check>(planned, conformance)`` (``conformance/test_checks.py`` defines one
+per declared check) is parametrized over the catalogue's (case, check) items, ids being
+case ids. Items run grouped by case (all checks of one case back to back) so the
+reference and the subject's outputs are computed once per case. Records are written by
+the controller only (``recording``), so the design holds under pytest-xdist; workers get
+the controller's seed.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any
 import pytest
 
 from conformance.harness import isolation, jax_compat, recording
+from conformance.judge.checks.registry import CHECKS
 from conformance.judge.runner import Runner, describe
 from conformance.plan import profiles, user_cases
-from conformance.plan.catalogue import CHECKS, Planned, plan
+from conformance.plan.catalogue import Planned, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
 from kernels.base import DTYPES
 from kernels.registry import UnknownSubjectError, subject_names
@@ -267,6 +269,7 @@ class ConformancePlugin:
             return (0, order.get(planned.case.case_id, len(order)), check_rank[planned.check], "")
 
         items.sort(key=key)
+        _require_every_check(items)
         if self.resume:
             done = self.resume_keys()
             keep, dropped = [], []
@@ -378,6 +381,19 @@ class ConformancePlugin:
         self._ledger_lines = _ledger_lines(statuses)
         if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = _exit_status(results, statuses, self.strict_known, interrupted)
+
+
+def _require_every_check(items: list[pytest.Item]) -> None:
+    """Every module holding check tests defines one per declared check: a check whose test
+    went missing would otherwise drop out of every run without a word."""
+    modules = {item.module for item in items if _planned_of(item) is not None}
+    for module in modules:
+        missing = [c for c in CHECKS if not callable(getattr(module, f"test_{c}", None))]
+        if missing:
+            raise pytest.UsageError(
+                f"{module.__file__}: declared checks {missing} collect no test; define them from the "
+                "registry (conformance/test_checks.py does) or remove their declarations"
+            )
 
 
 def _exit_status(

@@ -8,10 +8,12 @@ repository root with ``python repro.py``, no pytest needed.
 
 from __future__ import annotations
 
+from conformance.judge.checks.registry import CheckDeclaration
 from conformance.plan.cases import Case
 
 _HEADER = '''"""Repro: the {check} check of {case_id}.
 Run from the attention-conformance checkout:  python repro.py"""
+from conformance.judge.checks.registry import CheckDeclaration
 from conformance.plan.cases import Case
 '''
 
@@ -58,14 +60,14 @@ print(outcome.reason)
 """
 
 
-def script(case: Case, check: str, impl: str) -> str:
+def script(case: Case, check: CheckDeclaration, impl: str) -> str:
     """The repro script for ``check`` on ``case``; ``impl`` is the name ``resolve`` takes."""
-    head = _HEADER.format(check=check, case_id=case.case_id)
-    fields = {"case": case, "impl": impl, "dtype": case.dtype, "check": check}
-    if check == "forward":
+    head = _HEADER.format(check=check.name, case_id=case.case_id)
+    fields = {"case": case, "impl": impl, "dtype": case.dtype, "check": check.name}
+    if check.repro == "forward":
         return head + _FORWARD.format(tensor="out", extra="[..., None]", **fields)
-    if check == "lse":
+    if check.repro == "lse":
         return head + _FORWARD.format(tensor="lse", extra="", **fields)
-    if check == "backward":
+    if check.repro == "backward":
         return head + _BACKWARD.format(**fields)
     return head + _GENERIC.format(**fields)

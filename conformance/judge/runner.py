@@ -13,29 +13,13 @@ import time
 
 from conformance.judge import repro
 from conformance.judge.artifacts import ArtifactStore, SubjectError
-from conformance.judge.checks import contract, masked, numeric, runtime
-from conformance.judge.checks.base import CheckContext, CheckFunction, Outcome
+from conformance.judge.checks.base import CheckContext, Outcome
+from conformance.judge.checks.registry import declaration
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned, classify
 from conformance.plan.profiles import Profile, get
 from conformance.plan.subjects import Subject, resolve_subjects
 from reports.records import CaseDescription, CaseResult
-
-CHECK_FUNCTIONS: dict[str, CheckFunction] = {
-    "raises": contract.raises,
-    "shape_dtype": contract.shape_dtype,
-    "forward": numeric.forward,
-    "lse": numeric.lse,
-    "fully_masked": masked.fully_masked,
-    "backward": numeric.backward,
-    "finite": masked.finite,
-    "no_mutation": contract.no_mutation,
-    "determinism": runtime.determinism,
-    "recompile": runtime.recompile,
-    "leak": runtime.leak,
-}
-# Failures of these checks are shrunk; the others repeat calls or are about one fixed case.
-SHRINKABLE = frozenset({"forward", "lse", "backward", "fully_masked", "finite", "shape_dtype", "no_mutation"})
 
 
 def describe(case: Case) -> CaseDescription:
@@ -91,7 +75,8 @@ class Runner:
         self.shrink_seconds_left = profile.shrink_seconds
         self._shrunk: set[tuple[str, str]] = set()
 
-    def context(self, check: str, case: Case, direction: str = "forward") -> CheckContext:
+    def context(self, planned: Planned) -> CheckContext:
+        case = planned.case
         subject = self.subjects[case.subject]
         return CheckContext(
             case=case,
@@ -100,15 +85,14 @@ class Runner:
             oracle=self.store.oracle(case),
             run=self.store.run(case, subject.adapter),
             profile=self.profile,
-            direction=direction,
+            direction=planned.direction,
+            backward=planned.backward,
         )
 
-    def outcome(
-        self, check: str, case: Case, direction: str = "forward"
-    ) -> tuple[str, Outcome | SubjectError]:
+    def outcome(self, planned: Planned) -> tuple[str, Outcome | SubjectError]:
         """(verdict, outcome-or-error) of running the check function; never raises SubjectError."""
         try:
-            result = CHECK_FUNCTIONS[check](self.context(check, case, direction))
+            result = declaration(planned.check).resolve()(self.context(planned))
         except SubjectError as error:
             return "error", error
         return result.verdict, result
@@ -123,7 +107,7 @@ class Runner:
                 verdict=planned.status, reason=planned.reason, availability=_availability(subject), **base
             )
         start = time.perf_counter()
-        verdict, result = self.outcome(check, case, planned.direction)
+        verdict, result = self.outcome(planned)
         elapsed = time.perf_counter() - start
         run = self.store.run(case, subject.adapter)
         timings = {**run.timings(), "check_s": elapsed}
@@ -150,14 +134,14 @@ class Runner:
             details=details,
             observed=observed,
             availability=_availability(subject, ran),
-            repro="" if verdict == "pass" else repro.script(repro_case, check, subject.spec),
+            repro="" if verdict == "pass" else repro.script(repro_case, declaration(check), subject.spec),
             **base,
         )
 
     def _shrink(self, check: str, case: Case, verdict: str) -> Case | None:
         """A smaller case failing the same way, within the session's budget (once per subject and check)."""
         key = (case.subject, check)
-        if not self.shrink_enabled or check not in SHRINKABLE or key in self._shrunk:
+        if not self.shrink_enabled or not declaration(check).shrinks or key in self._shrunk:
             return None
         if self.shrink_seconds_left <= 0:
             return None
@@ -183,7 +167,7 @@ class Runner:
         planned = classify(check, case, self.subjects[case.subject].capabilities)
         if planned is None or planned.status != "run":
             return False
-        return self.outcome(check, case, planned.direction)[0] == verdict
+        return self.outcome(planned)[0] == verdict
 
 
 def run_check(case: Case, check: str, impl: str | None = None, profile: str = "ci") -> Outcome:
@@ -195,7 +179,7 @@ def run_check(case: Case, check: str, impl: str | None = None, profile: str = "c
     if planned is None or planned.status not in ("run", "raises"):
         reason = "does not apply" if planned is None else f"{planned.status}: {planned.reason}"
         raise ValueError(f"the {check} check does not run on {case.case_id}: {reason}")
-    verdict, result = runner.outcome(check, case, planned.direction)
+    verdict, result = runner.outcome(planned)
     if isinstance(result, SubjectError):
         raise result
     return result

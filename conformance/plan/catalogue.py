@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from conformance.judge.checks.registry import CHECKS, REGISTRY, CheckDeclaration, declaration
 from conformance.judge.dtypes import DTYPE_NAMES
 from conformance.judge.inputs import mask_arrays
 from conformance.plan import edge_matrix, strategies
@@ -32,23 +33,6 @@ from reference.spec import AttentionInputs
 
 Status = Literal["run", "unsupported", "raises", "unavailable"]
 
-# The checks, in the order they run for one case (so cached outputs are reused and a
-# crash in a late check cannot hide an early result).
-CHECKS: tuple[str, ...] = (
-    "raises",
-    "shape_dtype",
-    "forward",
-    "lse",
-    "fully_masked",
-    "backward",
-    "finite",
-    "no_mutation",
-    "determinism",
-    "recompile",
-    "leak",
-)
-FORWARD_CHECKS = frozenset({"shape_dtype", "forward", "lse", "fully_masked", "finite", "no_mutation"})
-RUNTIME_CHECKS = frozenset({"determinism", "recompile", "leak"})
 LEAK_MAX_FLOPS = 1 << 28
 
 
@@ -64,6 +48,9 @@ class Planned:
     status: Status
     reason: str = ""
     direction: str = "forward"
+    # Whether the backward pass runs for this case (the backward check would run): decided
+    # here once, so the checks that also look at gradients never re-ask the planner.
+    backward: bool = False
 
     @property
     def test_id(self) -> str:
@@ -127,10 +114,18 @@ def _describe(constraints: tuple[ShapeConstraint, ...]) -> str:
 
 def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:
     """What ``case`` is to ``check``; None when the check does not apply to the case at all."""
+    planned = _against_declaration(declaration(check), case, caps)
+    return None if planned is None else _with_needs(planned, caps)
+
+
+def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities) -> Planned | None:
+    """The case against the subject's declared capabilities and constraints, before the
+    check's own needs (``_with_needs``): sampled checks pick their cases first."""
     reason = caps.unsupported_reason(case.skeleton(), case.spec, case.dtype)
     fwd = caps.violated_constraints(case.shape, case.spec, "forward", case.features)
     bwd = caps.violated_constraints(case.shape, case.spec, "backward", case.features) if caps.backward else ()
-    if check == "raises":
+    name = check.name
+    if check.sampling == "raising_cases":
         if reason is not None:
             return None
         if fwd and _raising(fwd) is None:
@@ -138,25 +133,37 @@ def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:
         for direction, violated in (("forward", fwd), ("backward", bwd)):
             hit = _raising(violated)
             if hit is not None:
-                return Planned(check, case, "raises", f"{hit.name}: {hit.reason}", direction)
+                return Planned(name, case, "raises", f"{hit.name}: {hit.reason}", direction)
         return None
-    backwardish = check == "backward"
-    if backwardish and case.input_kind == "nan_padding":
+    if check.runs_backward and case.input_kind == "nan_padding":
         return None  # 0 x NaN in dq = ds @ k: NaN padding is a forward-only input kind
-    if check == "fully_masked" and not has_fully_masked_rows(case):
+    if check.sampling == "fully_masked_cases" and not has_fully_masked_rows(case):
         return None
     if reason is not None:
-        return Planned(check, case, "unsupported", reason)
-    violated = fwd + (bwd if backwardish else ())
+        return Planned(name, case, "unsupported", reason)
+    violated = fwd + (bwd if check.runs_backward else ())
     if violated:
         raising = _raising(violated)
         note = " (declared to raise; see the raises check)" if raising else ""
-        return Planned(check, case, "unsupported", _describe(violated) + note)
-    if backwardish and not caps.backward:
-        return Planned(check, case, "unsupported", "backward pass not declared")
-    if check == "lse" and not caps.lse:
-        return Planned(check, case, "unsupported", "lse not exposed")
-    return Planned(check, case, "run")
+        return Planned(name, case, "unsupported", _describe(violated) + note)
+    return Planned(name, case, "run", backward=_backward_runs(case, caps, fwd, bwd))
+
+
+def _backward_runs(
+    case: Case, caps: Capabilities, fwd: tuple[ShapeConstraint, ...], bwd: tuple[ShapeConstraint, ...]
+) -> bool:
+    """Whether the backward check runs on this case: what the other checks judge with it."""
+    return caps.backward and case.input_kind != "nan_padding" and not fwd and not bwd
+
+
+def _with_needs(planned: Planned, caps: Capabilities) -> Planned:
+    """A runnable item whose check needs what the subject does not declare is unsupported."""
+    if planned.status != "run":
+        return planned
+    unmet = declaration(planned.check).unmet_needs(caps)
+    if unmet:
+        return dataclasses.replace(planned, status="unsupported", reason=unmet[0], backward=False)
+    return planned
 
 
 def _runtime_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
@@ -192,18 +199,19 @@ def plan(subjects: tuple[Subject, ...], profile: Profile, draw_seed: int) -> dic
     by_check: dict[str, list[Planned]] = {check: [] for check in CHECKS}
     for subject in subjects:
         if not subject.available:
-            for check in CHECKS:
-                if check != "raises":
-                    by_check[check].append(
-                        Planned(check, unavailable_case(subject.name), "unavailable", subject.reason)
+            for check in REGISTRY:
+                if check.sampling != "raising_cases":
+                    by_check[check.name].append(
+                        Planned(check.name, unavailable_case(subject.name), "unavailable", subject.reason)
                     )
             continue
         cases = cases_for(subject, profile, draw_seed)
-        for check in CHECKS:
-            items = [p for p in (classify(check, c, subject.capabilities) for c in cases) if p is not None]
-            if check == "leak":
+        caps = subject.capabilities
+        for check in REGISTRY:
+            items = [p for p in (_against_declaration(check, c, caps) for c in cases) if p is not None]
+            if check.sampling == "one_case":
                 items = _leak_case([p for p in items if p.status == "run"])
-            elif check in RUNTIME_CHECKS:
+            elif check.sampling == "runtime_sample":
                 items = _runtime_subset(items, profile.runtime_cases_per_dtype)
-            by_check[check].extend(items)
+            by_check[check.name].extend(_with_needs(p, caps) for p in items)
     return {check: tuple(items) for check, items in by_check.items()}

@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from conformance.judge.checks.registry import REGISTRY
 from conformance.plan.cases import Case
-from conformance.plan.catalogue import CHECKS, Planned, classify
+from conformance.plan.catalogue import Planned, classify
 from conformance.plan.subjects import Subject
 from reference.spec import validate
 
@@ -40,7 +41,7 @@ _SIZES = {
 }
 _ALIGNMENTS = ("top_left", "bottom_right")
 # leak repeats calls many times and is planned for one small case per subject; not for these.
-USER_CHECKS = tuple(c for c in CHECKS if c != "leak")
+USER_CHECKS = tuple(d.name for d in REGISTRY if d.on_user_cases)
 
 
 class CaseSyntaxError(ValueError):

@@ -21,6 +21,7 @@ FULL = Capabilities(
     bias_grad=True,
     lse=True,
     fully_masked_rows="zeros",
+    jax_runtime=True,
 )
 BLOCKED = Capabilities(
     dtypes=("float32", "bfloat16"),

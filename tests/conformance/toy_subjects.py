@@ -71,15 +71,18 @@ def finite_mask_claims_zeros(
 
 
 def make_leaky():
-    """A correct subject that keeps every output alive (a per-call host leak)."""
+    """A correct subject that keeps every output alive, as a NumPy copy and as a JAX array
+    (a per-call leak in host memory and in live JAX arrays; it runs on JAX, so it says so)."""
+    import jax.numpy as jnp
+
     kept = []
 
     def leaky(q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None, kv_lengths=None):
         result = _attention(q, k, v, scale, causal, alignment, q_lengths, kv_lengths)
-        kept.append(result[0].copy())
+        kept.append((result[0].copy(), jnp.asarray(result[0])))
         return result
 
-    leaky.attention_capabilities = CAPS
+    leaky.attention_capabilities = dataclasses.replace(CAPS, jax_runtime=True)
     return leaky
 
 

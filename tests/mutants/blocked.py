@@ -92,7 +92,7 @@ def _run(
     return core.host(out, q.dtype)
 
 
-CAPS = Capabilities(dtypes=("float32",), causal_alignments=("top_left",))
+CAPS = Capabilities(jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",))
 
 
 def drops_tail_block(
@@ -143,4 +143,6 @@ def bf16_accumulator(
     return _run(Blocking(block=1, accumulator="bfloat16"), q, k, v, scale, causal, alignment)
 
 
-bf16_accumulator.attention_capabilities = Capabilities(dtypes=("bfloat16",), causal_alignments=("top_left",))
+bf16_accumulator.attention_capabilities = Capabilities(
+    jax_runtime=True, dtypes=("bfloat16",), causal_alignments=("top_left",)
+)

@@ -13,7 +13,7 @@ import numpy as np
 from kernels.base import Capabilities, ShapeConstraint
 from tests.mutants import jax_attention as core
 
-CAUSAL_TL = Capabilities(dtypes=("float32",), causal_alignments=("top_left",))
+CAUSAL_TL = Capabilities(jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",))
 
 
 def _out(q: np.ndarray, k: np.ndarray, v: np.ndarray, **keywords) -> jax.Array:
@@ -51,7 +51,7 @@ def wrong_dtype(
 
 
 wrong_dtype.attention_capabilities = Capabilities(
-    dtypes=("float32", "bfloat16"), causal_alignments=("top_left",)
+    jax_runtime=True, dtypes=("float32", "bfloat16"), causal_alignments=("top_left",)
 )
 
 
@@ -96,7 +96,7 @@ def lse_missing_max(
 
 
 lse_missing_max.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), lse=True
+    jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",), lse=True
 )
 
 
@@ -141,6 +141,7 @@ def fully_masked_not_zero(
 
 
 fully_masked_not_zero.attention_capabilities = Capabilities(
+    jax_runtime=True,
     dtypes=("float32",),
     causal_alignments=("top_left", "bottom_right"),
     lengths=True,
@@ -162,6 +163,7 @@ def skips_validation(
 
 
 skips_validation.attention_capabilities = Capabilities(
+    jax_runtime=True,
     dtypes=("float32",),
     causal_alignments=("top_left",),
     constraints=(

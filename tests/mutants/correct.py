@@ -22,6 +22,7 @@ from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 
 FULL = Capabilities(
+    jax_runtime=True,
     dtypes=("float32", "bfloat16", "float16"),
     causal_alignments=("top_left",),
     window=True,
@@ -66,6 +67,7 @@ def _gradients(q, k, v, dout, *, scale, causal=False, alignment="top_left", wind
 
 
 BACKWARD = Capabilities(
+    jax_runtime=True,
     dtypes=("float32",),
     causal_alignments=("top_left",),
     gqa=True,

@@ -12,7 +12,7 @@ import numpy as np
 from kernels.base import Capabilities
 from tests.mutants import jax_attention as core
 
-CAUSAL_TL = Capabilities(dtypes=("float32",), causal_alignments=("top_left",))
+CAUSAL_TL = Capabilities(jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",))
 
 
 @functools.partial(jax.jit, static_argnames=core.STATIC)
@@ -97,7 +97,7 @@ def window_exclusive_left(
 
 
 window_exclusive_left.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), window=True
+    jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",), window=True
 )
 
 
@@ -160,7 +160,11 @@ def segment_shifted_kv(
 
 
 segment_shifted_kv.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), segment_ids=True, fully_masked_rows="zeros"
+    jax_runtime=True,
+    dtypes=("float32",),
+    causal_alignments=("top_left",),
+    segment_ids=True,
+    fully_masked_rows="zeros",
 )
 
 
@@ -190,7 +194,7 @@ def gqa_modulo(
 
 
 gqa_modulo.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), gqa=True
+    jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",), gqa=True
 )
 
 

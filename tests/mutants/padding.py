@@ -57,5 +57,5 @@ def nan_padding_leak(
 
 
 nan_padding_leak.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left", "bottom_right"), lengths=True
+    jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left", "bottom_right"), lengths=True
 )

@@ -13,7 +13,7 @@ import numpy as np
 from kernels.base import Capabilities
 from tests.mutants import jax_attention as core
 
-CAUSAL_TL = Capabilities(dtypes=("float32",), causal_alignments=("top_left",))
+CAUSAL_TL = Capabilities(jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",))
 
 
 @functools.partial(jax.jit, static_argnames=core.STATIC)

@@ -32,7 +32,9 @@ def scale_inverse_d(
     return core.host(core.call(_inverse_d, q, k, v, scale=scale, causal=causal, alignment=alignment), q.dtype)
 
 
-scale_inverse_d.attention_capabilities = Capabilities(dtypes=("float32",), causal_alignments=("top_left",))
+scale_inverse_d.attention_capabilities = Capabilities(
+    jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",)
+)
 
 
 @functools.partial(jax.jit, static_argnames=core.STATIC)
@@ -59,7 +61,7 @@ def bias_before_scale(
 
 
 bias_before_scale.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), bias=True, bias_broadcast=True
+    jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",), bias=True, bias_broadcast=True
 )
 
 
@@ -88,5 +90,5 @@ def softcap_unscaled_tanh(
 
 
 softcap_unscaled_tanh.attention_capabilities = Capabilities(
-    dtypes=("float32",), causal_alignments=("top_left",), softcap=True
+    jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",), softcap=True
 )

@@ -44,4 +44,6 @@ def blocked_attention(
     )
 
 
-blocked_attention.attention_capabilities = Capabilities(dtypes=("bfloat16",), causal_alignments=("top_left",))
+blocked_attention.attention_capabilities = Capabilities(
+    jax_runtime=True, dtypes=("bfloat16",), causal_alignments=("top_left",)
+)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.plan.catalogue import CHECKS
+from conformance.judge.checks.registry import CHECKS
 from kernels.registry import BUILTIN
 from reports.known_issues import BUILTIN_LEDGER, Ledger, LedgerError, ledger_status, load_ledger
 from tests.reports.synthetic import result

@@ -19,6 +19,8 @@ class CheckContext:
     """One (check, case) to judge: the case, its subject, and the shared artifacts.
 
     direction: for the ``raises`` check, the call declared to raise.
+    backward: whether the backward pass runs for this case (decided at planning): checks
+    that look at every output (shape_dtype, finite, no_mutation, ...) include the gradients.
     """
 
     case: Case
@@ -28,6 +30,7 @@ class CheckContext:
     run: SubjectRun
     profile: Profile
     direction: str = "forward"
+    backward: bool = False
 
     @property
     def dtype(self) -> str:

@@ -7,7 +7,6 @@ import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
 from conformance.judge.dtypes import name_of
-from conformance.plan.catalogue import classify
 
 LSE_DTYPES = ("float32", "float64")
 
@@ -23,11 +22,6 @@ def _expect(name: str, got: object, shape: tuple[int, ...], dtypes: tuple[str, .
     return f"{name} has " + " and ".join(problems) if problems else None
 
 
-def _backward_runs(ctx: CheckContext) -> bool:
-    planned = classify("backward", ctx.case, ctx.capabilities)
-    return planned is not None and planned.status == "run"
-
-
 def shape_dtype(ctx: CheckContext) -> Outcome:
     """out [B, Hq, Sq, Dv] in the input dtype; lse [B, Hq, Sq] in float32/64 or the input dtype;
     each gradient in its input's shape and dtype."""
@@ -35,7 +29,7 @@ def shape_dtype(ctx: CheckContext) -> Outcome:
     problems = [_expect("out", got.out, (c.batch, c.q_heads, c.q_len, c.v_head_dim), (c.dtype,))]
     if ctx.capabilities.lse:
         problems.append(_expect("lse", got.lse, (c.batch, c.q_heads, c.q_len), (c.dtype, *LSE_DTYPES)))
-    if _backward_runs(ctx):
+    if ctx.backward:
         grads, inputs = ctx.run.gradients, ctx.oracle.inputs
         for name, source in (("dq", inputs.q), ("dk", inputs.k), ("dv", inputs.v)):
             problems.append(_expect(name, getattr(grads, name), source.shape, (c.dtype,)))
@@ -51,7 +45,7 @@ def no_mutation(ctx: CheckContext) -> Outcome:
     problems = []
     if ctx.run.forward_call.mutated:
         problems.append(f"forward wrote into its inputs {list(ctx.run.forward_call.mutated)}")
-    if _backward_runs(ctx):
+    if ctx.backward:
         ctx.run.gradients  # noqa: B018
         if ctx.run.gradients_call.mutated:
             problems.append(f"gradients wrote into its inputs {list(ctx.run.gradients_call.mutated)}")

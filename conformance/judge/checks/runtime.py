@@ -15,7 +15,6 @@ from conformance.harness import jax_compat
 from conformance.judge.artifacts import call_forward, call_gradients
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
 from conformance.judge.inputs import build_inputs
-from conformance.plan.catalogue import classify
 
 # Leak thresholds. Growth is measured over a second batch of calls, after a first batch
 # has warmed caches and allocator arenas, so one-off growth is not charged as a leak.
@@ -23,11 +22,6 @@ LEAK_ARRAYS_PER_CALL = 0.5  # live arrays gained per call: a leak keeps >= 1 per
 LEAK_BYTES_FRACTION = 0.5  # host bytes gained per call, as a fraction of one output's bytes
 LEAK_MIN_TRACED_BYTES = 256 << 10  # traced growth below this is caches (e.g. a new dict entry)
 LEAK_MIN_RSS_BYTES = 4 << 20  # RSS growth below this is allocator noise whatever the per-call rate
-
-
-def _backward_runs(ctx: CheckContext) -> bool:
-    planned = classify("backward", ctx.case, ctx.capabilities)
-    return planned is not None and planned.status == "run"
 
 
 def _bitwise_diff(name: str, a: np.ndarray | None, b: np.ndarray | None) -> str | None:
@@ -54,7 +48,7 @@ def determinism(ctx: CheckContext) -> Outcome:
     first = ctx.run.forward
     again = call_forward(ctx.adapter, ctx.case, ctx.oracle.inputs).get("forward")
     problems = [_bitwise_diff("out", first.out, again.out), _bitwise_diff("lse", first.lse, again.lse)]
-    if _backward_runs(ctx):
+    if ctx.backward:
         g1 = ctx.run.gradients
         g2 = call_gradients(ctx.adapter, ctx.case, ctx.oracle.inputs, ctx.oracle.dout).get("gradients")
         problems += [_bitwise_diff(n, getattr(g1, n), getattr(g2, n)) for n in ("dq", "dk", "dv", "dbias")]
@@ -73,7 +67,7 @@ def recompile(ctx: CheckContext) -> Outcome:
         problems.append(
             f"forward compiled {counter.count} time(s) on a second same-shape call: {counter.names[:5]}"
         )
-    if _backward_runs(ctx):
+    if ctx.backward:
         ctx.run.gradients  # noqa: B018
         with jax_compat.CompileCounter() as counter:
             call_gradients(ctx.adapter, ctx.case, fresh, ctx.oracle.dout).get("gradients")

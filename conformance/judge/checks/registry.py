@@ -1,0 +1,165 @@
+"""Every check, declared once: what it is called, what it needs, how it samples cases.
+
+Adding a check is one ``CheckDeclaration`` here plus its function (``CheckContext ->
+Outcome``). Everything else iterates ``REGISTRY``: the planner (which cases, which
+needs), the runner (function, shrinking), the pytest entry points
+(``conformance/test_checks.py``), repro scripts, user cases, and the report grid's order
+and labels.
+
+This module imports nothing but the standard library: the report tools read it
+(``reports.grid``) and run without NumPy or JAX (``nox -s gate``). Functions are named by
+``module:function`` and imported when a check first runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+# What a check can need from a subject's declared capabilities. A subject that lacks one
+# gets the check as ``unsupported`` with NEED_REASONS[need]: a check that cannot observe a
+# subject never passes vacuously.
+Need = Literal["backward", "lse", "jax_runtime"]
+NEED_REASONS: dict[str, str] = {
+    "backward": "backward pass not declared",
+    "lse": "lse not exposed",
+    "jax_runtime": (
+        "no JAX runtime declared (Capabilities.jax_runtime): this check observes JAX's "
+        "compilations and live arrays, which a subject outside JAX does not create"
+    ),
+}
+
+# Which planned cases a check runs on:
+#   every_case          every case of the catalogue;
+#   fully_masked_cases  cases where some query row sees no key;
+#   raising_cases       cases outside a constraint declared to raise (the call must raise);
+#   runtime_sample      the largest cheap runnable cases, a few per dtype (calls repeat);
+#   one_case            one cheap case with the largest output (a per-call leak stands out).
+Sampling = Literal["every_case", "fully_masked_cases", "raising_cases", "runtime_sample", "one_case"]
+
+# What a repro script shows: the judged tensor (out, lse), the gradients, or the verdict.
+Repro = Literal["forward", "lse", "backward", "verdict"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckDeclaration:
+    """One check. ``label`` is how the report grid names it; ``report_rank`` its row there."""
+
+    name: str
+    function: str  # "module:function", a CheckFunction
+    label: str
+    report_rank: int
+    needs: tuple[Need, ...] = ()
+    sampling: Sampling = "every_case"
+    shrinks: bool = True  # a failure is shrunk to a smaller failing case
+    on_user_cases: bool = True  # runs on --case cases too
+    repro: Repro = "verdict"
+
+    def __post_init__(self) -> None:
+        unknown = set(self.needs) - set(NEED_REASONS)
+        if unknown:
+            raise ValueError(
+                f"check {self.name!r}: unknown needs {sorted(unknown)}; choose from {NEED_REASONS}"
+            )
+        if ":" not in self.function:
+            raise ValueError(f"check {self.name!r}: function {self.function!r} is not 'module:function'")
+
+    @property
+    def runs_backward(self) -> bool:
+        """Whether the check itself judges the backward pass (so its constraints apply)."""
+        return "backward" in self.needs
+
+    def unmet_needs(self, capabilities: Any) -> tuple[str, ...]:
+        """The reasons a subject with these capabilities cannot be observed by this check."""
+        return tuple(NEED_REASONS[need] for need in self.needs if not getattr(capabilities, need))
+
+    def resolve(self) -> Callable[[Any], Any]:
+        return _import(self.function)
+
+
+@functools.cache
+def _import(path: str) -> Callable[[Any], Any]:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+_CHECKS = "conformance.judge.checks"
+
+# In the order they run for one case: cached outputs are reused, and a crash in a late
+# check cannot hide an early result.
+REGISTRY: tuple[CheckDeclaration, ...] = (
+    CheckDeclaration(
+        "raises", f"{_CHECKS}.contract:raises", "raises", 4, sampling="raising_cases", shrinks=False
+    ),
+    CheckDeclaration("shape_dtype", f"{_CHECKS}.contract:shape_dtype", "shape and dtype", 5),
+    CheckDeclaration("forward", f"{_CHECKS}.numeric:forward", "forward", 0, repro="forward"),
+    CheckDeclaration("lse", f"{_CHECKS}.numeric:lse", "lse", 1, needs=("lse",), repro="lse"),
+    CheckDeclaration(
+        "fully_masked",
+        f"{_CHECKS}.masked:fully_masked",
+        "fully-masked rows",
+        3,
+        sampling="fully_masked_cases",
+    ),
+    CheckDeclaration(
+        "backward", f"{_CHECKS}.numeric:backward", "backward", 2, needs=("backward",), repro="backward"
+    ),
+    CheckDeclaration("finite", f"{_CHECKS}.masked:finite", "finite", 6),
+    CheckDeclaration("no_mutation", f"{_CHECKS}.contract:no_mutation", "no input mutation", 7),
+    CheckDeclaration(
+        "determinism",
+        f"{_CHECKS}.runtime:determinism",
+        "determinism",
+        8,
+        sampling="runtime_sample",
+        shrinks=False,
+    ),
+    CheckDeclaration(
+        "recompile",
+        f"{_CHECKS}.runtime:recompile",
+        "no recompilation",
+        9,
+        needs=("jax_runtime",),
+        sampling="runtime_sample",
+        shrinks=False,
+    ),
+    CheckDeclaration(
+        "leak",
+        f"{_CHECKS}.runtime:leak",
+        "no leak",
+        10,
+        needs=("jax_runtime",),
+        sampling="one_case",
+        shrinks=False,
+        on_user_cases=False,  # one fixed case per subject; a user's case adds nothing to it
+    ),
+)
+
+CHECKS: tuple[str, ...] = tuple(d.name for d in REGISTRY)
+BY_NAME: dict[str, CheckDeclaration] = {d.name: d for d in REGISTRY}
+REPORT_ORDER: tuple[str, ...] = tuple(d.name for d in sorted(REGISTRY, key=lambda d: d.report_rank))
+LABELS: dict[str, str] = {d.name: d.label for d in REGISTRY}
+
+
+def declaration(name: str) -> CheckDeclaration:
+    """The check called ``name``; a one-line KeyError naming the checks otherwise."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no check named {name!r}; checks are {', '.join(CHECKS)}") from None
+
+
+def validate(registry: Iterable[CheckDeclaration]) -> None:
+    """Names and report ranks are unique (a duplicate would silently shadow a check)."""
+    registry = tuple(registry)
+    for field in ("name", "report_rank"):
+        values = [getattr(d, field) for d in registry]
+        duplicates = sorted({str(v) for v in values if values.count(v) > 1})
+        if duplicates:
+            raise ValueError(f"check registry: duplicate {field} {duplicates}")
+
+
+validate(REGISTRY)

@@ -1,0 +1,96 @@
+"""The check registry: each check declared once, and every consumer reading it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conformance import test_checks as entry_points
+from conformance.judge.checks.registry import (
+    CHECKS,
+    LABELS,
+    REGISTRY,
+    REPORT_ORDER,
+    CheckDeclaration,
+    declaration,
+    validate,
+)
+from conformance.judge.repro import script
+from conformance.plan.cases import Case
+from conformance.plan.user_cases import USER_CHECKS
+from reports import grid
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_declared_check_has_a_function_an_entry_point_a_label_and_a_grid_row():
+    for check in REGISTRY:
+        assert callable(check.resolve()), check.name
+        assert callable(getattr(entry_points, f"test_{check.name}")), check.name
+        assert grid.label(check.name) == LABELS[check.name]
+    assert sorted(REPORT_ORDER) == sorted(CHECKS) and grid.CHECK_ORDER == REPORT_ORDER
+    assert [name for name in dir(entry_points) if name.startswith("test_")] == sorted(
+        f"test_{c}" for c in CHECKS
+    )
+
+
+def test_user_cases_and_repro_follow_the_declarations():
+    assert set(USER_CHECKS) == {c.name for c in REGISTRY if c.on_user_cases} and "leak" not in USER_CHECKS
+    case = Case("xla", "float32")
+    assert "attention_backward" in script(case, declaration("backward"), "xla")
+    assert "run_check(case, 'finite'" in script(case, declaration("finite"), "xla")
+
+
+def test_a_bad_declaration_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="unknown needs"):
+        CheckDeclaration("x", "m:f", "x", 99, needs=("gpu",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not 'module:function'"):
+        CheckDeclaration("x", "m.f", "x", 99)
+    with pytest.raises(ValueError, match="duplicate name"):
+        validate((*REGISTRY, REGISTRY[0]))
+    with pytest.raises(KeyError, match="no check named 'nope'"):
+        declaration("nope")
+
+
+def test_the_registry_and_the_report_grid_import_without_numpy_or_jax():
+    # The gate runs in a bare venv (nox -s gate): the grid reads the registry there.
+    code = "import sys, reports.grid; print(sorted(m for m in ('numpy', 'jax') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_module_that_misses_a_declared_check_fails_collection(tmp_path):
+    """A check whose test went missing would silently drop out of every run: collection fails."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text((ROOT / "conformance" / "conftest.py").read_text())
+    (suite / "test_partial.py").write_text(
+        textwrap.dedent(
+            """
+            def test_forward(planned, conformance):
+                conformance.check(planned)
+            """
+        )
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(suite),
+        "-p",
+        "no:cacheprovider",
+        "--collect-only",
+        "-q",
+        "--impl",
+        "tests.conformance.toy_subjects:exact",
+        "--report-dir",
+        str(tmp_path / "report"),
+        f"--rootdir={ROOT}",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "collect no test" in done.stdout + done.stderr and "'lse'" in done.stdout + done.stderr
