@@ -58,6 +58,7 @@ import pytest
 from conformance.harness import jax_compat, recording
 from conformance.judge import repro
 from conformance.judge.artifacts import SubjectError
+from conformance.judge.checks.registry import declaration
 from conformance.judge.runner import describe, run_check
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned
@@ -365,7 +366,7 @@ class ControllerIsolation:
             except OSError as error:  # no retry is no verdict on flakiness: record the crash as it stands
                 note = f"(not retried: the retry process did not start: {error})"
         # The whole record, repro script included: running it shows the crash again, outside the suite.
-        script = repro.script(planned.case, planned.check, self.spec_of(planned.case.subject))
+        script = repro.script(planned.case, declaration(planned.check), self.spec_of(planned.case.subject))
         verdict = crash_verdict(retry)
         return CaseResult(
             case=describe(planned.case),
