@@ -15,9 +15,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from kernels.dtypes import DTYPES  # the one list, stdlib only so that reports reads it too
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
 
-DTYPES = ("float32", "bfloat16", "float16", "float64")
 FullyMaskedConvention = Literal["zeros", "mean_v", "nan", "unspecified"]
 
 
