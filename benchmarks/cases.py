@@ -91,16 +91,13 @@ def skip_reason(capabilities: Capabilities, mode: Mode, shape: BenchShape) -> st
     if shape.causal and not capabilities.causal_alignments:
         return "the adapter declares no causal mask"
     spec = shape.spec(capabilities.causal_alignments)
-    reason = capabilities.unsupported_reason(shape.placeholder_inputs(), spec, shape.dtype)
-    if reason:
-        return reason
     directions: Sequence[Literal["forward", "backward"]] = (
         ("forward", "backward") if mode == "forward_backward" else ("forward",)
     )
     for direction in directions:
-        violated = capabilities.violated_constraints(shape.placeholder_inputs().shape, spec, direction)
-        if violated:
-            return f"{violated[0].name}: {violated[0].reason}"
+        outside = capabilities.admits(shape.placeholder_inputs(), spec, shape.dtype, direction)
+        if outside:
+            return outside[0].text
     return None
 
 

@@ -127,9 +127,14 @@ def _describe(constraints: tuple[ShapeConstraint, ...]) -> str:
 
 def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:
     """What ``case`` is to ``check``; None when the check does not apply to the case at all."""
-    reason = caps.unsupported_reason(case.skeleton(), case.spec, case.dtype)
-    fwd = caps.violated_constraints(case.shape, case.spec, "forward", case.features)
-    bwd = caps.violated_constraints(case.shape, case.spec, "backward", case.features) if caps.backward else ()
+    skeleton = case.skeleton()
+    outside = caps.admits(skeleton, case.spec, case.dtype, "forward", case.features)
+    outside_bwd = (
+        caps.admits(skeleton, case.spec, case.dtype, "backward", case.features) if caps.backward else ()
+    )
+    reason = next((e.text for e in outside if e.constraint is None), None)
+    fwd = tuple(e.constraint for e in outside if e.constraint is not None)
+    bwd = tuple(e.constraint for e in outside_bwd if e.constraint is not None)
     if check == "raises":
         if reason is not None:
             return None
