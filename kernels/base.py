@@ -214,14 +214,32 @@ class Capabilities:
         )
 
 
+Execution = Literal["native", "interpret"]
+EXECUTIONS: tuple[str, ...] = ("native", "interpret")
+
+
 @dataclasses.dataclass(frozen=True)
 class Availability:
-    """Whether the subject can run here, and if not, why (one sentence)."""
+    """Whether the subject can run here, and if not, why (one sentence).
+
+    ``execution``: ``"interpret"`` when an interpreter runs the kernel (e.g. Pallas's,
+    on CPU), else ``"native"``; benchmarks pair on it (interpret-mode timings describe
+    the interpreter, not the kernel). ``execution_detail``: how, in words, e.g.
+    ``"Pallas TPU interpret mode (force_tpu_interpret_mode) on CPU"``.
+    """
 
     available: bool
     reason: str = ""
     versions: tuple[tuple[str, str], ...] = ()  # e.g. (("jax", "0.10.2"),)
-    execution: str = ""  # e.g. "pallas TPU interpret mode on CPU", "native"
+    execution: Execution = "native"
+    execution_detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.execution not in EXECUTIONS:
+            raise ValueError(
+                f"Availability.execution is {self.execution!r}; use one of {EXECUTIONS} "
+                "and put the sentence in execution_detail"
+            )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
