@@ -11,14 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Literal
 
-from benchmarks.shapes import (
-    BenchShape,
-    Execution,
-    execution_kind,
-    numpy_dtype,
-    select_shape_list,
-    shape_list,
-)
+from benchmarks.shapes import BenchShape, Execution, numpy_dtype, select_shape_list, shape_list
 from kernels.base import Adapter, Capabilities
 
 Mode = Literal["forward", "forward_backward", "compile"]
@@ -64,13 +57,13 @@ def plan_subject(
     availability = adapter.availability()
     if not availability.available:
         return [PlannedCase(f"{name}-unavailable", None, f"{name} unavailable: {availability.reason}")]
-    execution = execution_kind(availability.execution)
+    execution = availability.execution
     if execution_filter not in ("all", execution):
         return [
             PlannedCase(
                 f"{name}-{execution}",
                 None,
-                f"{name} runs in {execution} mode ({availability.execution}); this run benchmarks "
+                f"{name} runs in {execution} mode ({availability.execution_detail}); this run benchmarks "
                 f"{execution_filter} subjects only",
             )
         ]
@@ -79,7 +72,7 @@ def plan_subject(
     planned = []
     for mode in MODES:
         for shape in chosen.compile_shapes if mode == "compile" else chosen.shapes:
-            case = BenchCase(name, mode, shape, execution, availability.execution, chosen.name)
+            case = BenchCase(name, mode, shape, execution, availability.execution_detail, chosen.name)
             planned.append(PlannedCase(case.id, case, skip_reason(capabilities, mode, shape)))
     return planned
 
@@ -91,16 +84,13 @@ def skip_reason(capabilities: Capabilities, mode: Mode, shape: BenchShape) -> st
     if shape.causal and not capabilities.causal_alignments:
         return "the adapter declares no causal mask"
     spec = shape.spec(capabilities.causal_alignments)
-    reason = capabilities.unsupported_reason(shape.placeholder_inputs(), spec, shape.dtype)
-    if reason:
-        return reason
     directions: Sequence[Literal["forward", "backward"]] = (
         ("forward", "backward") if mode == "forward_backward" else ("forward",)
     )
     for direction in directions:
-        violated = capabilities.violated_constraints(shape.placeholder_inputs().shape, spec, direction)
-        if violated:
-            return f"{violated[0].name}: {violated[0].reason}"
+        outside = capabilities.admits(shape.placeholder_inputs(), spec, shape.dtype, direction)
+        if outside:
+            return outside[0].text
     return None
 
 

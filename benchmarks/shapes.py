@@ -27,13 +27,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterable
-from typing import Literal
 
 import numpy as np
 
+from kernels.base import Execution
 from reference.spec import AttentionInputs, AttentionSpec
 
-Execution = Literal["interpret", "native"]
 LIST_NAMES = ("interpret", "cpu", "accelerator", "smoke")
 _DTYPE_TAGS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
 
@@ -163,16 +162,6 @@ def shape_list(name: str) -> ShapeList:
         tiny = BenchShape(128, 64, "float32", False, 1, 1)
         return ShapeList(name, (tiny,), (tiny,), target_s=0.05, min_rounds=2, max_rounds=3, compile_rounds=2)
     raise ValueError(f"unknown shape list {name!r}; use one of {LIST_NAMES} or 'auto'")
-
-
-def execution_kind(execution_detail: str) -> Execution:
-    """``Availability.execution`` (free text) -> "interpret" or "native", the value the gate pairs on.
-
-    Adapters describe how they run in a sentence ("Pallas generic interpreter
-    (interpret=True) on CPU", "native Mosaic on TPU", "XLA on the default JAX
-    backend"); any mention of an interpreter means interpret mode.
-    """
-    return "interpret" if "interpret" in execution_detail.lower() else "native"
 
 
 def select_shape_list(execution: Execution, platform: str) -> str:

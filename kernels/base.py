@@ -15,9 +15,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from kernels.dtypes import DTYPES  # the one list, stdlib only so that reports reads it too
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
 
-DTYPES = ("float32", "bfloat16", "float16", "float64")
 FullyMaskedConvention = Literal["zeros", "mean_v", "nan", "unspecified"]
 
 
@@ -66,6 +66,26 @@ class ShapeConstraint:
 
 
 @dataclasses.dataclass(frozen=True)
+class Exclusion:
+    """One reason a case is outside a subject's declaration (``Capabilities.admits``).
+
+    ``text`` is the sentence recorded as the case's reason. ``constraint`` is the
+    ShapeConstraint broken, or None for a capability the subject does not declare;
+    ``raises`` tells the constraints the ``raises`` check asserts from api-basis ones.
+    """
+
+    text: str
+    constraint: ShapeConstraint | None = None
+
+    @property
+    def raises(self) -> bool:
+        return self.constraint is not None and self.constraint.raises
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclasses.dataclass(frozen=True)
 class Capabilities:
     """What an implementation declares it supports. Case generation draws only from this.
 
@@ -98,12 +118,33 @@ class Capabilities:
         if unknown:
             raise ValueError(f"unknown dtypes {sorted(unknown)}; choose from {DTYPES}")
 
-    def unsupported_reason(self, inputs: AttentionInputs, spec: AttentionSpec, dtype: str) -> str | None:
-        """Why this case is outside the declared capabilities, or None if it is inside.
+    def admits(
+        self,
+        shape_or_inputs: AttentionShape | AttentionInputs,
+        spec: AttentionSpec,
+        dtype: str,
+        direction: Literal["forward", "backward"],
+        features: tuple[str, ...] = (),
+    ) -> tuple[Exclusion, ...]:
+        """Every reason a case is outside what this declares; empty when it is inside.
 
-        Shape constraints are not consulted here; see ``violated_constraints``.
+        The one predicate for "is this case inside the declaration?" (in the spirit of
+        xformers' ``not_supported_reasons``). Order: declared capabilities (dtype, masks,
+        options, in a fixed order), then "backward pass not declared" for a backward
+        call, then the shape constraints of ``direction`` (``Exclusion.constraint`` set;
+        ``Exclusion.raises`` for basis ``raises``). ``features`` are the case's
+        (``Case.features``), for constraints that concern some features only.
+
+        ``shape_or_inputs``: inputs (real, or a skeleton such as ``Case.skeleton()``) are
+        judged fully; a bare shape cannot show segment ids, lengths, a mask or a bias, so
+        those are taken as absent.
         """
-        shape = inputs.shape
+        if isinstance(shape_or_inputs, AttentionInputs):
+            inputs: AttentionInputs | None = shape_or_inputs
+            shape = shape_or_inputs.shape
+        else:
+            inputs, shape = None, shape_or_inputs
+        bias = None if inputs is None else inputs.bias
         checks = [
             (dtype not in self.dtypes, f"dtype {dtype} not in {self.dtypes}"),
             (
@@ -118,28 +159,47 @@ class Capabilities:
                 and spec.alignment not in self.causal_alignments,
                 f"window alignment {spec.alignment} not supported",
             ),
-            (inputs.q_segment_ids is not None and not self.segment_ids, "segment ids not supported"),
             (
-                (inputs.q_lengths is not None or inputs.kv_lengths is not None) and not self.lengths,
+                inputs is not None and inputs.q_segment_ids is not None and not self.segment_ids,
+                "segment ids not supported",
+            ),
+            (
+                inputs is not None
+                and (inputs.q_lengths is not None or inputs.kv_lengths is not None)
+                and not self.lengths,
                 "per-batch valid lengths not supported",
             ),
-            (inputs.mask is not None and not self.bool_mask, "boolean mask not supported"),
-            (shape.group_size != 1 and not self.gqa, "GQA/MQA not supported"),
-            (inputs.bias is not None and not self.bias, "bias not supported"),
             (
-                inputs.bias is not None
+                inputs is not None and inputs.mask is not None and not self.bool_mask,
+                "boolean mask not supported",
+            ),
+            (shape.group_size != 1 and not self.gqa, "GQA/MQA not supported"),
+            (bias is not None and not self.bias, "bias not supported"),
+            (
+                bias is not None
                 and self.bias
                 and not self.bias_broadcast
-                and inputs.bias.shape != (shape.batch, shape.q_heads, shape.q_len, shape.kv_len),
+                and bias.shape != (shape.batch, shape.q_heads, shape.q_len, shape.kv_len),
                 "broadcast bias not supported (needs full [B, Hq, Sq, Sk])",
             ),
             (spec.softcap is not None and not self.softcap, "softcap not supported"),
             (shape.v_head_dim != shape.head_dim and not self.distinct_v_dim, "Dv != D not supported"),
+            (direction == "backward" and not self.backward, "backward pass not declared"),
         ]
-        for failed, reason in checks:
-            if failed:
-                return reason
-        return None
+        declared = [Exclusion(text) for failed, text in checks if failed]
+        constraints = [
+            Exclusion(f"{c.name}: {c.reason}", c)
+            for c in self.constraints
+            if c.applies_to in (direction, "both") and c.concerns(features) and not c.holds(shape, spec)
+        ]
+        return (*declared, *constraints)
+
+    def unsupported_reason(self, inputs: AttentionInputs, spec: AttentionSpec, dtype: str) -> str | None:
+        """The first declared capability this case lacks, or None: ``admits`` without its
+        shape constraints (kept for callers that ask only that)."""
+        return next(
+            (e.text for e in self.admits(inputs, spec, dtype, "forward") if e.constraint is None), None
+        )
 
     def violated_constraints(
         self,
@@ -148,22 +208,41 @@ class Capabilities:
         direction: Literal["forward", "backward"],
         features: tuple[str, ...] = (),
     ) -> tuple[ShapeConstraint, ...]:
-        """The constraints a case breaks; ``features`` are the case's (``Case.features``)."""
+        """The constraints a case breaks: ``admits``'s constraint part (kept for callers that ask
+        only that); ``features`` are the case's (``Case.features``)."""
         return tuple(
-            c
-            for c in self.constraints
-            if c.applies_to in (direction, "both") and c.concerns(features) and not c.holds(shape, spec)
+            e.constraint
+            for e in self.admits(shape, spec, "", direction, features)  # the dtype's answer is dropped
+            if e.constraint is not None
         )
+
+
+Execution = Literal["native", "interpret"]
+EXECUTIONS: tuple[str, ...] = ("native", "interpret")
 
 
 @dataclasses.dataclass(frozen=True)
 class Availability:
-    """Whether the subject can run here, and if not, why (one sentence)."""
+    """Whether the subject can run here, and if not, why (one sentence).
+
+    ``execution``: ``"interpret"`` when an interpreter runs the kernel (e.g. Pallas's,
+    on CPU), else ``"native"``; benchmarks pair on it (interpret-mode timings describe
+    the interpreter, not the kernel). ``execution_detail``: how, in words, e.g.
+    ``"Pallas TPU interpret mode (force_tpu_interpret_mode) on CPU"``.
+    """
 
     available: bool
     reason: str = ""
     versions: tuple[tuple[str, str], ...] = ()  # e.g. (("jax", "0.10.2"),)
-    execution: str = ""  # e.g. "pallas TPU interpret mode on CPU", "native"
+    execution: Execution = "native"
+    execution_detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.execution not in EXECUTIONS:
+            raise ValueError(
+                f"Availability.execution is {self.execution!r}; use one of {EXECUTIONS} "
+                "and put the sentence in execution_detail"
+            )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

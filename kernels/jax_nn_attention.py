@@ -69,13 +69,13 @@ def api_has_lse() -> bool:
         return False
 
 
-def api_availability(execution: str) -> Availability:
+def api_availability(execution_detail: str) -> Availability:
     """Available when dot_product_attention exists with the arguments the adapters use."""
     try:
         _load_api()
     except Exception as error:
         return unavailable_because(error, "looking up jax.nn.dot_product_attention")
-    return Availability(True, "", jax_versions(), execution)
+    return Availability(True, "", jax_versions(), "native", execution_detail)
 
 
 # --------------------------------------------------------------------------------------

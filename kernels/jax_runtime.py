@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
-import re
 from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
+from packaging.version import InvalidVersion
 
 from kernels.base import Availability
+from reports.jax_versions import parse_version
 
 
 def installed_version(distribution: str) -> str | None:
@@ -29,14 +30,12 @@ def installed_version(distribution: str) -> str | None:
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """``"0.4.38"`` -> ``(0, 4, 38)``; suffixes such as ``.dev20250101`` or ``+cpu`` are dropped."""
-    parts = []
-    for piece in version.split("+")[0].split("."):
-        match = re.match(r"\d+", piece)
-        if match is None:
-            break
-        parts.append(int(match.group()))
-    return tuple(parts)
+    """``"0.4.38"`` -> ``(0, 4, 38)``: the release numbers of ``reports.jax_versions.parse_version``
+    (the one parser); ``rc1``, ``.dev20250101`` or ``+cpu`` are dropped; ``()`` when not PEP 440."""
+    try:
+        return parse_version(version).release
+    except InvalidVersion:
+        return ()
 
 
 def jax_version() -> tuple[int, ...]:

@@ -138,10 +138,10 @@ class PallasGpuAdapter:
     def availability(self) -> Availability:
         try:
             _load_api()
-            execution = self._execution()
+            native, detail = self._native(), self._execution()
         except Exception as error:  # any import/API failure means "unavailable", never a crash
             return unavailable_because(error, f"importing {MODULE}")
-        return Availability(True, "", jax_versions(), execution)
+        return Availability(True, "", jax_versions(), "native" if native else "interpret", detail)
 
     def capabilities(self) -> Capabilities:
         try:

@@ -155,7 +155,7 @@ class FunctionAdapter:
         return cls(fn=fn, name=name, description=description, declared=capabilities)
 
     def availability(self) -> Availability:
-        return Availability(True, "", (), "user function, called in this process")
+        return Availability(True, "", (), "native", "user function, called in this process")
 
     def capabilities(self) -> Capabilities:
         return self.declared

@@ -200,7 +200,7 @@ class SplashAdapter:
             _load_api()
         except Exception as error:  # any import/API failure means "unavailable", never a crash
             return unavailable_because(error, f"importing {MODULE}")
-        return Availability(True, "", jax_versions(), execution.description)
+        return Availability(True, "", jax_versions(), execution.kind, execution.description)
 
     def capabilities(self) -> Capabilities:
         head_dim_constraints, distinct_v_dim = _head_dim_constraints()

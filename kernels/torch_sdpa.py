@@ -68,7 +68,7 @@ class TorchSdpaAdapter:
                 f"install torch=={PINNED}",
                 versions,
             )
-        return Availability(True, "", versions, "PyTorch CPU")
+        return Availability(True, "", versions, "native", "PyTorch CPU")
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

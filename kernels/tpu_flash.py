@@ -165,7 +165,7 @@ class TpuFlashAdapter:
             _load_api(execution)
         except Exception as error:  # any import/API failure means "unavailable", never a crash
             return unavailable_because(error, f"importing {MODULE}")
-        return Availability(True, "", jax_versions(), execution.description)
+        return Availability(True, "", jax_versions(), execution.kind, execution.description)
 
     def capabilities(self) -> Capabilities:
         try:

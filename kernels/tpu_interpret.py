@@ -35,6 +35,7 @@ import types
 from collections.abc import Iterator
 from typing import Any, Literal
 
+from kernels.base import Execution
 from kernels.jax_runtime import default_backend, jax_version
 
 Interpreter = Literal["generic", "tpu"]
@@ -55,6 +56,11 @@ class TpuExecution:
     """How TPU kernels run in this process: ``native``, ``generic`` or ``tpu`` (see module doc)."""
 
     mode: Literal["native", "generic", "tpu"]
+
+    @property
+    def kind(self) -> Execution:
+        """``Availability.execution``: both interpreters are interpret mode."""
+        return "native" if self.mode == "native" else "interpret"
 
     @property
     def description(self) -> str:

@@ -20,6 +20,7 @@ from typing import Literal
 
 from conformance.judge.checks.registry import LABELS as CHECK_LABELS
 from conformance.judge.checks.registry import REPORT_ORDER
+from kernels.dtypes import DTYPES  # stdlib only: the gate imports this module with no installs
 from reports.records import CaseResult
 
 Status = Literal["fail", "known", "flaky", "pass", "unsupported", "unavailable", "not run"]
@@ -47,7 +48,6 @@ MASK_KINDS = (
     "sq_ne_sk",
     "fully_masked",
 )
-DTYPES = ("float32", "bfloat16", "float16", "float64")  # same order as kernels.base.DTYPES
 GROUPS = ("checks", "masks and options", "dtypes")
 LABELS = {
     "causal_top_left": "causal (top-left)",

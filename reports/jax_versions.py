@@ -24,6 +24,10 @@ import argparse
 import functools
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 # Every version the matrix runs, oldest first; the last one is what a bare
 # `nox -s conformance` (and `nox -s tests`) installs: the newest release at the
@@ -64,9 +68,22 @@ def _selector(session: str) -> re.Pattern[str]:
     return re.compile(rf"""^\s*{name}(?:-[\d.]+)?\(\s*jax\s*=\s*(['"])(?P<version>.*?)\1\s*\)\s*$""")
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """'0.4.38' -> (0, 4, 38); for sorting folders and comparing against PINS."""
-    return tuple(int(part) for part in version.split("."))
+def parse_version(version: str) -> Version:
+    """``"0.7.0rc1"`` -> ``Version("0.7.0rc1")`` (PEP 440, so 0.7.0rc1 < 0.7.0 < 0.10.2); raises
+    ``packaging.version.InvalidVersion``. The project's one version parser: ``kernels.jax_runtime``
+    uses it too.
+
+    ``packaging`` is imported here, not at module level: the gate (``nox -s gate``) runs with
+    no installs and imports this module (through ``reports.matrix``), but never parses a version.
+    """
+    from packaging.version import Version
+
+    return Version(version)
+
+
+def version_key(version: str) -> Version:
+    """'0.4.38' -> Version('0.4.38'); for sorting folders and comparing against PINS."""
+    return parse_version(version)
 
 
 def sort_versions(versions: Sequence[str]) -> list[str]:

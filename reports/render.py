@@ -154,12 +154,13 @@ def environment_line(run: Run) -> str:
 
 
 def execution_line(run: Run) -> str | None:
-    """How each subject ran (e.g. interpret mode on CPU), from summary.json's subjects block."""
+    """How each subject ran (e.g. interpret mode on CPU), from summary.json's subjects block:
+    the sentence (``execution_detail``), else ``execution`` (the literal; the sentence in older runs)."""
     subjects = (run.summary or {}).get("subjects")
     if not isinstance(subjects, list):
         return None
     parts = [
-        f"{s['name']}: {s.get('execution') or 'native'}"
+        f"{s['name']}: {s.get('execution_detail') or s.get('execution') or 'native'}"
         for s in subjects
         if isinstance(s, dict) and s.get("name") and s.get("available", True)
     ]

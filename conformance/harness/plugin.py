@@ -466,6 +466,7 @@ def _subject_summary(subject: Subject) -> dict[str, Any]:
         "available": subject.available,
         "reason": "" if subject.available else subject.reason,
         "execution": subject.availability.execution,
+        "execution_detail": subject.availability.execution_detail,
         "versions": dict(subject.availability.versions),
     }
 

@@ -11,7 +11,9 @@ import math
 import ml_dtypes
 import numpy as np
 
-DTYPE_NAMES = ("float32", "bfloat16", "float16", "float64")
+from kernels.dtypes import DTYPES
+
+DTYPE_NAMES = DTYPES  # the one list (kernels.dtypes), under the name conformance uses
 
 
 def numpy_dtype(name: str) -> np.dtype:

@@ -167,7 +167,7 @@ class Case:
 
     def skeleton(self) -> AttentionInputs:
         """Zero-cost stand-in inputs with the right shapes and which-fields-are-set, for
-        ``Capabilities.unsupported_reason`` (which looks at shapes only)."""
+        ``Capabilities.admits`` (which looks at shapes only)."""
         zero = np.zeros((), dtype=np.float32)
         b = self.batch
 

@@ -121,9 +121,14 @@ def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:
 def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities) -> Planned | None:
     """The case against the subject's declared capabilities and constraints, before the
     check's own needs (``_with_needs``): sampled checks pick their cases first."""
-    reason = caps.unsupported_reason(case.skeleton(), case.spec, case.dtype)
-    fwd = caps.violated_constraints(case.shape, case.spec, "forward", case.features)
-    bwd = caps.violated_constraints(case.shape, case.spec, "backward", case.features) if caps.backward else ()
+    skeleton = case.skeleton()
+    outside = caps.admits(skeleton, case.spec, case.dtype, "forward", case.features)
+    outside_bwd = (
+        caps.admits(skeleton, case.spec, case.dtype, "backward", case.features) if caps.backward else ()
+    )
+    reason = next((e.text for e in outside if e.constraint is None), None)
+    fwd = tuple(e.constraint for e in outside if e.constraint is not None)
+    bwd = tuple(e.constraint for e in outside_bwd if e.constraint is not None)
     name = check.name
     if check.sampling == "raising_cases":
         if reason is not None:

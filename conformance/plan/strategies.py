@@ -26,10 +26,9 @@ BIAS_PATTERNS = ("bhqk", "1h1k", "b11k", "11qk", "111k", "b1qk", "1hqk")
 
 def runnable(case: Case, caps: Capabilities) -> bool:
     """Inside the declared capabilities and every shape constraint of the directions it has."""
-    if caps.unsupported_reason(case.skeleton(), case.spec, case.dtype) is not None:
-        return False
     directions = ("forward", "backward") if caps.backward else ("forward",)
-    return not any(caps.violated_constraints(case.shape, case.spec, d, case.features) for d in directions)
+    skeleton = case.skeleton()
+    return not any(caps.admits(skeleton, case.spec, case.dtype, d, case.features) for d in directions)
 
 
 def _admissible_lengths(caps: Capabilities, lengths: tuple[int, ...], head_dim: int) -> tuple[int, ...]:
@@ -39,7 +38,7 @@ def _admissible_lengths(caps: Capabilities, lengths: tuple[int, ...], head_dim: 
     def ok(n: int) -> bool:
         shape = AttentionShape(1, 1, 1, n, n, head_dim, head_dim)
         return not any(
-            caps.violated_constraints(shape, AttentionSpec(), d)
+            caps.admits(shape, AttentionSpec(), caps.dtypes[0], d)
             for d in ("forward", "backward")
             if d == "forward" or caps.backward
         )
@@ -51,7 +50,7 @@ def _admissible_lengths(caps: Capabilities, lengths: tuple[int, ...], head_dim: 
 def _admissible_dims(caps: Capabilities, dims: tuple[int, ...], length: int) -> tuple[int, ...]:
     def ok(d: int) -> bool:
         shape = AttentionShape(1, 1, 1, length, length, d, d)
-        return not any(caps.violated_constraints(shape, AttentionSpec(), "forward"))
+        return not caps.admits(shape, AttentionSpec(), caps.dtypes[0], "forward")
 
     good = tuple(d for d in dims if ok(d))
     return good or dims

@@ -53,7 +53,7 @@ def test_declarations_give_the_skip_reason() -> None:
 
 def test_interpreted_subject_gets_the_interpret_list_with_its_execution() -> None:
     adapter = _Fake(
-        Availability(True, "", (), "Pallas generic interpreter (interpret=True) on CPU"),
+        Availability(True, "", (), "interpret", "Pallas generic interpreter (interpret=True) on CPU"),
         Capabilities(dtypes=("float32", "bfloat16"), causal_alignments=("top_left",), backward=True),
     )
     planned = plan_subject("fake", adapter, "cpu")
@@ -88,3 +88,19 @@ def test_order_puts_unavailable_first_then_ascending_sizes() -> None:
     assert ordered[0].case is None
     lengths = [p.case.shape.length for p in ordered[1:]]
     assert lengths == sorted(lengths)
+
+
+def test_execution_is_the_declared_literal_not_a_word_in_the_detail() -> None:
+    caps = Capabilities(dtypes=("float32",), causal_alignments=("top_left",))
+    native = _Fake(Availability(True, "", (), "native", "compiled ahead, no interpreter"), caps)
+    assert {p.case.execution for p in plan_subject("fake", native, "cpu")} == {"native"}
+    assert {p.case.execution_detail for p in plan_subject("fake", native, "cpu")} == {
+        "compiled ahead, no interpreter"
+    }
+    interpreted = _Fake(Availability(True, "", (), "interpret", "emulated"), caps)
+    assert {p.case.execution for p in plan_subject("fake", interpreted, "cpu")} == {"interpret"}
+
+
+def test_execution_outside_the_literal_is_refused() -> None:
+    with pytest.raises(ValueError, match="execution_detail"):
+        Availability(True, "", (), "Pallas generic interpreter (interpret=True) on CPU")  # type: ignore[arg-type]

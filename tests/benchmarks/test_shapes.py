@@ -4,22 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.shapes import LIST_NAMES, BenchShape, execution_kind, select_shape_list, shape_list
-
-
-@pytest.mark.parametrize(
-    ("detail", "kind"),
-    [
-        ("Pallas generic interpreter (interpret=True) on CPU", "interpret"),
-        ("Pallas TPU interpret mode (force_tpu_interpret_mode) on CPU", "interpret"),
-        ("native Mosaic on TPU", "native"),
-        ("XLA on the default JAX backend", "native"),
-        ("user function, called in this process", "native"),
-        ("", "native"),
-    ],
-)
-def test_execution_kind_reads_the_adapters_sentence(detail: str, kind: str) -> None:
-    assert execution_kind(detail) == kind
+from benchmarks.shapes import LIST_NAMES, BenchShape, select_shape_list, shape_list
 
 
 @pytest.mark.parametrize(

@@ -66,4 +66,5 @@ def test_declared_raising_constraints_really_raise(adapter):
 
 @pytest.mark.skipif(default_backend() != "gpu", reason="needs an NVIDIA GPU to run Triton natively")
 def test_runs_natively_on_gpu(adapter):
-    assert "native Triton" in adapter.availability().execution
+    assert "native Triton" in adapter.availability().execution_detail
+    assert adapter.availability().execution == "native"

@@ -71,7 +71,7 @@ class WrongDkAdapter:
     description: str = "custom_vjp attention whose dk misses the softmax scale"
 
     def availability(self) -> Availability:
-        return Availability(True, "", (), "JAX, in this process")
+        return Availability(True, "", (), "native", "JAX, in this process")
 
     def capabilities(self) -> Capabilities:
         return correct.BACKWARD

@@ -85,7 +85,7 @@ class CorrectAdapter:
     description: str = "correct JAX attention with jax.vjp gradients"
 
     def availability(self) -> Availability:
-        return Availability(True, "", (), "JAX, in this process")
+        return Availability(True, "", (), "native", "JAX, in this process")
 
     def capabilities(self) -> Capabilities:
         return BACKWARD

@@ -301,3 +301,49 @@ def test_long_reasons_are_cut_to_one_table_line(tmp_path):
     (finding,) = result.regressions
     assert finding.detail.startswith("forward raised RuntimeError: xxx") and finding.detail.endswith("…")
     assert len(finding.detail) == 160 and "second line" not in finding.detail
+
+
+@pytest.mark.parametrize(
+    ("detail", "kind"),
+    [
+        ("Pallas generic interpreter (interpret=True) on CPU", "interpret"),
+        ("Pallas TPU interpret mode (force_tpu_interpret_mode) on CPU", "interpret"),
+        ("native Mosaic on TPU", "native"),
+        ("XLA on the default JAX backend", "native"),
+        ("user function, called in this process", "native"),
+        ("", "native"),
+    ],
+)
+def test_execution_kind_reads_the_adapters_sentence(detail: str, kind: str) -> None:
+    """Benchmark files written before Availability.execution was a literal carry the sentence."""
+    from reports.benchmarks import execution_kind
+
+    assert execution_kind(detail) == kind
+
+
+def test_benchmarks_pair_on_the_execution_literal(tmp_path, capsys):
+    """The literal decides, never a word in a sentence: a native entry whose detail mentions an
+    interpreter still pairs with native; an old file's sentence is read once, as the literal."""
+    base, cand = _pair(tmp_path, standard_results(), standard_results())
+    _bench(
+        base,
+        [
+            ("b.py::a", 0.010, {"execution": "native", "execution_detail": "no interpreter involved"}),
+            ("b.py::b", 0.010, {"execution": "Pallas generic interpreter (interpret=True) on CPU"}),
+            ("b.py::c", 0.010, {"execution": "native Mosaic on TPU"}),
+        ],
+    )
+    _bench(
+        cand,
+        [
+            ("b.py::a", 0.020, {"execution": "native", "execution_detail": "XLA on the default JAX backend"}),
+            ("b.py::b", 0.020, {"execution": "interpret", "execution_detail": "Pallas TPU interpret mode"}),
+            ("b.py::c", 0.020, {"execution": "interpret"}),
+        ],
+    )
+    code = main(["gate", str(base), str(cand)])
+    out = capsys.readouterr().out
+    assert code == EXIT_REGRESSION
+    assert "### ❌ Slower (2)" in out and "b.py::a" in out and "b.py::b" in out
+    assert "| b.py::c |" not in out
+    assert "1 benchmark not compared: base and candidate ran them differently" in out

@@ -176,3 +176,36 @@ def test_nox_session_with_a_bad_version_fails_in_one_line(tmp_path):
     aborted = [line for line in done.stderr.splitlines() if "aborted" in line]
     assert len(aborted) == 1 and "jax 'latest' is not a release number" in aborted[0]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "release"), [("0.4.35", (0, 4, 35)), ("0.10.2", (0, 10, 2)), ("0.7.0rc1", (0, 7, 0))]
+)
+def test_one_parser_reads_releases_and_prereleases(text, release):
+    from kernels.jax_runtime import version_tuple
+
+    assert jv.parse_version(text).release == release
+    assert version_tuple(text) == release  # kernels read versions through the same parser
+
+
+def test_parsed_versions_order_by_pep_440():
+    assert jv.parse_version("0.4.35") < jv.parse_version("0.7.0rc1") < jv.parse_version("0.7.0")
+    assert jv.parse_version("0.7.0") < jv.parse_version("0.10.2")  # numeric, not alphabetical
+    assert jv.version_key("0.4.38") < jv.version_key("0.10.2")
+
+
+def test_kernels_parse_through_the_reports_parser(monkeypatch):
+    import kernels.jax_runtime as runtime
+
+    seen = []
+    monkeypatch.setattr(runtime, "parse_version", lambda text: seen.append(text) or jv.parse_version(text))
+    assert runtime.version_tuple("2.13.0+cpu") == (2, 13, 0)
+    assert runtime.version_tuple("not a version") == ()
+    assert seen == ["2.13.0+cpu", "not a version"]
+
+
+def test_the_gate_imports_without_site_packages():
+    """`nox -s gate` runs with no installs: nothing `python -m reports gate` imports may need
+    numpy, jax or packaging at import time (-S: no site-packages at all)."""
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import reports.__main__, reports.gate"
+    subprocess.run([sys.executable, "-S", "-c", code], check=True, cwd=ROOT)

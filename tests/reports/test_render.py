@@ -213,3 +213,19 @@ def test_multiline_reason_and_execution_line(tmp_path):
     assert "**Reason:**\n\n```text\nout of tolerance\nShrunk to a smaller failing case: x (q 7)\n```" in text
     assert "Execution · flash: pallas TPU interpret mode on CPU · xla: native" in text
     assert "profile ci · seed 1234\n" in text  # the suite's hypothesis_seed wins over a plain seed
+
+
+def test_execution_line_shows_the_detail_of_the_literal():
+    from reports.render import execution_line
+
+    subjects = [
+        {
+            "name": "flash",
+            "available": True,
+            "execution": "interpret",
+            "execution_detail": "Pallas TPU on CPU",
+        },
+        {"name": "xla", "available": True, "execution": "native", "execution_detail": ""},
+    ]
+    fake = type("FakeRun", (), {"summary": {"subjects": subjects}})()
+    assert execution_line(fake) == "Execution · flash: Pallas TPU on CPU · xla: native"

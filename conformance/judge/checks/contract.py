@@ -57,10 +57,10 @@ def raises(ctx: CheckContext) -> Outcome:
     call = ctx.run.forward_call if ctx.direction == "forward" else ctx.run.gradients_call
     if call.error is not None:
         return passed(f"{ctx.direction} raised {type(call.error).__name__}: {str(call.error)[:200]}")
-    declared = ctx.capabilities.violated_constraints(
-        ctx.case.shape, ctx.case.spec, ctx.direction, ctx.case.features
+    outside = ctx.capabilities.admits(
+        ctx.case.skeleton(), ctx.case.spec, ctx.case.dtype, ctx.direction, ctx.case.features
     )
-    violated = [c.name for c in declared if c.raises]
+    violated = [e.constraint.name for e in outside if e.raises]
     return failed(
         f"{ctx.direction} returned normally, but the adapter declares that constraint(s) "
         f"{violated} make it raise; fix the declaration or the input validation"
