@@ -11,7 +11,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import Subject
-from kernels.plugin import FunctionAdapter
+from kernels.function_adapter import FunctionAdapter
 from tests.conformance import toy_subjects
 
 TOY = "tests.conformance.toy_subjects"
