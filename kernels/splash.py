@@ -36,8 +36,8 @@ from kernels.jax_runtime import (
     CompiledCache,
     array_key,
     count_primitives,
+    installed_jax_versions,
     jax_version,
-    jax_versions,
     to_jax,
     to_numpy,
     unavailable_because,
@@ -196,11 +196,11 @@ class SplashAdapter:
             if execution.mode == "tpu":
                 missing = tpu_interpret_mode_missing()
                 if missing is not None:
-                    return Availability(False, missing, jax_versions())
+                    return Availability(False, missing, installed_jax_versions())
             _load_api()
         except Exception as error:  # any import/API failure means "unavailable", never a crash
             return unavailable_because(error, f"importing {MODULE}")
-        return Availability(True, "", jax_versions(), execution.description)
+        return Availability(True, "", installed_jax_versions(), execution.description)
 
     def capabilities(self) -> Capabilities:
         head_dim_constraints, distinct_v_dim = _head_dim_constraints()

@@ -42,7 +42,7 @@ from kernels.jax_runtime import (
     CompiledCache,
     array_key,
     count_primitives,
-    jax_versions,
+    installed_jax_versions,
     to_jax,
     to_numpy,
     unavailable_because,
@@ -161,11 +161,11 @@ class TpuFlashAdapter:
             if execution.mode == "tpu":
                 missing = tpu_interpret_mode_missing()
                 if missing is not None:
-                    return Availability(False, missing, jax_versions())
+                    return Availability(False, missing, installed_jax_versions())
             _load_api(execution)
         except Exception as error:  # any import/API failure means "unavailable", never a crash
             return unavailable_because(error, f"importing {MODULE}")
-        return Availability(True, "", jax_versions(), execution.description)
+        return Availability(True, "", installed_jax_versions(), execution.description)
 
     def capabilities(self) -> Capabilities:
         try:

@@ -58,7 +58,7 @@ import pytest
 from conformance.harness import jax_compat, recording
 from conformance.judge import repro
 from conformance.judge.artifacts import SubjectError
-from conformance.judge.runner import describe, run_check
+from conformance.judge.runner import case_description, run_check
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned
 from reports.records import CaseResult, write_json_atomic
@@ -266,11 +266,11 @@ class ControllerIsolation:
         self,
         config: pytest.Config,
         lookup: Callable[[str, str], Planned | None],
-        spec_of: Callable[[str], str],
+        impl_of: Callable[[str], str],
     ):
         self.config = config
         self.lookup = lookup
-        self.spec_of = spec_of
+        self.impl_of = impl_of
         self.folder = Path(tempfile.mkdtemp(prefix="conformance-workers-"))
         self.memory_limit = parse_size(config.getoption("worker_memory_limit"))
         self.started: dict[str, float] = {}
@@ -365,10 +365,10 @@ class ControllerIsolation:
             except OSError as error:  # no retry is no verdict on flakiness: record the crash as it stands
                 note = f"(not retried: the retry process did not start: {error})"
         # The whole record, repro script included: running it shows the crash again, outside the suite.
-        script = repro.script(planned.case, planned.check, self.spec_of(planned.case.subject))
+        script = repro.script(planned.case, planned.check, self.impl_of(planned.case.subject))
         verdict = crash_verdict(retry)
         return CaseResult(
-            case=describe(planned.case),
+            case=case_description(planned.case),
             check=planned.check,
             verdict=verdict,
             reason=crash_reason(worker_id, crash, retry, note),
@@ -395,7 +395,7 @@ class ControllerIsolation:
         settings = {
             "case": dataclasses.asdict(planned.case),
             "check": planned.check,
-            "impl": self.spec_of(planned.case.subject),
+            "impl": self.impl_of(planned.case.subject),
             "profile": self.config.getoption("profile", default="ci"),
             "cache_dir": self.config.getoption("jax_cache_dir", default=None),
             "memory_limit": self.memory_limit,
@@ -561,7 +561,7 @@ class WorkerIsolation:
         if fault is None:
             return None
         result = CaseResult(
-            case=describe(planned.case),
+            case=case_description(planned.case),
             check=planned.check,
             verdict="error",
             reason=f"not run: an earlier check of this case crashed its worker ({fault})",
@@ -590,7 +590,7 @@ def unfinished(config: pytest.Config) -> int:
 
 
 def configure(
-    config: pytest.Config, lookup: Callable[[str, str], Planned | None], spec_of: Callable[[str], str]
+    config: pytest.Config, lookup: Callable[[str, str], Planned | None], impl_of: Callable[[str], str]
 ) -> None:
     """Register the side of isolation this process plays (nothing without xdist)."""
     if config.pluginmanager.get_plugin(PLUGIN_NAME) is not None:
@@ -600,4 +600,4 @@ def configure(
         if DIR_KEY in workerinput:
             config.pluginmanager.register(WorkerIsolation(config), PLUGIN_NAME)
     elif config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(ControllerIsolation(config, lookup, spec_of), PLUGIN_NAME)
+        config.pluginmanager.register(ControllerIsolation(config, lookup, impl_of), PLUGIN_NAME)

@@ -121,7 +121,7 @@ def _raising(constraints: tuple[ShapeConstraint, ...]) -> ShapeConstraint | None
     return next((c for c in constraints if c.raises), None)
 
 
-def _describe(constraints: tuple[ShapeConstraint, ...]) -> str:
+def _constraint_reasons(constraints: tuple[ShapeConstraint, ...]) -> str:
     return "; ".join(f"{c.name}: {c.reason}" for c in constraints)
 
 
@@ -151,7 +151,7 @@ def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:
     if violated:
         raising = _raising(violated)
         note = " (declared to raise; see the raises check)" if raising else ""
-        return Planned(check, case, "unsupported", _describe(violated) + note)
+        return Planned(check, case, "unsupported", _constraint_reasons(violated) + note)
     if backwardish and not caps.backward:
         return Planned(check, case, "unsupported", "backward pass not declared")
     if check == "lse" and not caps.lse:
