@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.cases import EXECUTION_FILTERS, order_key, plan_subject
 from benchmarks.shapes import LIST_NAMES
-from kernels.jax_runtime import default_backend, jax_versions
+from kernels.jax_runtime import default_backend, installed_jax_versions
 from kernels.registry import UnknownSubjectError, resolve, subject_names
 
 
@@ -82,7 +82,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     import jax
 
     device = jax.local_devices()[0]
-    machine_info["jax"] = dict(jax_versions())
+    machine_info["jax"] = dict(installed_jax_versions())
     machine_info["jax_platform"] = default_backend()
     machine_info["jax_device_kind"] = getattr(device, "device_kind", "")
     machine_info["jax_device_count"] = jax.local_device_count()

@@ -72,7 +72,7 @@ def run_case(
         figures, reading = _compile(benchmark, case, make_adapter, settings, device_stats)
     else:
         figures, reading = _steady(benchmark, case, make_adapter(), settings, device_stats)
-    info = {**describe(case), **figures, **reading.extra_info()}
+    info = {**case_extra_info(case), **figures, **reading.extra_info()}
     benchmark.extra_info.update(info)
     return info
 
@@ -136,7 +136,7 @@ def _median(benchmark: Any, fallback: float) -> float:
     return float(stats.median) if stats is not None and stats.median is not None else fallback
 
 
-def describe(case: BenchCase) -> dict[str, Any]:
+def case_extra_info(case: BenchCase) -> dict[str, Any]:
     """The case as extra_info: ``execution`` (the gate's pairing guard) and what was run."""
     s = case.shape
     return {

@@ -21,7 +21,7 @@ import numpy as np
 
 from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
-from kernels.jax_runtime import default_backend, jax_versions
+from kernels.jax_runtime import default_backend, installed_jax_versions
 from reference.spec import AttentionInputs, AttentionSpec
 
 CONSTRAINTS = (
@@ -58,19 +58,21 @@ class CudnnAdapter:
         try:
             backend = default_backend()
         except Exception as error:
-            return Availability(False, f"JAX has no usable backend: {error}", jax_versions())
+            return Availability(False, f"JAX has no usable backend: {error}", installed_jax_versions())
         if backend != "gpu":
             return Availability(
                 False,
                 f"cuDNN attention needs an NVIDIA GPU with cuDNN; JAX's backend here is {backend!r}",
-                jax_versions(),
+                installed_jax_versions(),
             )
         try:
             from jax._src.cudnn.fused_attention_stablehlo import check_cudnn_version
 
             check_cudnn_version()
         except Exception as error:
-            return Availability(False, f"cuDNN is not usable from JAX here: {error}", jax_versions())
+            return Availability(
+                False, f"cuDNN is not usable from JAX here: {error}", installed_jax_versions()
+            )
         return api
 
     def capabilities(self) -> Capabilities:

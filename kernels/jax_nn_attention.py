@@ -29,7 +29,7 @@ from kernels.jax_runtime import (
     CompiledCache,
     array_key,
     count_primitives,
-    jax_versions,
+    installed_jax_versions,
     to_jax,
     to_numpy,
     unavailable_because,
@@ -75,7 +75,7 @@ def api_availability(execution_detail: str) -> Availability:
         _load_api()
     except Exception as error:
         return unavailable_because(error, "looking up jax.nn.dot_product_attention")
-    return Availability(True, "", jax_versions(), "native", execution_detail)
+    return Availability(True, "", installed_jax_versions(), "native", execution_detail)
 
 
 # --------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ def jax_version() -> tuple[int, ...]:
     return () if version is None else version_tuple(version)
 
 
-def jax_versions() -> tuple[tuple[str, str], ...]:
+def installed_jax_versions() -> tuple[tuple[str, str], ...]:
     """(("jax", ...), ("jaxlib", ...)) for ``Availability.versions``."""
     return tuple((name, installed_version(name) or "missing") for name in ("jax", "jaxlib"))
 
@@ -60,7 +60,7 @@ def unavailable_because(error: BaseException, what: str) -> Availability:
     return Availability(
         available=False,
         reason=f"{what} failed on this installation: {type(error).__name__}: {message}",
-        versions=jax_versions(),
+        versions=installed_jax_versions(),
     )
 
 

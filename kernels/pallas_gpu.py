@@ -33,8 +33,8 @@ from kernels.jax_runtime import (
     array_key,
     count_primitives,
     default_backend,
+    installed_jax_versions,
     jax_version,
-    jax_versions,
     to_jax,
     to_numpy,
     unavailable_because,
@@ -141,7 +141,7 @@ class PallasGpuAdapter:
             native, detail = self._native(), self._execution()
         except Exception as error:  # any import/API failure means "unavailable", never a crash
             return unavailable_because(error, f"importing {MODULE}")
-        return Availability(True, "", jax_versions(), "native" if native else "interpret", detail)
+        return Availability(True, "", installed_jax_versions(), "native" if native else "interpret", detail)
 
     def capabilities(self) -> Capabilities:
         try:

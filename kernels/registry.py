@@ -5,7 +5,7 @@
 * a built-in subject name (``subject_names()``: ``tpu_flash``, ``splash``, ``pallas_gpu``,
   ``xla``, ``cudnn``, ``torch_sdpa``);
 * a dotted path ``package.module:attribute`` to a function with the canonical
-  signature (``kernels.plugin``), or to an adapter class or instance;
+  signature (``kernels.function_adapter``), or to an adapter class or instance;
 * the name of an adapter registered by an installed distribution in the entry-point
   group ``attention_conformance.adapters``. In ``pyproject.toml``::
 
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kernels.base import Adapter
-from kernels.plugin import FunctionAdapter, PluginSignatureError
+from kernels.function_adapter import FunctionAdapter, PluginSignatureError
 
 ENTRY_POINT_GROUP = "attention_conformance.adapters"
 

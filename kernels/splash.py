@@ -35,14 +35,17 @@ from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
     array_key,
-    count_primitives,
     jax_version,
-    jax_versions,
     to_jax,
     to_numpy,
-    unavailable_because,
 )
-from kernels.tpu_interpret import Interpreter, TpuExecution, choose_execution, tpu_interpret_mode_missing
+from kernels.tpu_interpret import (
+    Interpreter,
+    TpuExecution,
+    choose_execution,
+    pallas_ran,
+    pallas_tpu_availability,
+)
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.splash_attention"
@@ -191,16 +194,7 @@ class SplashAdapter:
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
     def availability(self) -> Availability:
-        try:
-            execution = choose_execution(self.interpreter)
-            if execution.mode == "tpu":
-                missing = tpu_interpret_mode_missing()
-                if missing is not None:
-                    return Availability(False, missing, jax_versions())
-            _load_api()
-        except Exception as error:  # any import/API failure means "unavailable", never a crash
-            return unavailable_because(error, f"importing {MODULE}")
-        return Availability(True, "", jax_versions(), execution.kind, execution.description)
+        return pallas_tpu_availability(self.interpreter, MODULE, lambda execution: _load_api())
 
     def capabilities(self) -> Capabilities:
         head_dim_constraints, distinct_v_dim = _head_dim_constraints()
@@ -336,13 +330,7 @@ class SplashAdapter:
                 _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, q_seg, kv_seg), q, k, v)
                 return vjp(dout)
 
-        n = count_primitives(fn, args, "pallas_call")
-        ran = (
-            f"pallas_call x{n} ({execution.description})"
-            if n
-            else f"no pallas_call traced: fell back ({execution.description})"
-        )
-        return Compiled(jax.jit(fn), ran)
+        return Compiled(jax.jit(fn), pallas_ran(fn, args, execution, fallback="fell back"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -124,7 +124,7 @@ class TorchSdpaAdapter:
         if key in self._ran:
             return functional.scaled_dot_product_attention(q, k, v, **kwargs), self._ran[key]
         out, ops = _recording_aten(lambda: functional.scaled_dot_product_attention(q, k, v, **kwargs))
-        self._ran[key] = _describe(ops)
+        self._ran[key] = _ran_text(ops)
         return out, self._ran[key]
 
 
@@ -163,7 +163,7 @@ def _recording_aten(call):
     return result, recorder.ops
 
 
-def _describe(ops: list[str] | None) -> str:
+def _ran_text(ops: list[str] | None) -> str:
     if ops is None:
         return "torch SDPA (backend not recorded: no dispatch mode in this torch)"
     fused = sorted({op.split(".")[1] for op in ops if "scaled_dot_product" in op})

@@ -41,18 +41,16 @@ from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
     array_key,
-    count_primitives,
-    jax_versions,
     to_jax,
     to_numpy,
-    unavailable_because,
 )
 from kernels.tpu_interpret import (
     Interpreter,
     TpuExecution,
     choose_execution,
     interpreted_copy,
-    tpu_interpret_mode_missing,
+    pallas_ran,
+    pallas_tpu_availability,
 )
 from reference.spec import AttentionInputs, AttentionSpec
 
@@ -156,16 +154,7 @@ class TpuFlashAdapter:
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
     def availability(self) -> Availability:
-        try:
-            execution = choose_execution(self.interpreter)
-            if execution.mode == "tpu":
-                missing = tpu_interpret_mode_missing()
-                if missing is not None:
-                    return Availability(False, missing, jax_versions())
-            _load_api(execution)
-        except Exception as error:  # any import/API failure means "unavailable", never a crash
-            return unavailable_because(error, f"importing {MODULE}")
-        return Availability(True, "", jax_versions(), execution.kind, execution.description)
+        return pallas_tpu_availability(self.interpreter, MODULE, _load_api)
 
     def capabilities(self) -> Capabilities:
         try:
@@ -289,8 +278,4 @@ def _kernel_bias(bias: Any, q: Any, k: Any, scale: float) -> Any:
 
 
 def _ran(fn: Any, args: tuple, execution: TpuExecution) -> str:
-    """``"pallas_call x2 (...)"``; a trace without one says so instead of passing silently."""
-    n = count_primitives(fn, args, "pallas_call")
-    if n == 0:
-        return f"no pallas_call traced: fell back to plain attention ({execution.description})"
-    return f"pallas_call x{n} ({execution.description})"
+    return pallas_ran(fn, args, execution, fallback="fell back to plain attention")

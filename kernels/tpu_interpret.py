@@ -21,6 +21,11 @@ ints (``ref[(0, 0)]``-style batch indices); the generic interpreter's discharge
 rule for ``load`` then crashes with ``'int' object has no attribute 'shape'``.
 The private namespace's ``load``/``store`` turn those ints into int32 scalars
 first (``_int_indexer_shim``). The shim is gated to ``jax < 0.6`` and tested.
+
+The Pallas TPU adapters (``kernels.tpu_flash``, ``kernels.splash``) share two things
+from here: ``pallas_tpu_availability`` (the execution, TPU interpret mode's presence,
+the kernel module's import) and ``pallas_ran`` (the "ran" string: pallas_calls traced,
+and how they ran).
 """
 
 from __future__ import annotations
@@ -32,11 +37,17 @@ import importlib
 import importlib.util
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-from kernels.base import Execution
-from kernels.jax_runtime import default_backend, jax_version
+from kernels.base import Availability, Execution
+from kernels.jax_runtime import (
+    count_primitives,
+    default_backend,
+    installed_jax_versions,
+    jax_version,
+    unavailable_because,
+)
 
 Interpreter = Literal["generic", "tpu"]
 INTERPRETERS: tuple[Interpreter, ...] = ("generic", "tpu")
@@ -103,6 +114,34 @@ def choose_execution(interpreter: Interpreter) -> TpuExecution:
     if default_backend() == "tpu":
         return TpuExecution("native")
     return TpuExecution(interpreter)
+
+
+def pallas_tpu_availability(
+    interpreter: Interpreter, module_name: str, load: Callable[[TpuExecution], object]
+) -> Availability:
+    """Whether a Pallas TPU kernel runs here, and how: natively on a TPU, else through
+    ``interpreter`` (TPU interpret mode needs JAX >= 0.7.0). ``load(execution)`` imports the
+    kernel's entry points from ``module_name``; any failure there makes it unavailable, never
+    a crash."""
+    try:
+        execution = choose_execution(interpreter)
+        if execution.mode == "tpu":
+            missing = tpu_interpret_mode_missing()
+            if missing is not None:
+                return Availability(False, missing, installed_jax_versions())
+        load(execution)
+    except Exception as error:  # any import/API failure means "unavailable", never a crash
+        return unavailable_because(error, f"importing {module_name}")
+    return Availability(True, "", installed_jax_versions(), execution.kind, execution.description)
+
+
+def pallas_ran(fn: Any, args: tuple, execution: TpuExecution, fallback: str) -> str:
+    """What ran: ``"pallas_call x2 (<execution>)"``; a trace without a pallas_call says so
+    (``"no pallas_call traced: <fallback> (<execution>)"``) instead of passing silently."""
+    n = count_primitives(fn, args, "pallas_call")
+    if n == 0:
+        return f"no pallas_call traced: {fallback} ({execution.description})"
+    return f"pallas_call x{n} ({execution.description})"
 
 
 def interpreted_copy(module_name: str) -> types.ModuleType:

@@ -333,7 +333,7 @@ def calibrate(
     parts = [
         f"# Gate calibration over {len(runs)} runs in {root}",
         "",
-        f"Thresholds: {thresholds.describe()}.",
+        f"Thresholds: {thresholds.summary_line()}.",
         "",
         "## Real pairs (base → candidate)",
         "",

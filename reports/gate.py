@@ -86,7 +86,7 @@ class Thresholds:
                 "than it ends up"
             )
 
-    def describe(self) -> str:
+    def summary_line(self) -> str:
         return (
             f"ratio drift: a group's median case > +{self.ratio_drift:.0%} "
             f"at {self.drift_confidence:.0%} confidence (groups of ≥ {self.drift_min_cases:g} cases) · "
@@ -721,7 +721,7 @@ def render_gate(result: GateResult) -> str:
     if result.notes:
         parts += ["### Notes", "", *[f"- {note}" for note in result.notes], ""]
     parts.append(
-        f"<sub>Thresholds: {result.thresholds.describe()}. Change them with "
+        f"<sub>Thresholds: {result.thresholds.summary_line()}. Change them with "
         "`--ratio-drift`, `--drift-confidence`, `--drift-min-cases`, `--near-tolerance`, `--well-below`, "
         "`--max-slowdown`, `--max-memory-growth`, "
         "`--allow-incomplete`, `--allow-behaviour-change`.</sub>"

@@ -6,9 +6,9 @@ Pure functions of their arguments (the noxfile passes ``sys.argv`` and
 
 Why the noxfile reads its own command line: ``conformance`` is parametrized over
 JAX versions, and nox runs *every* parametrization when given a bare session name.
-Issue 4 promises that plain ``nox -s conformance`` runs at the newest JAX only,
-and issue 5 that ``nox -s "conformance(jax='X')"`` works for any X, not only the
-listed ones. nox has no hook for either, so ``session_versions`` looks at the
+Plain ``nox -s conformance`` must run at the newest JAX only, and
+``nox -s "conformance(jax='X')"`` must work for any X, not only the listed ones.
+nox has no hook for either, so ``session_versions`` looks at the
 session selectors before nox builds its session list:
 
 * a bare ``conformance`` selector narrows the list to ``NEWEST`` (plus any

@@ -87,7 +87,7 @@ class SuiteRun:
 
 def decoy_ledger(path: Path) -> Path:
     """Entries that name every mutant but never the failure its checks must find (see the module doc)."""
-    names = {s.spec: s.name for s in resolve_subjects(",".join(m.path for m in MUTANTS))}
+    names = {s.impl: s.name for s in resolve_subjects(",".join(m.path for m in MUTANTS))}
     entries = []
     for mutant in MUTANTS:
         others = [c for c in CHECKS if c not in mutant.checks]

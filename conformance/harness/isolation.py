@@ -59,7 +59,7 @@ from conformance.harness import jax_compat, recording
 from conformance.judge import repro
 from conformance.judge.artifacts import SubjectError
 from conformance.judge.checks.registry import declaration
-from conformance.judge.runner import describe, run_check
+from conformance.judge.runner import case_description, run_check
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned
 from reports.records import CaseResult, write_json_atomic
@@ -267,11 +267,11 @@ class ControllerIsolation:
         self,
         config: pytest.Config,
         lookup: Callable[[str, str], Planned | None],
-        spec_of: Callable[[str], str],
+        impl_of: Callable[[str], str],
     ):
         self.config = config
         self.lookup = lookup
-        self.spec_of = spec_of
+        self.impl_of = impl_of
         self.folder = Path(tempfile.mkdtemp(prefix="conformance-workers-"))
         self.memory_limit = parse_size(config.getoption("worker_memory_limit"))
         self.started: dict[str, float] = {}
@@ -366,10 +366,10 @@ class ControllerIsolation:
             except OSError as error:  # no retry is no verdict on flakiness: record the crash as it stands
                 note = f"(not retried: the retry process did not start: {error})"
         # The whole record, repro script included: running it shows the crash again, outside the suite.
-        script = repro.script(planned.case, declaration(planned.check), self.spec_of(planned.case.subject))
+        script = repro.script(planned.case, declaration(planned.check), self.impl_of(planned.case.subject))
         verdict = crash_verdict(retry)
         return CaseResult(
-            case=describe(planned.case),
+            case=case_description(planned.case),
             check=planned.check,
             verdict=verdict,
             reason=crash_reason(worker_id, crash, retry, note),
@@ -396,7 +396,7 @@ class ControllerIsolation:
         settings = {
             "case": dataclasses.asdict(planned.case),
             "check": planned.check,
-            "impl": self.spec_of(planned.case.subject),
+            "impl": self.impl_of(planned.case.subject),
             "profile": self.config.getoption("profile", default="ci"),
             "cache_dir": self.config.getoption("jax_cache_dir", default=None),
             "memory_limit": self.memory_limit,
@@ -562,7 +562,7 @@ class WorkerIsolation:
         if fault is None:
             return None
         result = CaseResult(
-            case=describe(planned.case),
+            case=case_description(planned.case),
             check=planned.check,
             verdict="error",
             reason=f"not run: an earlier check of this case crashed its worker ({fault})",
@@ -591,7 +591,7 @@ def unfinished(config: pytest.Config) -> int:
 
 
 def configure(
-    config: pytest.Config, lookup: Callable[[str, str], Planned | None], spec_of: Callable[[str], str]
+    config: pytest.Config, lookup: Callable[[str, str], Planned | None], impl_of: Callable[[str], str]
 ) -> None:
     """Register the side of isolation this process plays (nothing without xdist)."""
     if config.pluginmanager.get_plugin(PLUGIN_NAME) is not None:
@@ -601,4 +601,4 @@ def configure(
         if DIR_KEY in workerinput:
             config.pluginmanager.register(WorkerIsolation(config), PLUGIN_NAME)
     elif config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(ControllerIsolation(config, lookup, spec_of), PLUGIN_NAME)
+        config.pluginmanager.register(ControllerIsolation(config, lookup, impl_of), PLUGIN_NAME)

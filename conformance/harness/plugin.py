@@ -27,7 +27,7 @@ import pytest
 
 from conformance.harness import isolation, jax_compat, recording
 from conformance.judge.checks.registry import CHECKS
-from conformance.judge.runner import Runner, describe
+from conformance.judge.runner import Runner, case_description
 from conformance.plan import profiles, user_cases
 from conformance.plan.catalogue import Planned, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
@@ -108,7 +108,7 @@ def configure(config: pytest.Config) -> None:
         config.pluginmanager.register(plugin, PLUGIN_NAME)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistSeed(plugin), PLUGIN_NAME + "-xdist")
-        isolation.configure(config, plugin.planned, plugin.spec_of)
+        isolation.configure(config, plugin.planned, plugin.impl_of)
 
 
 def of(config: pytest.Config) -> ConformancePlugin:
@@ -222,9 +222,9 @@ class ConformancePlugin:
             self._runner = Runner(self.subjects, self.profile, shrink=self.shrink)
         return self._runner
 
-    def spec_of(self, subject: str) -> str:
+    def impl_of(self, subject: str) -> str:
         """What --impl named a subject by (repro scripts resolve it again)."""
-        return next((s.spec for s in self.subjects if s.name == subject), subject)
+        return next((s.impl for s in self.subjects if s.name == subject), subject)
 
     def planned(self, check: str, case_id: str) -> Planned | None:
         """The planned item of a check by case id (isolation: the case a dead worker was running)."""
@@ -234,7 +234,7 @@ class ConformancePlugin:
         """The description of a planned case by check and id (for records of crashed tests)."""
         for item in self.plan.get(check, ()):
             if item.case.case_id == case_id:
-                return describe(item.case)
+                return case_description(item.case)
         return None
 
     # -- pytest hooks -----------------------------------------------------------------------
@@ -462,7 +462,7 @@ def _planned_of(item: pytest.Item) -> Planned | None:
 def _subject_summary(subject: Subject) -> dict[str, Any]:
     return {
         "name": subject.name,
-        "impl": subject.spec,
+        "impl": subject.impl,
         "available": subject.available,
         "reason": "" if subject.available else subject.reason,
         "execution": subject.availability.execution,
@@ -501,7 +501,7 @@ class Bound:
         """Evaluate, attach the record, and turn the verdict into pytest's outcome."""
         self.node.user_properties.append(
             recording.case_property(
-                describe(planned.case), planned.check, isolation.planned_features(planned)
+                case_description(planned.case), planned.check, isolation.planned_features(planned)
             )
         )
         result = self.plugin.classify_known(self.plugin.runner.evaluate(planned))
@@ -512,7 +512,7 @@ class Bound:
             issue = result.known_issue
             pytest.xfail(f"known issue {issue['id']} ({issue['link']}): {issue['summary']}")
         if result.verdict != "pass":
-            message = [f"{planned.check} {result.verdict.upper()}: {planned.case.describe()}", result.reason]
+            message = [f"{planned.check} {result.verdict.upper()}: {planned.case.summary()}", result.reason]
             if result.repro:
                 message += ["", "Repro (run from the repository root):", result.repro]
             pytest.fail("\n".join(message), pytrace=False)

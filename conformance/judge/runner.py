@@ -22,7 +22,7 @@ from conformance.plan.subjects import Subject, resolve_subjects
 from reports.records import CaseDescription, CaseResult
 
 
-def describe(case: Case) -> CaseDescription:
+def case_description(case: Case) -> CaseDescription:
     """The record's description of a case: everything needed to rebuild it."""
     masks = tuple(
         name
@@ -101,7 +101,11 @@ class Runner:
         """The record for one planned item (runs the check unless unsupported/unavailable)."""
         case, check = planned.case, planned.check
         subject = self.subjects[case.subject]
-        base = {"case": describe(case), "check": check, "features": (check, case.dtype, *case.features)}
+        base = {
+            "case": case_description(case),
+            "check": check,
+            "features": (check, case.dtype, *case.features),
+        }
         if planned.status in ("unsupported", "unavailable"):
             return CaseResult(
                 verdict=planned.status, reason=planned.reason, availability=_availability(subject), **base
@@ -124,7 +128,7 @@ class Runner:
         if verdict != "pass":
             minimal = self._shrink(check, case, verdict)
             if minimal is not None and minimal != case:
-                reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.describe()})"
+                reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.summary()})"
                 repro_case = minimal
         return CaseResult(
             verdict=verdict,
@@ -134,7 +138,7 @@ class Runner:
             details=details,
             observed=observed,
             availability=_availability(subject, ran),
-            repro="" if verdict == "pass" else repro.script(repro_case, declaration(check), subject.spec),
+            repro="" if verdict == "pass" else repro.script(repro_case, declaration(check), subject.impl),
             **base,
         )
 

@@ -186,7 +186,7 @@ class Case:
             mask=None if self.mask is None else np.broadcast_to(np.ones((), bool), self.mask_shape),
         )
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         """The case in words, for failure messages."""
         shape = (
             f"B={self.batch} Hq={self.q_heads} Hkv={self.kv_heads} Sq={self.q_len} "

@@ -108,7 +108,7 @@ def _raising(constraints: tuple[ShapeConstraint, ...]) -> ShapeConstraint | None
     return next((c for c in constraints if c.raises), None)
 
 
-def _describe(constraints: tuple[ShapeConstraint, ...]) -> str:
+def _constraint_reasons(constraints: tuple[ShapeConstraint, ...]) -> str:
     return "; ".join(f"{c.name}: {c.reason}" for c in constraints)
 
 
@@ -150,7 +150,7 @@ def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities
     if violated:
         raising = _raising(violated)
         note = " (declared to raise; see the raises check)" if raising else ""
-        return Planned(name, case, "unsupported", _describe(violated) + note)
+        return Planned(name, case, "unsupported", _constraint_reasons(violated) + note)
     return Planned(name, case, "run", backward=_backward_runs(case, caps, fwd, bwd))
 
 

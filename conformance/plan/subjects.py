@@ -20,7 +20,7 @@ class Subject:
     """One adapter with its declarations. ``capabilities`` is None when unavailable."""
 
     name: str
-    spec: str  # what --impl named it by: resolve(spec) gives this adapter again (repro scripts)
+    impl: str  # what --impl named it by: resolve(impl) gives this adapter again (repro scripts)
     adapter: Adapter
     availability: Availability
     capabilities: Capabilities | None
@@ -34,7 +34,7 @@ class Subject:
         return self.availability.reason or "unavailable"
 
 
-def _describe(spec: str, adapter: Adapter) -> Subject:
+def _declared_subject(impl: str, adapter: Adapter) -> Subject:
     try:
         availability = adapter.availability()
     except Exception as error:  # noqa: BLE001 - a broken adapter is a finding, not a crash
@@ -47,7 +47,7 @@ def _describe(spec: str, adapter: Adapter) -> Subject:
             availability = dataclasses.replace(
                 availability, available=False, reason=f"capabilities() raised {type(error).__name__}: {error}"
             )
-    return Subject(str(adapter.name), spec, adapter, availability, capabilities)
+    return Subject(str(adapter.name), impl, adapter, availability, capabilities)
 
 
 def impl_names(impl: str) -> tuple[str, ...]:
@@ -64,7 +64,7 @@ def impl_names(impl: str) -> tuple[str, ...]:
 
 def resolve_subjects(impl: str) -> tuple[Subject, ...]:
     """Adapters for ``impl`` (raises kernels.registry.UnknownSubjectError with the fix)."""
-    subjects = tuple(_describe(name, resolve(name)) for name in impl_names(impl))
+    subjects = tuple(_declared_subject(name, resolve(name)) for name in impl_names(impl))
     names = [s.name for s in subjects]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

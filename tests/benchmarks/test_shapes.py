@@ -1,4 +1,5 @@
-"""Shape lists: which one a subject gets, and that each covers what issue 6 asks for."""
+"""Shape lists: which one a subject gets, and that each covers the representative axes (lengths up to
+4096, D 64 and 128, causal and not, float32 and bfloat16) within its budget."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from conformance.judge.runner import describe
+from conformance.judge.runner import case_description
 from conformance.plan import edge_matrix
 from conformance.plan.cases import Case
 
@@ -105,7 +105,7 @@ def test_ci_level_is_a_subset_of_dev_and_thorough():
 
 def test_description_round_trips_the_fields_a_report_needs():
     case = Case("x", "bfloat16", segments=2, kv_lengths=(3,), bias="1h1k", window=(1, 2))
-    record = describe(case)
+    record = case_description(case)
     assert record.case_id == case.case_id and record.seed == case.seed
     assert record.masks == ("segment_ids", "lengths") and record.bias_shape == (1, 1, 1, 128)
     assert dataclasses.asdict(record)["window"] == (1, 2)

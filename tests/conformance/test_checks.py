@@ -13,7 +13,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import classify, plan
 from conformance.plan.profiles import get
 from conformance.plan.subjects import Subject, resolve_subjects
-from kernels.plugin import FunctionAdapter
+from kernels.function_adapter import FunctionAdapter
 from tests.conformance import toy_subjects
 
 TOY = "tests.conformance.toy_subjects"

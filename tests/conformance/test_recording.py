@@ -7,7 +7,7 @@ import dataclasses
 import json
 
 from conformance.harness import recording
-from conformance.judge.runner import describe
+from conformance.judge.runner import case_description
 from conformance.plan.cases import Case
 from reports.records import CaseResult, read_results
 
@@ -32,7 +32,7 @@ def _recorder(tmp_path, lookup=lambda check, case_id: None):
 
 
 def _result(verdict="pass") -> CaseResult:
-    return CaseResult(case=describe(CASE), check="forward", verdict=verdict, features=("forward",))
+    return CaseResult(case=case_description(CASE), check="forward", verdict=verdict, features=("forward",))
 
 
 def test_a_result_property_is_written_once(tmp_path):
@@ -51,7 +51,7 @@ def test_a_result_property_is_written_once(tmp_path):
 
 def test_a_test_that_died_mid_call_is_an_error_naming_its_case(tmp_path):
     rec = _recorder(tmp_path)
-    case_prop = recording.case_property(describe(CASE), "forward")
+    case_prop = recording.case_property(case_description(CASE), "forward")
     rec.on_report(Report(NODE, "call", "failed", [case_prop], "Traceback...\nZeroDivisionError: boom"))
     rec.finish({}, interrupted=False)
     (result,) = read_results(tmp_path).results
@@ -61,7 +61,7 @@ def test_a_test_that_died_mid_call_is_an_error_naming_its_case(tmp_path):
 
 def test_a_crashed_xdist_worker_is_an_error_found_through_the_catalogue(tmp_path):
     def lookup(check: str, case_id: str):
-        return describe(CASE) if case_id == CASE.case_id else None
+        return case_description(CASE) if case_id == CASE.case_id else None
 
     rec = _recorder(tmp_path, lookup=lookup)
     rec.on_report(Report(NODE, "???", "failed", [], "worker 'gw0' crashed while running"))

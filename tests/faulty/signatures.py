@@ -1,4 +1,4 @@
-"""Plug-in functions whose signatures do not fit the canonical one (``kernels/plugin.py``)."""
+"""Plug-in functions whose signatures do not fit the canonical one (``kernels/function_adapter.py``)."""
 
 from __future__ import annotations
 

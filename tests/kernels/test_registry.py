@@ -11,7 +11,7 @@ import pytest
 
 from kernels import registry
 from kernels.base import Adapter, Capabilities
-from kernels.plugin import DEFAULT_CAPABILITIES, FunctionAdapter
+from kernels.function_adapter import DEFAULT_CAPABILITIES, FunctionAdapter
 from kernels.registry import UnknownSubjectError, resolve, resolve_many, subject_names
 from reference.spec import AttentionSpec
 from tests.kernels.cases import check_forward, make_inputs

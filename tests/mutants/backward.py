@@ -1,6 +1,6 @@
 """A mutant whose forward is right and whose hand-written backward is not.
 
-Plain functions are forward-only (``kernels/plugin.py``), so this one is an adapter
+Plain functions are forward-only (``kernels/function_adapter.py``), so this one is an adapter
 class, reached as ``--impl tests.mutants.backward:WrongDkAdapter``. Its control, the
 same adapter with autodiff gradients, is ``tests.mutants.correct:CorrectAdapter``.
 """

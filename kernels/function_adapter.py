@@ -82,7 +82,7 @@ def check_signature(fn: Callable[..., Any], capabilities: Capabilities, where: s
     if len(positional) < 3 and not var_positional:
         raise PluginSignatureError(
             f"{where}: takes {len(positional)} positional parameters; the canonical signature is "
-            f"fn(q, k, v, *, scale, ...) (see kernels/plugin.py)"
+            f"fn(q, k, v, *, scale, ...) (see kernels/function_adapter.py)"
         )
     accepted = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
     missing = [n for n in required_keywords(capabilities) if n not in accepted and not var_keyword]
