@@ -19,12 +19,11 @@ per entry of ``benchmarks``:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from reports.records import ResultsFileError
+from reports.records import ResultsFileError, read_json_file
 
 BENCHMARKS_FILE = "benchmarks.json"
 MEMORY_KEYS = ("peak_memory_bytes", "peak_device_bytes", "peak_rss_bytes")
@@ -50,17 +49,9 @@ def read_benchmarks(folder: Path) -> dict[str, Benchmark] | None:
     Raises ResultsFileError naming the file (and line, for JSON syntax errors).
     """
     path = benchmarks_path(folder)
-    if not path.exists():
+    data = read_json_file(path, "benchmark", "rerun the benchmarks or delete it")
+    if data is None:
         return None
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if not text.strip():
-        raise ResultsFileError(f"{path}:1: the benchmark file is empty; rerun the benchmarks or delete it")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsFileError(
-            f"{path}:{exc.lineno}: corrupt benchmark JSON ({exc.msg}); rerun the benchmarks or delete it"
-        ) from None
     entries = data.get("benchmarks") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise ResultsFileError(

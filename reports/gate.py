@@ -474,27 +474,12 @@ def lost_capabilities(base: Run, candidate: Run) -> list[Finding]:
     for subject in sorted(ran_before - ran_now):
         reasons = {r.reason for r in candidate.results if r.case.subject == subject and r.reason}
         if subject in new_grid.subjects:
-            findings.append(
-                Finding(
-                    "lost subject",
-                    subject,
-                    "availability",
-                    "available",
-                    "unavailable",
-                    "; ".join(sorted(reasons)),
-                )
-            )
+            now, detail = "unavailable", "; ".join(sorted(reasons))
         elif candidate.complete:
-            findings.append(
-                Finding(
-                    "lost subject",
-                    subject,
-                    "availability",
-                    "available",
-                    "absent",
-                    "the candidate run has no result for this subject",
-                )
-            )
+            now, detail = "absent", "the candidate run has no result for this subject"
+        else:
+            continue  # an incomplete run may not have reached the subject yet
+        findings.append(Finding("lost subject", subject, "availability", "available", now, detail))
     for subject in sorted(ran_before & ran_now):
         for feature in old_grid.features:
             before, after = old_grid.status(subject, feature), new_grid.status(subject, feature)

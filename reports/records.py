@@ -249,23 +249,29 @@ def read_results(path: Path) -> ResultsFile:
     )
 
 
+def read_json_file(path: Path, what: str, fix: str) -> Any:
+    """A JSON file's content; None when it does not exist. An empty or corrupt file raises
+    ResultsFileError naming the file, the line and ``fix`` (what the user should do)."""
+    if not path.exists():
+        return None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise ResultsFileError(f"{path}:1: the {what} file is empty; {fix}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(f"{path}:{exc.lineno}: corrupt {what} JSON ({exc.msg}); {fix}") from None
+
+
 def read_summary(path: Path) -> dict[str, Any] | None:
     """Read a summary.json (or the folder holding one); None when there is none,
     as after a killed run. Raises ResultsFileError on anything but a JSON object."""
     path = Path(path)
     if path.is_dir():
         path = path / SUMMARY_FILE
-    if not path.exists():
+    obj = read_json_file(path, "summary", "delete it or rerun the session")
+    if obj is None:
         return None
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if not text.strip():
-        raise ResultsFileError(f"{path}:1: the summary file is empty; delete it or rerun the session")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsFileError(
-            f"{path}:{exc.lineno}: corrupt summary ({exc.msg}); delete it or rerun the session"
-        ) from None
     if not isinstance(obj, dict):
         raise ResultsFileError(f"{path}:1: the summary is not a JSON object; delete it or rerun the session")
     return obj

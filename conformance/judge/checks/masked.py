@@ -63,26 +63,26 @@ def _observed_fully_masked(ctx: CheckContext) -> dict[str, str]:
     return observed
 
 
+# Conventions a row meets element by element: what the row must be, and which rows break it.
+_ELEMENTWISE = {
+    "zeros": ("0", lambda out: (out != 0).any(axis=-1)),
+    "nan": ("NaN", lambda out: ~np.isnan(out).all(axis=-1)),
+}
+
+
 def _fully_masked_verdict(ctx: CheckContext) -> Outcome:
     got, rows = ctx.run.forward, ctx.oracle.reference.fully_masked
     out = np.asarray(got.out, dtype=np.float64)
     convention = ctx.capabilities.fully_masked_rows
     problems = _poisoned(ctx)
     n_rows = int(rows.sum())
-    if convention == "zeros":
-        bad = rows & (out != 0).any(axis=-1)
+    if convention in _ELEMENTWISE:
+        what, breaks = _ELEMENTWISE[convention]
+        bad = rows & breaks(out)
         if bad.any():
             where = _first(bad)
             problems.append(
-                f"convention 'zeros': {_fraction(bad, n_rows)} fully masked rows are not 0, "
-                f"first at [b, h, q] = {list(where)}: {out[where][:4].tolist()}..."
-            )
-    elif convention == "nan":
-        bad = rows & ~np.isnan(out).all(axis=-1)
-        if bad.any():
-            where = _first(bad)
-            problems.append(
-                f"convention 'nan': {_fraction(bad, n_rows)} fully masked rows are not NaN, "
+                f"convention {convention!r}: {_fraction(bad, n_rows)} fully masked rows are not {what}, "
                 f"first at [b, h, q] = {list(where)}: {out[where][:4].tolist()}..."
             )
     elif convention == "mean_v":
