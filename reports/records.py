@@ -12,7 +12,10 @@ file and line. Nothing here is ever unpickled: plain JSON only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import fcntl
 import json
 import os
 import time
@@ -23,6 +26,7 @@ from typing import Any, Literal
 SCHEMA_VERSION = 1
 RESULTS_FILE = "results.jsonl"
 SUMMARY_FILE = "summary.json"
+LOCK_FILE = ".lock"  # held (fcntl.flock) by the run writing the folder; holds its pid
 
 Verdict = Literal["pass", "fail", "unsupported", "unavailable", "error", "known", "flaky"]
 # known: failed (or errored) and matched by a known-issue ledger entry (``CaseResult.known_issue``);
@@ -32,6 +36,21 @@ VERDICTS: tuple[str, ...] = ("pass", "fail", "unsupported", "unavailable", "erro
 
 class ResultsFileError(ValueError):
     """A results file that cannot be read; the message names the file, the line and the fix."""
+
+
+class DiskFullError(OSError):
+    """The report folder's disk is full. Every record written before stays whole (the
+    half-written one is cut), so ``--resume`` finishes the run once space is freed."""
+
+    def __init__(self, folder: Path, written: int, record_bytes: int):
+        super().__init__(errno.ENOSPC, f"{folder}: no space left on the device")
+        self.folder = folder
+        self.written = written  # records in results.jsonl, all whole
+        self.record_bytes = record_bytes  # mean bytes per record so far (an estimate of what is needed)
+
+
+# Write errors that mean "no space": the disk is full, or the user's quota is.
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,13 +174,35 @@ class ResultsWriter:
         self._synced = 0.0  # time.monotonic() of the last fsync
         if resuming:
             _drop_torn_tail(self.path, self._file)
+        self.records = 0
+        self.record_bytes = 0
         self._write({"kind": "run", "schema": SCHEMA_VERSION, "resumed": resuming, **header})
 
     def _write(self, obj: dict[str, Any]) -> None:
-        self._file.write(json.dumps(obj, sort_keys=True, allow_nan=True) + "\n")
-        self._file.flush()
-        if time.monotonic() - self._synced >= self.FSYNC_INTERVAL_S:
-            self._sync()
+        line = json.dumps(obj, sort_keys=True, allow_nan=True) + "\n"
+        end = self._file.tell()
+        try:
+            self._file.write(line)
+            self._file.flush()
+            if time.monotonic() - self._synced >= self.FSYNC_INTERVAL_S:
+                self._sync()
+        except OSError as error:
+            if error.errno not in NO_SPACE_ERRNOS:
+                raise
+            self._cut(end)
+            mean = self.record_bytes // self.records if self.records else len(line)
+            raise DiskFullError(self.path.parent, self.records, max(mean, len(line))) from None
+        if obj.get("kind") == "case":
+            self.records += 1
+            self.record_bytes += len(line)
+
+    def _cut(self, end: int) -> None:
+        """Drop what the failed write left past ``end``; the file then ends on a whole record.
+        Buffered bytes that could not be written are discarded with the handle."""
+        with contextlib.suppress(OSError):
+            os.truncate(self.path, end)
+        with contextlib.suppress(OSError, ValueError):
+            self._file.close()
 
     def _sync(self) -> None:
         os.fsync(self._file.fileno())
@@ -180,6 +221,10 @@ class ResultsWriter:
         if not self._file.closed:
             self._sync()
             self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
 
 
 def _drop_torn_tail(path: Path, handle) -> None:
@@ -301,6 +346,26 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def lock_holder(folder: Path) -> int | None:
+    """The pid of the live run writing ``folder`` (0 when it wrote none yet), or None when
+    no run holds the folder's lock. Asks the lock itself, not the pid: the kernel drops a
+    dead holder's lock, and a stale pid may belong to another process by now."""
+    path = Path(folder) / LOCK_FILE
+    try:
+        handle = path.open("r", encoding="utf-8")
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else 0
+        with contextlib.suppress(OSError):
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
 
 
 def completed_keys(results: Iterable[CaseResult]) -> set[tuple[str, str, str]]:

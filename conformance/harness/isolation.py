@@ -306,9 +306,12 @@ class ControllerIsolation:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         missing = self.unfinished()
         if missing:
+            # Stopped on purpose (-x, a full disk): that reason is printed; restarts are not the fix.
+            dsession = terminalreporter.config.pluginmanager.get_plugin("dsession")
+            hint = "" if getattr(dsession, "shouldstop", False) else " (and a larger --max-worker-restart)"
             terminalreporter.write_line(
                 f"conformance: {missing} checks never ran; results.jsonl is left incomplete: "
-                "rerun with --resume (and a larger --max-worker-restart) to finish it",
+                f"rerun with --resume{hint} to finish it",
                 red=True,
             )
 

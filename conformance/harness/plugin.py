@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from conformance.harness import isolation, jax_compat, recording
+from conformance.harness.folder_lock import FolderBusyError, FolderLock
 from conformance.judge.checks.registry import CHECKS
 from conformance.judge.runner import Runner, case_description
 from conformance.plan import profiles, user_cases
@@ -35,9 +36,17 @@ from kernels.base import DTYPES
 from kernels.registry import UnknownSubjectError, subject_names
 from reports import known_issues
 from reports.environment import environment_block
-from reports.records import SCHEMA_VERSION, CaseResult, ResultsFileError, completed_keys, read_results
+from reports.records import (
+    SCHEMA_VERSION,
+    CaseResult,
+    DiskFullError,
+    ResultsFileError,
+    completed_keys,
+    read_results,
+)
 
 PLUGIN_NAME = "conformance-suite"
+DISK_FULL_MARGIN_BYTES = 1 << 20  # summary.json, report.md and its plots on top of the records
 SEED_KEY = "conformance_seed"
 RESUME_KEY = "conformance_resume_keys"
 
@@ -164,6 +173,15 @@ class ConformancePlugin:
             self.user_cases = tuple(user_cases.parse_case(text, DTYPES) for text in config.getoption("case"))
         except user_cases.CaseSyntaxError as error:
             raise pytest.UsageError(str(error)) from None
+        self._lock: FolderLock | None = None
+        self._session: pytest.Session | None = None
+        self._selected = 0  # checks this run will record (after -k and --resume deselection)
+        self._disk_full = ""  # the one line that ends a run whose disk filled up
+        if self.is_controller:
+            try:  # before reading anything in the folder: a --resume reads what it may not share
+                self._lock = FolderLock(self.report_dir).acquire()
+            except FolderBusyError as error:
+                raise pytest.UsageError(str(error)) from None
         if self.resume and self.is_controller:
             self.resume_keys()  # a bad or mismatched results file stops the run here, in one line
         if self.is_controller:
@@ -327,7 +345,17 @@ class ConformancePlugin:
                     f"rerun with {option} {theirs[option]}, or drop --resume to start over"
                 )
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._selected = len(session.items)  # after every deselection (-k, --resume)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self._disk_full:
+            terminalreporter.write_line(self._disk_full, red=True)
         for line, red in getattr(self, "_ledger_lines", ()):
             terminalreporter.write_line(line, red=red, yellow=not red)
         if self.resume and self.is_controller and self._resume_keys:
@@ -345,15 +373,43 @@ class ConformancePlugin:
             "hypothesis_seed": self.seed,
             "environment": environment_block(),
         }  # a killed run's report still names its environment
-        self.recorder = recording.Recorder(
-            self.report_dir, header, resume=self.resume, lookup=self.lookup, amend=self.classify_known
-        )
+        self._session = session
+        try:
+            self.recorder = recording.Recorder(
+                self.report_dir, header, resume=self.resume, lookup=self.lookup, amend=self.classify_known
+            )
+        except DiskFullError as error:
+            self._stop_for_full_disk(error)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.recorder is not None:
+        if self.recorder is None:
+            return
+        try:
             self.recorder.on_report(report)
+        except DiskFullError as error:
+            self.recorder = None
+            self._stop_for_full_disk(error)
+
+    def _stop_for_full_disk(self, error: DiskFullError) -> None:
+        """Stop after the test in flight with one line: where, how much to free, how to finish.
+        Nothing more is written (a summary would mark the run complete or fail to write)."""
+        remaining = max(self._selected - error.written, 0)
+        needed = remaining * error.record_bytes + DISK_FULL_MARGIN_BYTES
+        self._disk_full = (
+            f"conformance: {error.folder}: no space left on the device after {error.written} records "
+            f"of this run (every one kept, results.jsonl ends on a whole record); free about "
+            f"{needed / 2**20:.1f} MiB there, then finish the run with --resume and the same options"
+        )
+        if self._session is not None:
+            self._session.shouldstop = self._disk_full
+        dsession = self.config.pluginmanager.get_plugin("dsession")  # xdist keeps its own flag
+        if dsession is not None:
+            dsession.shouldstop = self._disk_full
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self._disk_full:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+            return
         if self.recorder is None:
             return
         summary = {
