@@ -348,6 +348,10 @@ class ConformancePlugin:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._selected = len(session.items)  # after every deselection (-k, --resume)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self._selected = len(ids)  # under xdist the controller collects nothing itself
+
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._lock is not None:
             self._lock.release()
