@@ -166,6 +166,17 @@ class ProgressHooks:
             self._costs = costs_of(self._plan_of())
         return item_cost(self._costs.get(key, 0.0) if key else 0.0)
 
+    def _clear(self) -> None:  # the live line, before a line pytest or xdist writes mid-run
+        pass
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        self._clear()  # xdist's "[gw0] node down: ..." would be written over it
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        self._clear()
+
     @property
     def live(self) -> bool:
         return self.display is not None and self.display.rewrite is not None
@@ -191,6 +202,8 @@ class ProgressHooks:
         self.display = Display(
             self.progress, write_line, rewrite if live else None, interval_s=self.interval_s
         )
+        if live:
+            self._clear = lambda: reporter.write("\r\x1b[K", flush=True)
 
     def _plan(self, nodeids: Iterable[str]) -> None:
         self._ids.update(nodeids)
