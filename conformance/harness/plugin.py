@@ -2,7 +2,7 @@
 
 Options: ``--impl NAME|all|a,b|package.module:function`` (default: the primary subject),
 ``--profile ci|dev|thorough``, ``--report-dir DIR``, ``--resume``, ``--no-shrink``,
-``--jax-cache-dir DIR`` (JAX's persistent compilation cache).
+``--jax-cache-dir DIR`` (JAX's persistent compilation cache), ``--no-progress`` (``progress``).
 Hypothesis' own ``--hypothesis-seed`` picks the seed of the drawn cases (the ci
 profile always uses seed 0, so its cases never change).
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import isolation, jax_compat, recording
+from conformance.harness import isolation, jax_compat, progress, recording
 from conformance.harness.folder_lock import FolderBusyError, FolderLock
 from conformance.judge.checks.registry import CHECKS
 from conformance.judge.runner import Runner, case_description
@@ -106,6 +106,7 @@ def add_options(parser: pytest.Parser) -> None:
         f"--case '{user_cases.EXAMPLE}' (keys: conformance/plan/user_cases.py)",
     )
     isolation.add_options(group)
+    progress.add_options(group)
 
 
 def configure(config: pytest.Config) -> None:
@@ -118,6 +119,7 @@ def configure(config: pytest.Config) -> None:
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistSeed(plugin), PLUGIN_NAME + "-xdist")
         isolation.configure(config, plugin.planned, plugin.impl_of)
+        plugin.progress = progress.configure(config, lambda: plugin.plan)
 
 
 def of(config: pytest.Config) -> ConformancePlugin:
@@ -165,6 +167,7 @@ class ConformancePlugin:
         self.strict_known: bool = config.getoption("strict_known")
         self._ledger: known_issues.Ledger | None = None
         self.recorder: recording.Recorder | None = None
+        self.progress: progress.ProgressHooks | None = None  # the live line (controller only)
         self._subjects: tuple[Subject, ...] | None = None
         self._plan: dict[str, tuple[Planned, ...]] | None = None
         self._runner: Runner | None = None
@@ -389,10 +392,13 @@ class ConformancePlugin:
         if self.recorder is None:
             return
         try:
-            self.recorder.on_report(report)
+            record = self.recorder.on_report(report)
         except DiskFullError as error:
             self.recorder = None
             self._stop_for_full_disk(error)
+            return
+        if record is not None and self.progress is not None:
+            self.progress.on_record(report.nodeid, record.check, record.case.case_id, record.verdict)
 
     def _stop_for_full_disk(self, error: DiskFullError) -> None:
         """Stop after the test in flight with one line: where, how much to free, how to finish.

@@ -91,15 +91,17 @@ class Recorder:
         self.started = time.time()
         self._written: set[tuple[str, str, str]] = set()
 
-    def on_report(self, report: Any) -> None:
-        """Handle one ``pytest_runtest_logreport``; writes at most one record per test."""
+    def on_report(self, report: Any) -> CaseResult | None:
+        """Handle one ``pytest_runtest_logreport``; writes at most one record per test and
+        returns it (None when this report wrote nothing)."""
         record = self._record(report)
         if record is None or record.key in self._written:
-            return
+            return None
         record = self.amend(record)
         self._written.add(record.key)
         self.writer.append(record)
         self.counts[record.verdict] += 1
+        return record
 
     def _record(self, report: Any) -> CaseResult | None:
         raw = _property(report, RESULT_PROPERTY)
