@@ -326,11 +326,17 @@ class ConformancePlugin:
         recorded_seed = header.get("hypothesis_seed")
         if self.config.getoption("hypothesis_seed", default=None) is None and isinstance(recorded_seed, int):
             self.seed = recorded_seed
-        ours = {"--profile": self.profile.name, "--impl": self.impl, "--hypothesis-seed": self.seed}
+        ours = {
+            "--profile": self.profile.name,
+            "--impl": self.impl,
+            "--hypothesis-seed": self.seed,
+            "--shard": _shard_text(_shard_record(self.shard)) or "none",
+        }
         theirs = {
             "--profile": header.get("profile"),
             "--impl": header.get("impl"),
             "--hypothesis-seed": header.get("hypothesis_seed"),
+            "--shard": _shard_text(header.get("shard")),
         }
         for option, value in ours.items():
             if theirs[option] is not None and theirs[option] != value:
@@ -410,6 +416,11 @@ def _shard_option(text: str | None) -> tuple[int, int] | None:
 def _shard_record(shard: tuple[int, int] | None) -> dict[str, int] | None:
     """What the header and summary.json say about --shard (None: the whole plan)."""
     return None if shard is None else {"index": shard[0], "count": shard[1]}
+
+
+def _shard_text(record: Any) -> str | None:
+    """A recorded shard as the option spells it ("2/3"), or None."""
+    return f"{record['index']}/{record['count']}" if isinstance(record, dict) else None
 
 
 def _require_every_check(items: list[pytest.Item]) -> None:

@@ -34,6 +34,8 @@ def test_two_shards_merged_give_the_unsharded_runs_verdicts(tmp_path):
     assert read_results(tmp_path / "whole").header["shard"] is None
     verdict = gate(tmp_path / "whole", tmp_path / "merged", Thresholds())
     assert verdict.exit_code == 0
+    resumed = run_suite(tmp_path / "shard1", "exact", "-k", SMALL, "--shard", "2/2", "--resume")
+    assert resumed.returncode == 4 and "recorded with --shard 1/2, not 2/2" in resumed.stdout + resumed.stderr
 
 
 def test_a_bad_shard_is_a_one_line_usage_error(tmp_path):
