@@ -10,6 +10,7 @@
     nox -s torch                          # the adapters' tests with the optional PyTorch subject
     nox -s matrix                         # one report over all reports/jax-*/ -> reports/matrix/
     nox -s gate -- BASE CANDIDATE         # upgrade verdict; exits non-zero on a regression
+    nox -s merge -- OUT SHARD1 SHARD2 ... # the folders of one `--shard K/N` run as one folder
 
 The versions, and the pins each one needs, live in reports/jax_versions.py; so do
 the rules by which this file reads its own command line (a bare `conformance`
@@ -170,3 +171,12 @@ def gate(session: nox.Session) -> None:
     if len([a for a in session.posargs if not a.startswith("-")]) < 2:
         session.error("give two report folders: nox -s gate -- reports/jax-OLD reports/jax-NEW")
     session.run("python", "-m", "reports", "gate", *session.posargs)
+
+
+@nox.session(python="3.11")
+def merge(session: nox.Session) -> None:
+    """One folder from the shards of a `--shard K/N` run: `nox -s merge -- OUT IN1 IN2 ...` (stdlib only,
+    no installs); it renders, gates and joins the matrix like an unsharded run's folder."""
+    if len([a for a in session.posargs if not a.startswith("-")]) < 2:
+        session.error("give the output folder and the shard folders: nox -s merge -- OUT SHARD1 SHARD2 ...")
+    session.run("python", "-m", "reports", "merge", "--no-plots", *session.posargs)

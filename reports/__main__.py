@@ -1,4 +1,4 @@
-"""Command line: ``python -m reports render DIR | matrix [ROOT] | gate BASE CANDIDATE``.
+"""Command line: ``python -m reports render DIR | matrix [ROOT] | gate BASE CANDIDATE | merge OUT IN...``.
 
 Bad input (a missing, empty, torn, corrupt or wrong-schema file) prints one line
 naming the file, the line and the fix, and exits 2; never a traceback.
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reports.gate import EXIT_BAD_INPUT, Thresholds, gate, render_gate
 from reports.matrix import MATRIX_DIR, write_matrix
+from reports.merge import MergeError, merge
 from reports.records import ResultsFileError, write_text_atomic
 from reports.render import write_report
 
@@ -52,6 +53,15 @@ def parser() -> argparse.ArgumentParser:
     matrix.add_argument("root", type=Path, nargs="?", default=Path("reports"))
     matrix.add_argument("--out", type=Path, default=None, help=f"output folder (default ROOT/{MATRIX_DIR})")
     matrix.add_argument("--no-plots", action="store_true")
+
+    merge_cmd = commands.add_parser(
+        "merge",
+        help="merge the folders of one --shard K/N run into OUT (then rendered like any run)",
+        description="Exit 0: merged. 2: the folders are not the complete, disjoint shards of one run.",
+    )
+    merge_cmd.add_argument("out", type=Path)
+    merge_cmd.add_argument("inputs", type=Path, nargs="+", metavar="in")
+    merge_cmd.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
 
     gate_cmd = commands.add_parser(
         "gate",
@@ -132,6 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "matrix":
             print(write_matrix(args.root, args.out, plots=not args.no_plots))
             return 0
+        if args.command == "merge":
+            merged = merge(args.out, args.inputs)
+            state = "complete" if merged.complete else "INCOMPLETE (a shard did not finish)"
+            print(f"merged {merged.shards} shards, {merged.checks} checks, {state}: {merged.folder}")
+            print(write_report(merged.folder, plots=not args.no_plots))
+            return 0
         try:
             thresholds = Thresholds(
                 ratio_drift=args.ratio_drift,
@@ -148,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         result = gate(args.base, args.candidate, thresholds)
-    except ResultsFileError as exc:
+    except (ResultsFileError, MergeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:  # unreadable or unwritable path: still one line, never a traceback

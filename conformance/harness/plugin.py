@@ -2,7 +2,9 @@
 
 Options: ``--impl NAME|all|a,b|package.module:function`` (default: the primary subject),
 ``--profile ci|dev|thorough``, ``--report-dir DIR``, ``--resume``, ``--no-shrink``,
-``--jax-cache-dir DIR`` (JAX's persistent compilation cache), ``--no-progress`` (``progress``).
+``--jax-cache-dir DIR`` (JAX's persistent compilation cache), ``--no-progress`` (``progress``),
+``--shard K/N`` (a cost-balanced slice of the plan, ``conformance/plan/shards.py``; merge the
+folders with ``python -m reports merge``).
 Hypothesis' own ``--hypothesis-seed`` picks the seed of the drawn cases (the ci
 profile always uses seed 0, so its cases never change).
 
@@ -29,7 +31,7 @@ from conformance.harness import isolation, jax_compat, progress, recording
 from conformance.harness.folder_lock import FolderBusyError, FolderLock
 from conformance.judge.checks.registry import CHECKS
 from conformance.judge.runner import Runner, case_description
-from conformance.plan import profiles, user_cases
+from conformance.plan import profiles, shards, user_cases
 from conformance.plan.catalogue import Planned, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
 from kernels.base import DTYPES
@@ -105,6 +107,13 @@ def add_options(parser: pytest.Parser) -> None:
         help="also check this case of your own on every subject (repeatable), e.g. "
         f"--case '{user_cases.EXAMPLE}' (keys: conformance/plan/user_cases.py)",
     )
+    group.addoption(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run only shard K of N of the planned checks (whole cases, balanced by estimated cost; "
+        "the same slice on every machine); merge the folders with `python -m reports merge`",
+    )
     isolation.add_options(group)
     progress.add_options(group)
 
@@ -165,6 +174,7 @@ class ConformancePlugin:
         self.shrink = not config.getoption("no_shrink")
         self.jax_version = _installed_jax()
         self.strict_known: bool = config.getoption("strict_known")
+        self.shard = _shard_option(config.getoption("shard"))
         self._ledger: known_issues.Ledger | None = None
         self.recorder: recording.Recorder | None = None
         self.progress: progress.ProgressHooks | None = None  # the live line (controller only)
@@ -219,6 +229,9 @@ class ConformancePlugin:
             self._plan = plan(self.subjects, self.profile, self.seed)
             if self.user_cases:
                 self._plan = user_cases.extend_plan(self._plan, self.subjects, self.user_cases)
+            if self.shard is not None:
+                execution = {s.name: s.availability.execution for s in self.subjects}
+                self._plan = shards.take_shard(self._plan, execution, *self.shard)
         return self._plan
 
     @property
@@ -334,11 +347,17 @@ class ConformancePlugin:
         recorded_seed = header.get("hypothesis_seed")
         if self.config.getoption("hypothesis_seed", default=None) is None and isinstance(recorded_seed, int):
             self.seed = recorded_seed
-        ours = {"--profile": self.profile.name, "--impl": self.impl, "--hypothesis-seed": self.seed}
+        ours = {
+            "--profile": self.profile.name,
+            "--impl": self.impl,
+            "--hypothesis-seed": self.seed,
+            "--shard": _shard_text(_shard_record(self.shard)) or "none",
+        }
         theirs = {
             "--profile": header.get("profile"),
             "--impl": header.get("impl"),
             "--hypothesis-seed": header.get("hypothesis_seed"),
+            "--shard": _shard_text(header.get("shard")),
         }
         for option, value in ours.items():
             if theirs[option] is not None and theirs[option] != value:
@@ -378,6 +397,7 @@ class ConformancePlugin:
             "subjects": [s.name for s in self.subjects],
             "profile": self.profile.name,
             "hypothesis_seed": self.seed,
+            "shard": _shard_record(self.shard),
             "environment": environment_block(),
         }  # a killed run's report still names its environment
         self._session = session
@@ -429,6 +449,7 @@ class ConformancePlugin:
             "subjects": [_subject_summary(s) for s in self.subjects],
             "profile": self.profile.name,
             "hypothesis_seed": self.seed,
+            "shard": _shard_record(self.shard),
             "command": _command_line(),
         }
         results = read_results(self.report_dir).results  # this run and any resumed earlier one
@@ -447,6 +468,25 @@ class ConformancePlugin:
         self._ledger_lines = _ledger_lines(statuses)
         if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = _exit_status(results, statuses, self.strict_known, interrupted)
+
+
+def _shard_option(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        return shards.parse_shard(text)
+    except shards.ShardSyntaxError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def _shard_record(shard: tuple[int, int] | None) -> dict[str, int] | None:
+    """What the header and summary.json say about --shard (None: the whole plan)."""
+    return None if shard is None else {"index": shard[0], "count": shard[1]}
+
+
+def _shard_text(record: Any) -> str | None:
+    """A recorded shard as the option spells it ("2/3"), or None."""
+    return f"{record['index']}/{record['count']}" if isinstance(record, dict) else None
 
 
 def _require_every_check(items: list[pytest.Item]) -> None:
