@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from reports.folder_lock import FolderBusyError, FolderLock
 from reports.records import (
     RESULTS_FILE,
     SCHEMA_VERSION,
@@ -255,11 +256,18 @@ def merge(out: Path, inputs: Sequence[Path]) -> Merged:
     _check_disjoint(shards)
     complete = all(s.complete for s in shards)
     summary = _summary(shards, complete)
-    write_text_atomic(out / RESULTS_FILE, _results_text(shards, complete, summary))
-    summary_path = out / SUMMARY_FILE
-    if summary is not None:
-        write_json_atomic(summary_path, summary)
-    elif summary_path.exists():
-        summary_path.unlink()  # a stale summary from an earlier merge would contradict the records
+    try:
+        lock = FolderLock(out).acquire()  # a run or another merge starting on OUT now is refused
+    except FolderBusyError as error:
+        raise MergeError(str(error)) from None
+    try:
+        write_text_atomic(out / RESULTS_FILE, _results_text(shards, complete, summary))
+        summary_path = out / SUMMARY_FILE
+        if summary is not None:
+            write_json_atomic(summary_path, summary)
+        elif summary_path.exists():
+            summary_path.unlink()  # a stale summary from an earlier merge would contradict the records
+    finally:
+        lock.release()
     checks = sum(len(s.results.results) for s in shards)
     return Merged(out, count, checks, complete)

@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 
 from conformance.harness import isolation, jax_compat, progress, recording
-from conformance.harness.folder_lock import FolderBusyError, FolderLock
 from conformance.judge.checks.registry import CHECKS
 from conformance.judge.runner import Runner, case_description
 from conformance.plan import profiles, shards, user_cases
@@ -38,6 +37,7 @@ from kernels.base import DTYPES
 from kernels.registry import UnknownSubjectError, subject_names
 from reports import known_issues
 from reports.environment import environment_block
+from reports.folder_lock import FolderBusyError, FolderLock
 from reports.records import (
     SCHEMA_VERSION,
     CaseResult,

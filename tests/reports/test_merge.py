@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from reports import merge as merge_module
 from reports.merge import MergeError, merge
-from reports.records import ResultsWriter, read_results, read_summary, write_json_atomic
+from reports.records import ResultsWriter, lock_holder, read_results, read_summary, write_json_atomic
 from reports.render import write_report
 from tests.reports import synthetic
 
@@ -137,7 +139,7 @@ def test_a_folder_being_written_is_refused_and_a_stale_lock_is_not(tmp_path):
     (tmp_path / "out").mkdir()
     for locked in (folders[1], tmp_path / "out"):
         hold = (
-            "import sys, time; from conformance.harness.folder_lock import FolderLock\n"
+            "import sys, time; from reports.folder_lock import FolderLock\n"
             "lock = FolderLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)"
         )
         holder = subprocess.Popen(
@@ -152,3 +154,19 @@ def test_a_folder_being_written_is_refused_and_a_stale_lock_is_not(tmp_path):
             holder.wait()
     (tmp_path / "out" / ".lock").write_text("999999\n")  # a pid in a file nobody locks: stale
     assert merge(tmp_path / "out", folders).complete
+
+
+def test_the_merge_holds_its_output_folders_lock_while_it_writes(tmp_path, monkeypatch):
+    folders = _shards(tmp_path, 2)
+    out = tmp_path / "out"
+    holders = []
+    real_write = merge_module.write_text_atomic
+
+    def write_and_look(path, text):
+        holders.append(lock_holder(out))
+        return real_write(path, text)
+
+    monkeypatch.setattr(merge_module, "write_text_atomic", write_and_look)
+    merge(out, folders)
+    assert holders == [os.getpid()]  # a run started on OUT meanwhile would have been refused
+    assert lock_holder(out) is None and not (out / ".lock").exists()

@@ -4,7 +4,7 @@ Two runs appending to one ``results.jsonl`` interleave their lines (seen: 6 corr
 among 35), and the gate then rejects the folder. The lock is ``fcntl.flock`` on a file
 that holds the holder's pid: the kernel releases it when the holder dies, however it
 dies, so a lock left by a dead process is simply taken over; the pid is only for the
-message. ``reports merge`` reads the same file (``reports.records.lock_holder``).
+message. Lives in ``reports/`` (stdlib only) because ``reports merge`` takes it too, on its output.
 """
 
 from __future__ import annotations
