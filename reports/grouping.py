@@ -107,7 +107,7 @@ class FailureGroup:
     @property
     def worst(self) -> CaseResult:
         """The member whose worst tensor is furthest over its tolerance (max-abs error /
-        tolerance); a member with measurements before one without (a crash)."""
+        tolerance); a member with measurements before one without (a crash); see ``_severity``."""
         return max(self.results, key=_severity)
 
     @property
@@ -148,12 +148,14 @@ def _and(words: tuple[str, ...]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
-def _severity(result: CaseResult) -> tuple[int, float]:
+def _severity(result: CaseResult) -> tuple[int, float, bool]:
+    """Measured before unmeasured, then further over tolerance, then a member that ran (it has
+    a repro script) before one that did not (a check skipped after its case crashed the worker)."""
     metric = worst_metric(result)
     if metric is None:
-        return (0, 0.0)
+        return (0, 0.0, bool(result.repro))
     value = excess(metric)
-    return (1, value if not math.isnan(value) else math.inf)
+    return (1, value if not math.isnan(value) else math.inf, bool(result.repro))
 
 
 def group_failures(results: Iterable[CaseResult]) -> list[FailureGroup]:

@@ -117,3 +117,19 @@ def test_errors_are_named_as_errors():
     (mixed,) = group_failures([crash[0], result("flash", "lse", "fail", ratio=5.0)])
     assert mixed.summary() == "forward, lse fail or error in float32"
     assert mixed.worst.check == "lse"  # a member with measurements shows the worst tensor
+
+
+def test_the_crash_is_shown_before_the_checks_it_kept_from_running():
+    crash = dataclasses.replace(
+        result("flash", "determinism", "error", ratio=None, reason="worker gw0 crashed twice: SIGSEGV"),
+        repro="print(1)\n",
+    )
+    skipped = [
+        dataclasses.replace(
+            result("flash", c, "error", ratio=None, reason="not run: an earlier check of this case crashed"),
+            repro="",
+        )
+        for c in ("shape_dtype", "no_mutation")  # before determinism in report order
+    ]
+    (group,) = group_failures([*skipped, crash])
+    assert group.worst.check == "determinism" and group.repro_result.check == "determinism"
