@@ -391,7 +391,7 @@ def known_issues_section(run: Run, *, findings: bool = True) -> str | None:
         + note
     )
     if groups and findings:
-        text += "\n\n" + known_findings_table(groups)
+        text += "\n\n**By finding** (grouped like the failures above):\n\n" + known_findings_table(groups)
     elif groups:
         text += f"\n\nThe {md.plural(len(groups), 'known finding')}, one by one: in {DETAILS_LINK}."
     return text

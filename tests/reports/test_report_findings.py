@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from reports.__main__ import main
 from reports.gate import EXIT_REGRESSION, gate
 from reports.matrix import discover, load_matrix, render_matrix
@@ -169,3 +171,22 @@ def test_the_matrix_counts_and_lists_findings_by_version(tmp_path):
         "| ✅ | ❌ 5 |" in text
     )
     assert "| xla | forward (float32) | `*-L1000-full-nomask-s0` | ✅ | ❌ 1 |" in text
+
+
+@pytest.mark.parametrize("limit", [1_500, 4_000, 8_000, 20_000])
+def test_any_limit_holds_and_nothing_is_lost(tmp_path, limit):
+    """Tighter limits cut more (the table's rows, the sections after it, at last the summary's
+    tail), but report.md never passes the limit and details.md always holds every finding."""
+    issue = {"id": "mask-edge", "link": "https://github.com/example/kernels/issues/3", "summary": "edge"}
+    subjects = [f"kernel{n:02d}" for n in range(6)]
+    results = [r for s in subjects for r in one_cause(s, repro_lines=20)]
+    results += one_cause("known00", verdict="known", known_issue=issue)
+    folder = write_run(tmp_path / "jax-0.10.2", [*standard_results(), *results])
+    text = write_report(folder, plots=False, max_chars=limit).read_text(encoding="utf-8")
+    details = (folder / DETAILS_FILE).read_text(encoding="utf-8")
+    assert len(text) <= limit and f"({DETAILS_FILE})" in text
+    assert text.startswith(
+        "# Conformance report · jax 0.10.2\n\n**❌ FAIL** — 48 of 110 checks failed (6 findings;"
+    )
+    assert all(f"{s} repro line 19" in details for s in subjects)
+    assert template("known00") in details
