@@ -218,7 +218,7 @@ class ConformancePlugin:
     def subjects(self) -> tuple[Subject, ...]:
         if self._subjects is None:
             try:
-                self._subjects = resolve_subjects(self.impl)
+                self._subjects = resolve_subjects(self.impl, self.profile.all_variants)
             except UnknownSubjectError as error:
                 raise pytest.UsageError(str(error)) from None
         return self._subjects
