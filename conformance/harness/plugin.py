@@ -175,6 +175,8 @@ class ConformancePlugin:
         self.jax_version = _installed_jax()
         self.strict_known: bool = config.getoption("strict_known")
         self.shard = _shard_option(config.getoption("shard"))
+        if self.shard is not None and not self.resume:
+            _require_shared_seed(self.profile, config.getoption("hypothesis_seed", default=None), self.shard)
         self._ledger: known_issues.Ledger | None = None
         self.recorder: recording.Recorder | None = None
         self.progress: progress.ProgressHooks | None = None  # the live line (controller only)
@@ -488,6 +490,19 @@ def _shard_option(text: str | None) -> tuple[int, int] | None:
         return shards.parse_shard(text)
     except shards.ShardSyntaxError as error:
         raise pytest.UsageError(str(error)) from None
+
+
+def _require_shared_seed(profile: profiles.Profile, given_seed: Any, shard: tuple[int, int]) -> None:
+    """Shards run on different machines must plan the same cases: a profile that draws its
+    cases from a fresh random seed (dev, thorough) would give each shard other cases, and the
+    merge would refuse them after the whole run. Refuse before anything runs instead."""
+    if profile.derandomize or given_seed is not None:
+        return
+    raise pytest.UsageError(
+        f"--shard {shard[0]}/{shard[1]} with --profile {profile.name} needs --hypothesis-seed N: "
+        f"{profile.name} draws its cases from a random seed, and every shard must draw the same ones "
+        "(pass the same seed to each shard, e.g. --hypothesis-seed 1234)"
+    )
 
 
 def _shard_record(shard: tuple[int, int] | None) -> dict[str, int] | None:
