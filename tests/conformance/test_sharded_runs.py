@@ -53,6 +53,7 @@ def test_shards_of_a_randomised_profile_need_one_shared_seed(tmp_path):
     lines = [line for line in (done.stdout + done.stderr).splitlines() if "--hypothesis-seed" in line]
     assert len(lines) == 1 and "needs --hypothesis-seed N" in lines[0], done.stdout + done.stderr
     assert not (tmp_path / "results.jsonl").exists()
-    seeded = run_suite(tmp_path, "exact", "--profile", "thorough", "--shard", "1/2", "--hypothesis-seed", "7",
-                       "-k", SMALL)
+    seeded = run_suite(
+        tmp_path, "exact", "--profile", "thorough", "--shard", "1/2", "--hypothesis-seed", "7", "-k", SMALL
+    )
     assert seeded.returncode in (0, 5), seeded.stdout[-3000:]
