@@ -22,6 +22,7 @@ from reports.records import RESULTS_FILE, CaseResult, write_text_atomic
 from reports.run import Run, load_run
 
 REPORT_FILE = "report.md"
+REPRO_DIR = "repro"  # repro/<check>/<case id>.py: each recorded repro script, beside report.md
 MAX_DETAILS = 20  # failures shown in full; the rest are listed in a table
 MAX_LISTED = 200
 
@@ -35,9 +36,34 @@ def write_report(report_dir: Path, *, plots: bool = True, max_details: int = MAX
     plot_note = None
     if plots:
         plot_note = _plot(run)
+    write_repro_scripts(run)
     path = run.folder / REPORT_FILE
     write_text_atomic(path, render_markdown(run, plot_note=plot_note, max_details=max_details))
     return path
+
+
+def repro_path(result: CaseResult) -> str:
+    """Where ``write_repro_scripts`` puts a result's script, relative to the report folder."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", result.case.case_id)
+    return f"{REPRO_DIR}/{result.check}/{name}.py"
+
+
+def write_repro_scripts(run: Run) -> list[Path]:
+    """Write every recorded repro script to ``repro/<check>/<case id>.py``; scripts left there by an
+    earlier render of this folder that no result holds any more are removed."""
+    wanted = {repro_path(r): r.repro for r in run.results if r.repro}
+    folder = run.folder / REPRO_DIR
+    if folder.is_dir():
+        for stale in folder.glob("*/*.py"):
+            if stale.relative_to(run.folder).as_posix() not in wanted:
+                stale.unlink()
+    written = []
+    for relative, text in sorted(wanted.items()):
+        path = run.folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text)
+        written.append(path)
+    return written
 
 
 def _plot(run: Run) -> str | None:
@@ -203,7 +229,8 @@ def failure_section(number: int, result: CaseResult) -> str:
             "",
         ]
     if result.repro:
-        lines.append(md.details("Repro script (standalone Python)", md.fenced(result.repro, "python")))
+        title = f"Repro script (<code>{repro_path(result)}</code>, beside this report)"
+        lines.append(md.details(title, md.fenced(result.repro, "python")))
     else:
         lines.append("_No repro script was recorded for this case._")
     return "\n".join(lines)

@@ -124,12 +124,11 @@ class Runner:
         else:
             reason, metrics, observed = result.reason, result.metrics, dict(result.observed)
             details = {k: float(v) for k, v in result.details.items() if isinstance(v, int | float)}
-        repro_case = case
+        minimal = None
         if verdict != "pass":
             minimal = self._shrink(check, case, verdict)
             if minimal is not None and minimal != case:
                 reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.summary()})"
-                repro_case = minimal
         return CaseResult(
             verdict=verdict,
             reason=reason,
@@ -138,8 +137,24 @@ class Runner:
             details=details,
             observed=observed,
             availability=_availability(subject, ran),
-            repro="" if verdict == "pass" else repro.script(repro_case, declaration(check), subject.impl),
+            repro="" if verdict == "pass" else self._repro(planned, subject, metrics, reason, minimal),
             **base,
+        )
+
+    def _repro(
+        self, planned: Planned, subject: Subject, metrics: tuple, reason: str, minimal: Case | None
+    ) -> str:
+        """The failure's repro script: standalone for the recorded case where the adapter allows."""
+        versions = ", ".join(f"{name} {version}" for name, version in subject.availability.versions)
+        return repro.script(
+            planned.case,
+            declaration(planned.check),
+            subject.impl,
+            adapter=subject.adapter,
+            recorded=metrics,
+            reason=reason,
+            versions=versions,
+            minimal=minimal,
         )
 
     def _shrink(self, check: str, case: Case, verdict: str) -> Case | None:
