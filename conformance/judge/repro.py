@@ -77,17 +77,19 @@ def script(
     reason: str = "",
     versions: str = "",
     minimal: Case | None = None,
+    gradients: bool = False,
 ) -> str:
     """The repro script for ``check`` on ``case``; ``impl`` is the name ``resolve`` takes.
 
     Standalone when ``adapter`` can describe its call (``standalone.supports``): for ``case``
     itself, whose judged ``recorded`` metrics hold the tolerances it embeds. Otherwise the
     checkout script, for ``minimal`` (a smaller failing case from shrinking) when given.
+    ``gradients``: the case's backward pass ran (verdict checks looked at it too).
     """
     why = "this subject's adapter has no standalone() call" if adapter is not None else "no adapter here"
     if adapter is not None and standalone.supports(check, adapter):
         try:
-            return standalone.script(case, check, adapter, recorded, reason, versions)
+            return standalone.script(case, check, adapter, recorded, reason, versions, gradients)
         except Exception as error:  # a repro must never cost the run its record
             why = f"writing it failed: {type(error).__name__}: {error}"
     elif adapter is not None and check.repro == "verdict":

@@ -155,6 +155,7 @@ class Runner:
             reason=reason,
             versions=versions,
             minimal=minimal,
+            gradients=planned.backward,
         )
 
     def _shrink(self, check: str, case: Case, verdict: str) -> Case | None:

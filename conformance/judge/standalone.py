@@ -85,6 +85,40 @@ def check_tensor(name, got, want, valid, tolerance, mean_tolerance):
     return failed
 
 
+def report_nonfinite(name, got, want, keep):
+    """Print where ``got`` is NaN/Inf although the float64 ``want`` is finite (over ``keep``,
+    bool broadcastable, None = everywhere); True when anywhere."""
+    if got is None or np.shape(got) != np.shape(want):
+        return False  # the shape_dtype check reports these
+    got = np.asarray(got).astype(np.float64)
+    expected = np.isfinite(want) if keep is None else np.isfinite(want) & np.broadcast_to(keep, want.shape)
+    bad = expected & ~np.isfinite(got)
+    if not bad.any():
+        print(f"{name}: finite wherever the reference is")
+        return False
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    print(
+        f"{name}: {int(bad.sum())} of {int(expected.sum())} elements are non-finite where the reference "
+        f"is finite; first at {list(where)}: got {float(got[where])!r}, expected {float(want[where])!r}"
+    )
+    return True
+
+
+def report_shape_dtype(name, got, shape, dtypes):
+    """Print ``got``'s shape and dtype against the expected ones; True when either differs."""
+    if not isinstance(got, np.ndarray):
+        print(f"{name}: is a {type(got).__name__}, expected an array of shape {shape}")
+        return True
+    wrong = got.shape != tuple(shape) or got.dtype not in dtypes
+    expected = " or ".join(str(d) for d in dtypes)
+    print(f"{name}: shape {got.shape}, dtype {got.dtype}; expected {tuple(shape)}, {expected}")
+    return wrong
+
+
+def _verdict_helpers(check: CheckDeclaration) -> tuple[Callable[..., Any], ...]:
+    return {"finite": (report_nonfinite,), "shape_dtype": (report_shape_dtype,)}.get(check.name, ())
+
+
 # --- assembly ---------------------------------------------------------------------------
 
 
@@ -282,26 +316,36 @@ def _numeric_judgement(check: CheckDeclaration, recorded: Iterable[TensorMetrics
     return "\n".join(lines) + "\n"
 
 
-def _verdict_judgement(case: Case, check: CheckDeclaration, call: StandaloneCall, reason: str) -> str:
-    """Statements after the forward call (for ``raises``: around it) that observe what the check did."""
+def _verdict_judgement(
+    case: Case, check: CheckDeclaration, call: StandaloneCall, reason: str, gradients: bool
+) -> str:
+    """Statements after the forward call that observe what the check did (with ``gradients``: in
+    the gradients too, as the check did for a case whose backward pass ran)."""
     said = "# The suite saw: " + " ".join(reason.split())[:300] + "\n"
+    grads = ("dq", "dk", "dv") + (("dbias",) if case.bias is not None else ())
     if check.name == "finite":
-        return said + (
-            "bad = valid[..., None] & ~np.isfinite(out.astype(np.float64))\n"
-            "if bad.any():\n"
-            "    where = tuple(int(i) for i in np.argwhere(bad)[0])\n"
-            "    print(f'out: {int(bad.sum())} elements are non-finite where the reference is finite; '\n"
-            "          f'first at {list(where)}: got {out[where]!r}, expected {ref_out[where]!r}')\n"
-            "    sys.exit(1)\n"
-            "print('out: finite wherever the reference is')\n"
-        )
+        lines = [
+            "failed = report_nonfinite('out', out, ref_out, valid[..., None])",
+            "if lse is not None:",
+            "    failed |= report_nonfinite('lse', lse, ref_lse, valid)",
+        ]
+        if gradients:
+            lines.append(call.gradients.rstrip())
+            lines += [f"failed |= report_nonfinite({g!r}, {g}, ref_{g}, None)" for g in grads]
+        return said + "\n".join(lines) + "\nsys.exit(1 if failed else 0)\n"
     if check.name == "shape_dtype":
-        shape = (case.batch, case.q_heads, case.q_len, case.v_head_dim)
-        return said + (
-            f"expected = ({shape}, DTYPE)\n"
-            "print(f'out: shape {out.shape}, dtype {out.dtype}; expected {expected[0]}, {expected[1]}')\n"
-            "sys.exit(0 if (out.shape, out.dtype) == expected else 1)\n"
-        )
+        expected = {"out": ("(B, HQ, SQ, DV)", "(DTYPE,)")}
+        expected["lse"] = ("(B, HQ, SQ)", "(DTYPE, np.dtype('float32'), np.dtype('float64'))")
+        lines = []
+        if gradients:
+            lines.append(call.gradients.rstrip())
+            shapes = {"dq": "q.shape", "dk": "k.shape", "dv": "v.shape", "dbias": "bias.shape"}
+            expected |= {g: (shapes[g], "(DTYPE,)") for g in grads}
+        lines.append("failed = False")
+        for name, (shape, dtypes_) in expected.items():
+            guard = "if lse is not None:\n    " if name == "lse" else ""
+            lines.append(f"{guard}failed |= report_shape_dtype({name!r}, {name}, {shape}, {dtypes_})")
+        return said + "\n".join(lines) + "\nsys.exit(1 if failed else 0)\n"
     if check.name == "determinism":
         return said + (
             "first = out.copy()\n"
@@ -320,15 +364,18 @@ def script(
     recorded: Iterable[TensorMetrics] = (),
     reason: str = "",
     versions: str = "",
+    gradients: bool = False,
 ) -> str:
     """The standalone repro for ``check`` on ``case`` (see the module docstring); ``recorded``:
     the tensors' metrics as judged (their tolerances are embedded); ``reason``: the check's
-    reason, quoted for verdict checks; ``versions``: e.g. ``"jax 0.10.2"``, for the header."""
+    reason, quoted for verdict checks; ``versions``: e.g. ``"jax 0.10.2"``, for the header;
+    ``gradients``: the case's backward pass ran, so a verdict check looked at it too."""
     if not supports(check, adapter):
         raise ValueError(f"no standalone repro for the {check.name} check of {adapter.name}")
     skeleton = case.skeleton()
     call: StandaloneCall = adapter.standalone(skeleton, case.spec)
-    backward = check.repro == "backward"
+    gradients = gradients and check.name in ("finite", "shape_dtype") and call.gradients is not None
+    backward = check.repro == "backward" or gradients
     if backward and call.gradients is None:
         raise ValueError(f"{adapter.name} has a backward check but no standalone gradients call")
     draw_functions, draws = _draw_lines(case, backward)
@@ -355,7 +402,7 @@ def script(
         header,
         "\n".join(imports) + "\n",
         _section("helpers: the error, the inputs' digest, the verdict"),
-        _source(metrics.abs_error, inputs_digest, check_tensor),
+        _source(metrics.abs_error, inputs_digest, check_tensor, *_verdict_helpers(check)),
         _section("the case"),
         _case_block(case),
         _section("inputs: drawn from SEED exactly as the suite drew them"),
@@ -388,11 +435,11 @@ def script(
         )
     elif check.repro in ("forward", "lse"):
         calls, verdict = call.forward, _numeric_judgement(check, recorded)
-    elif backward:
+    elif check.repro == "backward":
         calls, verdict = call.gradients, _numeric_judgement(check, recorded)
     else:
-        calls, verdict = call.forward, _verdict_judgement(case, check, call, reason)
-    definitions = _used_definitions(call.definitions, call.setup + calls)
+        calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients)
+    definitions = _used_definitions(call.definitions, call.setup + calls + verdict)
     parts += [
         _section("the subject, called exactly as its adapter calls it"),
         "\n\n".join(d.rstrip() for d in definitions) + ("\n\n\n" if definitions else ""),

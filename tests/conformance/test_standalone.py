@@ -258,9 +258,19 @@ def test_a_wrong_user_function_exits_1_with_the_recorded_worst_element(
 @pytest.mark.parametrize(
     ("check", "function", "verdict", "says"),
     [
-        ("finite", "nan_row", "fail", "non-finite where the reference is finite; first at [0, 0, 1, 0]"),
+        (
+            "finite",
+            "nan_row",
+            "fail",
+            "non-finite where the reference is finite; first at [0, 0, 1, 0]: got nan",
+        ),
         ("finite", "attention", "pass", "finite wherever the reference is"),
-        ("shape_dtype", "wrong_dtype", "fail", "dtype float64; expected (1, 1, 48, 16), float32"),
+        (
+            "shape_dtype",
+            "wrong_dtype",
+            "fail",
+            "out: shape (1, 1, 48, 16), dtype float64; expected (1, 1, 48, 16), float32",
+        ),
         ("determinism", "attention", "pass", "bitwise identical"),
     ],
 )
@@ -360,3 +370,15 @@ def test_a_repro_runs_in_a_fresh_venv_with_only_jax_and_numpy(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert_same_worst(done, result)
+
+
+def test_finite_and_shape_dtype_look_at_the_gradients_when_the_backward_pass_ran(tmp_path):
+    case = Case(
+        "xla", "float32", q_heads=2, kv_heads=1, q_len=16, kv_len=24, head_dim=8, v_head_dim=8, bias="1h1k"
+    )
+    for check in ("finite", "shape_dtype"):
+        text = standalone.script(case, declaration(check), resolve("xla"), gradients=True)
+        assert "jax_nn_gradients" in text
+        done = run_isolated(text, tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+        assert "dbias:" in done.stdout and "dq:" in done.stdout
