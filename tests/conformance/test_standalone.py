@@ -96,8 +96,12 @@ def wrong_dtype(q, k, v, **kw):
     return attention(q, k, v, **kw).astype(np.float64)
 
 
+def raises_error(q, k, v, **kw):
+    raise RuntimeError("kernel launch failed")
+
+
 if Capabilities is not None:
-    for fn in (attention, wrong_scale, ignores_segments, nan_row, wrong_dtype):
+    for fn in (attention, wrong_scale, ignores_segments, nan_row, wrong_dtype, raises_error):
         fn.attention_capabilities = Capabilities(
             dtypes=("float32", "bfloat16", "float16"), causal_alignments=("top_left", "bottom_right"),
             window=True, segment_ids=True, lengths=True, bool_mask=True, gqa=True, bias=True,
@@ -283,6 +287,14 @@ def test_verdict_checks_observe_what_the_check_observed(tmp_path, user_dir, chec
     done = run_isolated(text, tmp_path, user_dir)
     assert done.returncode == (1 if verdict == "fail" else 0), done.stdout + done.stderr[-3000:]
     assert says in done.stdout
+
+
+def test_a_subject_that_raises_raises_again_in_the_script(tmp_path, user_dir):
+    impl = f"{USER_MODULE}:raises_error"
+    result = record(_case(impl), "forward", impl)
+    assert result.verdict == "error" and not result.metrics
+    done = run_isolated(standalone_text(result), tmp_path, user_dir)
+    assert done.returncode == 1 and "RuntimeError: kernel launch failed" in done.stderr
 
 
 def test_checks_a_script_cannot_observe_fall_back_to_the_checkout_script_and_say_why():
