@@ -22,6 +22,7 @@ as ``availability()``, never as an import error here.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 from collections.abc import Callable, Iterable
@@ -29,6 +30,7 @@ from typing import Any
 
 from kernels.base import Adapter
 from kernels.function_adapter import FunctionAdapter, PluginSignatureError
+from kernels.subject_spec import SubjectSpec, SubjectSyntaxError, parse_subject, split_subjects
 
 ENTRY_POINT_GROUP = "attention_conformance.adapters"
 
@@ -58,14 +60,24 @@ def subject_names() -> tuple[str, ...]:
 
 
 def resolve(name: str, **options: Any) -> Adapter:
-    """The adapter for ``name`` (see module docstring); ``options`` go to a built-in's constructor,
-    e.g. ``resolve("tpu_flash", interpreter="tpu")``."""
-    name = name.strip()
-    if name in BUILTIN:
-        return _check_adapter(_import_attribute(BUILTIN[name], name)(**options), name)
+    """The adapter for ``name`` (see module docstring). A built-in takes options, in the name
+    (``"tpu_flash[interpreter=tpu]"``, ``kernels.subject_spec``) or as keywords
+    (``resolve("tpu_flash", interpreter="tpu")``); the adapter is named by the canonical text."""
+    try:
+        spec = parse_subject(name)
+    except SubjectSyntaxError as error:
+        raise UnknownSubjectError(str(error)) from None
     if options:
+        spec = parse_subject(
+            SubjectSpec(spec.base, tuple(sorted({**dict(spec.options), **options}.items()))).text
+        )
+    name = spec.base
+    if name in BUILTIN:
+        return _check_adapter(_builtin_with_options(name, spec), spec.text)
+    if spec.options:
         raise UnknownSubjectError(
-            f"options {sorted(options)} only apply to built-in subjects {tuple(BUILTIN)}"
+            f"{spec.text!r}: options only apply to built-in subjects {tuple(BUILTIN)}; "
+            f"drop the [{','.join(f'{k}={v}' for k, v in spec.options)}]"
         )
     if ":" in name:
         return _resolve_path(name)
@@ -78,10 +90,39 @@ def resolve(name: str, **options: Any) -> Adapter:
     )
 
 
+def _builtin_with_options(name: str, spec: SubjectSpec) -> Adapter:
+    """A built-in adapter built with ``spec``'s options, each checked against the adapter's
+    ``OPTIONS`` (option -> its legal values), named by the canonical text without defaults."""
+    factory = _import_attribute(BUILTIN[name], name)
+    declared: dict[str, tuple[str, ...]] = dict(getattr(factory, "OPTIONS", {}))
+    for key, value in spec.options:
+        if key not in declared:
+            takes = ", ".join(f"{k}={'|'.join(v)}" for k, v in declared.items()) or "no options"
+            raise UnknownSubjectError(f"{spec.text!r}: {name} has no option {key!r}; it takes {takes}")
+        if value not in declared[key]:
+            raise UnknownSubjectError(
+                f"{spec.text!r}: {key}={value} is not one of {'|'.join(declared[key])}; "
+                f"e.g. {name}[{key}={declared[key][-1]}]"
+            )
+    defaults = (
+        {f.name: f.default for f in dataclasses.fields(factory) if f.name in declared}
+        if dataclasses.is_dataclass(factory)
+        else {}
+    )
+    canonical = spec.without_defaults(defaults)
+    kwargs: dict[str, Any] = dict(spec.options)
+    if canonical.options:
+        kwargs["name"] = canonical.text
+    return factory(**kwargs)
+
+
 def resolve_many(names: str | Iterable[str]) -> tuple[Adapter, ...]:
     """Several subjects: ``"all"``, a comma-separated string, or an iterable of names."""
     if isinstance(names, str):
-        names = [n for n in names.split(",") if n.strip()]
+        try:
+            names = split_subjects(names)
+        except SubjectSyntaxError as error:
+            raise UnknownSubjectError(str(error)) from None
     names = list(names)
     if any(n.strip() == "all" for n in names):
         names = list(subject_names())

@@ -26,7 +26,7 @@ import dataclasses
 import hashlib
 import inspect
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from kernels.jax_runtime import (
     to_numpy,
 )
 from kernels.tpu_interpret import (
+    INTERPRETERS,
     Interpreter,
     TpuExecution,
     choose_execution,
@@ -188,6 +189,8 @@ class SplashAdapter:
     interpreter: ``"generic"`` (every JAX version) or ``"tpu"`` (JAX >= 0.7.0); native on a TPU.
     """
 
+    # What ``--impl "NAME[interpreter=tpu]"`` may set (kernels/subject_spec.py).
+    OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"interpreter": INTERPRETERS}
     interpreter: Interpreter = "generic"
     name: str = "splash"
     description: str = "Pallas TPU splash attention (jax.experimental.pallas.ops.tpu.splash_attention)"

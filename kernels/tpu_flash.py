@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -47,6 +47,7 @@ from kernels.jax_runtime import (
 )
 from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
+    INTERPRETERS,
     Interpreter,
     TpuExecution,
     choose_execution,
@@ -147,6 +148,8 @@ class TpuFlashAdapter:
     mode, JAX >= 0.7.0); ignored on a real TPU, where the kernel runs natively.
     """
 
+    # What ``--impl "NAME[interpreter=tpu]"`` may set (kernels/subject_spec.py).
+    OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"interpreter": INTERPRETERS}
     interpreter: Interpreter = "generic"
     name: str = "tpu_flash"
     description: str = "Pallas TPU flash attention (jax.experimental.pallas.ops.tpu.flash_attention)"

@@ -99,12 +99,15 @@ def tpu_interpret_mode_missing() -> str | None:
     if jax_version() < TPU_INTERPRET_MODE_SINCE:
         return (
             "TPU interpret mode (pltpu.force_tpu_interpret_mode) arrived in JAX 0.7.0; "
-            "use interpreter='generic' on this version"
+            "drop [interpreter=tpu] (the generic interpreter) on this version"
         )
     from jax.experimental.pallas import tpu as pltpu
 
     if not hasattr(pltpu, "force_tpu_interpret_mode") or not hasattr(pltpu, "InterpretParams"):
-        return "this JAX has no pltpu.force_tpu_interpret_mode/InterpretParams; use interpreter='generic'"
+        return (
+            "this JAX has no pltpu.force_tpu_interpret_mode/InterpretParams; "
+            "drop [interpreter=tpu] (the generic interpreter)"
+        )
     return None
 
 

@@ -47,16 +47,18 @@ def describe_case(case: CaseDescription) -> str:
     return ", ".join(parts)
 
 
+def excess(metric: TensorMetrics) -> float:
+    """How far a tensor's max-abs error is over its tolerance (error / tolerance; above 1 fails);
+    inf for a non-finite error, or any error against a zero tolerance."""
+    if metric.tolerance > 0 and math.isfinite(metric.max_abs):
+        return metric.max_abs / metric.tolerance
+    return math.inf if not math.isfinite(metric.max_abs) or metric.max_abs > 0 else 0.0
+
+
 def worst_metric(result: CaseResult) -> TensorMetrics | None:
     """The tensor that failed worst (largest error over tolerance), else the largest ratio."""
     if not result.metrics:
         return None
-
-    def excess(m: TensorMetrics) -> float:
-        if m.tolerance > 0 and math.isfinite(m.max_abs):
-            return m.max_abs / m.tolerance
-        return math.inf if not math.isfinite(m.max_abs) or m.max_abs > 0 else 0.0
-
     failing = [m for m in result.metrics if not m.passed]
     return max(failing or result.metrics, key=excess)
 

@@ -39,6 +39,7 @@ from reports.benchmarks import Benchmark, read_benchmarks
 from reports.describe import worst_metric
 from reports.environment import one_line
 from reports.grid import NOT_PASSING, feature_grid
+from reports.grouping import count_line, group_failures
 from reports.records import CaseResult
 from reports.run import Run, load_run
 
@@ -110,6 +111,9 @@ class Finding:
     base: str
     candidate: str
     detail: str = ""
+    # The failing check behind a "newly failing" or "fixed" finding (the candidate's, the base's):
+    # how render_gate groups such findings by cause (reports.grouping). Not part of equality.
+    result: CaseResult | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 RULES = {
@@ -123,6 +127,10 @@ RULES = {
     "slower": "Slower",
     "more memory": "More memory",
 }
+# Rules whose findings are failing checks: listed and counted by cause, one row per finding
+# (the same case template across checks and dtypes, as in report.md); each check still counts
+# for the verdict.
+GROUPED_RULES = ("newly failing", "fixed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +171,7 @@ def newly_failing(base: Run, candidate: Run) -> list[Finding]:
             r.verdict,
             cand[key].verdict,
             _failure_detail(cand[key]),
+            cand[key],
         )
         for key, r in sorted(_index(base).items())
         # A ledger entry never excuses a check that passed in the base: ``known`` counts here.
@@ -192,7 +201,7 @@ def fixed(base: Run, candidate: Run) -> list[Finding]:
     """Checks failing (or known) in the base that pass now; a fixed known issue says which entry."""
     cand = _index(candidate)
     return [
-        Finding("fixed", r.case.subject, _what(r), r.verdict, "pass", "was " + _failure_detail(r))
+        Finding("fixed", r.case.subject, _what(r), r.verdict, "pass", "was " + _failure_detail(r), r)
         for key, r in sorted(_index(base).items())
         if r.verdict in NOT_PASSING and key in cand and cand[key].verdict == "pass"
     ]
@@ -652,44 +661,88 @@ def _run_line(role: str, run: Run) -> str:
 
 
 def _finding_rows(findings: list[Finding]) -> list[list[str]]:
+    if findings and findings[0].rule in GROUPED_RULES:
+        return _grouped_rows(findings)
     rows = [[f.subject or "—", f.what, f.base, f.candidate, f.detail] for f in findings[:MAX_ROWS]]
     if len(findings) > MAX_ROWS:
         rows.append(["…", f"and {len(findings) - MAX_ROWS} more", "", "", ""])
     return rows
 
 
+def _grouped_rows(findings: list[Finding]) -> list[list[str]]:
+    """One row per cause: a lone check as before; several as their checks, dtypes and case
+    template, the verdicts seen on each side and the worst check's detail."""
+    by_key = {f.result.key: f for f in findings if f.result is not None}
+    groups = group_failures(f.result for f in findings if f.result is not None)
+    rows = []
+    for group in groups[:MAX_ROWS]:
+        members = [by_key[r.key] for r in group.results]
+        worst = by_key[group.worst.key]
+        if len(members) == 1:
+            rows.append([worst.subject, worst.what, worst.base, worst.candidate, worst.detail])
+            continue
+        rows.append(
+            [
+                group.subject,
+                f"{', '.join(group.checks)} ({', '.join(group.dtypes)}) · {group.label} · "
+                f"{md.plural(len(members), 'check')}",
+                ", ".join(sorted({f.base for f in members})),
+                ", ".join(sorted({f.candidate for f in members})),
+                f"worst: {group.worst.check} in {group.worst.case.dtype}: {worst.detail}",
+            ]
+        )
+    if len(groups) > MAX_ROWS:
+        rows.append(["…", f"and {len(groups) - MAX_ROWS} more findings", "", "", ""])
+    rows += [[f.subject or "—", f.what, f.base, f.candidate, f.detail] for f in findings if f.result is None]
+    return rows
+
+
+def _tally(rule: str, findings: list[Finding]) -> tuple[int, str]:
+    """How many regressions a rule's findings count as, and that count in words: failing checks
+    count once per cause ('2 findings (5 failing checks)'), anything else once each."""
+    if rule not in GROUPED_RULES:
+        return len(findings), str(len(findings))
+    grouped = group_failures(f.result for f in findings if f.result is not None)
+    loose = sum(f.result is None for f in findings)
+    what = "failing check" if rule == "newly failing" else "check"
+    return len(grouped) + loose, count_line(grouped, what) + (f" + {loose}" if loose else "")
+
+
 def render_gate(result: GateResult) -> str:
     """The gate's verdict as Markdown, for a terminal or a review."""
     base, cand = result.base, result.candidate
+    by_rule: dict[str, list[Finding]] = {}
+    for finding in result.regressions:
+        by_rule.setdefault(finding.rule, []).append(finding)
+    tallies = {rule: _tally(rule, findings) for rule, findings in by_rule.items()}
     if result.passed:
         verdict = (
             f"## ✅ Upgrade gate: PASS — {cand.label} has no regression against {base.label} "
             f"({md.plural(result.compared, 'check')} compared, {len(result.fixed)} fixed)"
         )
     else:
+        count = sum(n for n, _ in tallies.values())
         verdict = (
-            f"## ❌ Upgrade gate: FAIL — {md.plural(len(result.regressions), 'regression')} in "
+            f"## ❌ Upgrade gate: FAIL — {md.plural(count, 'regression')} in "
             f"{cand.label} against {base.label} ({md.plural(result.compared, 'check')} compared)"
         )
     parts = [verdict, "", _run_line("Base", base), "", _run_line("Candidate", cand), ""]
-    by_rule: dict[str, list[Finding]] = {}
-    for finding in result.regressions:
-        by_rule.setdefault(finding.rule, []).append(finding)
     if by_rule:
         parts += [
-            md.table(["rule", "regressions"], [[RULES[r], len(f)] for r, f in by_rule.items()], "lr"),
+            md.table(["rule", "regressions"], [[RULES[r], tallies[r][1]] for r in by_rule], "lr"),
             "",
         ]
     for rule, findings in by_rule.items():
+        heading = f": {tallies[rule][1]}" if rule in GROUPED_RULES else f" ({tallies[rule][1]})"
         parts += [
-            f"### ❌ {RULES[rule]} ({len(findings)})",
+            f"### ❌ {RULES[rule]}{heading}",
             "",
             md.table(["subject", "what", "base", "candidate", "detail"], _finding_rows(findings)),
             "",
         ]
     if result.fixed:
         parts += [
-            f"### ✅ Fixed ({len(result.fixed)})",
+            f"### ✅ Fixed: {_tally('fixed', list(result.fixed))[1]}",
             "",
             md.table(["subject", "what", "base", "candidate", "detail"], _finding_rows(list(result.fixed))),
             "",

@@ -81,10 +81,16 @@ class KnownIssue:
         """Whether the entry's selector (subject, check, case, features, dtype) names this result,
         whatever its verdict and the JAX version."""
         case = result.case
+        # An entry on a kernel also covers its variants (``tpu_flash[interpreter=tpu]``): the
+        # defect is the kernel's, whichever interpreter ran it. Globs see the entry's own name.
+        base = case.subject.partition("[")[0]
+        case_id = (
+            case.case_id if case.subject == self.subject else self.subject + case.case_id[len(case.subject) :]
+        )
         return (
-            case.subject == self.subject
+            (case.subject == self.subject or (base == self.subject and case.subject.endswith("]")))
             and result.check in self.checks
-            and (not self.cases or any(fnmatch.fnmatchcase(case.case_id, glob) for glob in self.cases))
+            and (not self.cases or any(fnmatch.fnmatchcase(case_id, glob) for glob in self.cases))
             and set(self.features) <= set(result.features)
             and (self.input_kind is None or case.input_kind == self.input_kind)
             and (self.dtype is None or case.dtype == self.dtype)
@@ -241,6 +247,9 @@ def ledger_status(
     results = list(results)
     ran_subjects = set(subjects_run)
     available = {r.case.subject for r in results if r.verdict != "unavailable"}
+    # a variant (``tpu_flash[interpreter=tpu]``) running counts for the kernel's own entries
+    ran_subjects |= {name.partition("[")[0] for name in ran_subjects}
+    available |= {name.partition("[")[0] for name in available}
     statuses = []
     for issue in ledger.issues:
         selected = [r for r in results if issue.selects(r)]

@@ -17,6 +17,7 @@ from reports import markdown as md
 from reports.describe import worst_ratio
 from reports.environment import one_line
 from reports.grid import FAILED, feature_grid, label
+from reports.grouping import count_line, group_failures
 from reports.jax_versions import sort_versions
 from reports.plots import MATRIX_LENGTH_PLOT, MATRIX_VERSION_PLOT, plot_versions, plot_versions_by_length
 from reports.records import RESULTS_FILE, ResultsFileError, write_text_atomic
@@ -25,6 +26,7 @@ from reports.run import Run, load_run
 MATRIX_DIR = "matrix"
 REPORT_FILE = "report.md"
 TOP_DRIFTS = 15
+MAX_FINDINGS = 50  # rows of the findings-by-version table
 MOVE_THRESHOLD = 0.2  # per-check ratio moves smaller than 20% are version-to-version rounding noise
 MOVE_MIN_RATIO = 0.1  # ...and so are moves among ratios far below 1 (near-exact values, e.g. a bf16 lse)
 
@@ -168,8 +170,11 @@ def version_cell(run: Run, subject: str) -> str:
     unsupported = f" · ➖ {cell.tally['unsupported']}" if cell.tally["unsupported"] else ""
     if cell.status == "fail":
         failing = [label(f) for f in grid.features if grid.status(subject, f) == "fail"][:4]
+        findings = md.plural(len(group_failures(r for r in results if r.verdict in FAILED)), "finding")
         return (
-            f"❌ {cell.failed}/{cell.total}" + (f" ({', '.join(failing)})" if failing else "") + unsupported
+            f"❌ {cell.failed}/{cell.total} · {findings}"
+            + (f" ({', '.join(failing)})" if failing else "")
+            + unsupported
         )
     known = f" · 🐞 {cell.tally['known']} known" if cell.tally["known"] else ""
     if cell.status in ("pass", "known", "flaky"):
@@ -261,9 +266,9 @@ def capability_changes(matrix: Matrix) -> list[list[str]]:
 def verdict_line(matrix: Matrix) -> str:
     failing = []
     for run in matrix.runs:
-        failed = sum(1 for r in run.results if r.verdict in FAILED)
-        if failed:
-            failing.append(f"{matrix.label(run)} ({failed})")
+        groups = group_failures(r for r in run.results if r.verdict in FAILED)
+        if groups:
+            failing.append(f"{matrix.label(run)}: {count_line(groups)}")
     known = sum(1 for run in matrix.runs for r in run.results if r.verdict == "known")
     known_tail = f"; 🐞 {known} failing checks are known issues" if known else ""
     incomplete = [matrix.label(run) for run in matrix.runs if not run.complete]
@@ -279,6 +284,37 @@ def verdict_line(matrix: Matrix) -> str:
     if known:
         return f"**✅ PASS (known issues only)** — no unexplained failure in {span}{known_tail}{tail}."
     return f"**✅ PASS** — every check that ran passed in all {span}{tail}."
+
+
+def findings_rows(matrix: Matrix, top: int = MAX_FINDINGS) -> list[list[str]]:
+    """Failing checks grouped by cause over every version (reports.grouping, as in report.md):
+    per finding, each version's failing checks (❌ n), ✅ where its checks ran and passed, · where
+    none ran. A finding that appears or goes away at an upgrade shows as a change along its row."""
+    version_of: dict[int, str] = {}
+    failing = []
+    for run in matrix.runs:
+        for result in run.results:
+            if result.verdict in FAILED:
+                version_of[id(result)] = matrix.label(run)
+                failing.append(result)
+    rows = []
+    for group in group_failures(failing)[:top]:
+        keys = {r.key for r in group.results}
+        cells = []
+        for run in matrix.runs:
+            version = matrix.label(run)
+            failed = sum(version_of[id(r)] == version for r in group.results)
+            ran = any(r.key in keys and r.verdict == "pass" for r in run.results)
+            cells.append(f"❌ {failed}" if failed else ("✅" if ran else md.STATUS_ICON["not run"]))
+        rows.append(
+            [
+                group.subject,
+                f"{', '.join(group.checks)} ({', '.join(group.dtypes)})",
+                md.code(group.label),
+                *cells,
+            ]
+        )
+    return rows
 
 
 def _folder_link(run: Run) -> str:
@@ -324,6 +360,20 @@ def render_matrix(matrix: Matrix, *, plot_links: Sequence[str] = ()) -> str:
         parts += [md.table(["subject", "check", "case", "versions", "ratio", "change"], moves, "llllrr"), ""]
     else:
         parts += ["None.", ""]
+    findings = findings_rows(matrix)
+    if findings:
+        total = len(group_failures(r for run in matrix.runs for r in run.results if r.verdict in FAILED))
+        more = f" The first {MAX_FINDINGS} of {total}." if total > MAX_FINDINGS else ""
+        parts += [
+            "## Failures by version",
+            "",
+            "Failing checks grouped by cause, as in each report.md: one finding per case template (any "
+            "check and dtype). ❌ n: n of its checks fail in that version · ✅ they ran and passed · · "
+            f"none ran.{more}",
+            "",
+            md.table(["subject", "checks (dtypes)", "case", *matrix.versions], findings),
+            "",
+        ]
     known = known_issue_rows(matrix)
     if known:
         parts += [

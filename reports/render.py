@@ -1,34 +1,54 @@
 """report.md: one run, for a code review.
 
 A passing run fits one screen: verdict line, environment line, subject x feature
-grid. Each failure follows with the case in words, its worst element, its error
-against the tolerance and a standalone repro script. A run without its end record
-is marked incomplete at the very top.
+grid. Failures follow grouped by cause (``reports.grouping``): one finding per case
+template, across checks and dtypes, with its worst tensor and one standalone repro
+script. A run without its end record is marked incomplete at the very top.
+
+report.md always fits a GitHub review comment (``MAX_CHARS``). When it cannot show
+every finding in full, the findings past the first ones are listed in a table and
+``details.md`` beside it holds the whole report, every finding in full.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
 from reports import markdown as md
-from reports.describe import describe_case, describe_tolerance, describe_worst_element, worst_metric
+from reports.describe import describe_case, describe_tolerance, describe_worst_element, excess, worst_metric
 from reports.environment import one_line
 from reports.grid import FAILED, Grid, feature_grid, label, unavailable_subjects
+from reports.grouping import FailureGroup, count_line, group_failures, minimal_case_id
 from reports.plots import RUN_PLOT, plot_run
 from reports.records import RESULTS_FILE, CaseResult, write_text_atomic
 from reports.run import Run, load_run
 
 REPORT_FILE = "report.md"
 REPRO_DIR = "repro"  # repro/<check>/<case id>.py: each recorded repro script, beside report.md
-MAX_DETAILS = 20  # failures shown in full; the rest are listed in a table
-MAX_LISTED = 200
+DETAILS_FILE = "details.md"  # the whole report, every finding in full, when report.md is abridged
+DETAILS_LINK = f"[{DETAILS_FILE}]({DETAILS_FILE})"
+MAX_CHARS = 65_536  # the most characters GitHub accepts in a review comment
+MAX_DETAILS = 20  # findings shown in full in report.md; the rest are listed in a table
+MAX_LISTED = 200  # rows of that table; the rest are counted (and in details.md)
+MAX_MEMBERS = 24  # rows of one finding's table of failing checks
+MAX_CASE_IDS = 6  # case ids named in one finding's header
 
 
-def write_report(report_dir: Path, *, plots: bool = True, max_details: int = MAX_DETAILS) -> Path:
-    """Render ``report_dir/report.md`` (and its plot) from results.jsonl and summary.json.
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    report: str  # report.md, at most MAX_CHARS characters
+    details: str | None  # details.md: the unabridged report; None when report.md holds everything
+
+
+def write_report(
+    report_dir: Path, *, plots: bool = True, max_details: int = MAX_DETAILS, max_chars: int = MAX_CHARS
+) -> Path:
+    """Render ``report_dir/report.md`` (and its plot, and ``details.md`` when report.md is
+    abridged) from results.jsonl and summary.json.
 
     Returns the report's path. Raises ResultsFileError on unreadable input.
     """
@@ -37,8 +57,14 @@ def write_report(report_dir: Path, *, plots: bool = True, max_details: int = MAX
     if plots:
         plot_note = _plot(run)
     write_repro_scripts(run)
+    rendered = render(run, plot_note=plot_note, max_details=max_details, max_chars=max_chars)
+    details = run.folder / DETAILS_FILE
+    if rendered.details is not None:
+        write_text_atomic(details, rendered.details)  # first, so report.md's link never dangles
     path = run.folder / REPORT_FILE
-    write_text_atomic(path, render_markdown(run, plot_note=plot_note, max_details=max_details))
+    write_text_atomic(path, rendered.report)
+    if rendered.details is None and details.exists():
+        details.unlink()  # an earlier, longer render's: it would describe other results
     return path
 
 
@@ -94,8 +120,12 @@ def verdict_line(run: Run) -> str:
     prefix = "" if run.complete else "⚠️ **INCOMPLETE** · "
     extras = []
     if counts["known"]:
-        ids = sorted({r.known_issue.get("id", "?") for r in results if r.verdict == "known"})
-        extras.append(f"{counts['known']} failing as known issues ({', '.join(ids)}; see Known issues)")
+        known = [r for r in results if r.verdict == "known"]
+        ids = sorted({r.known_issue.get("id", "?") for r in known})
+        findings = md.plural(len(group_failures(known)), "finding")
+        extras.append(
+            f"{counts['known']} failing as known issues in {findings} ({', '.join(ids)}; see Known issues)"
+        )
     if counts["unsupported"]:
         extras.append(f"{counts['unsupported']} unsupported (skipped with the subject's reason)")
     if unavailable:
@@ -105,9 +135,10 @@ def verdict_line(run: Run) -> str:
     if counts["failed"]:
         failing = sorted({r.case.subject for r in results if r.verdict in FAILED})
         errors = f", {counts['error']} of them errors" if counts["error"] else ""
+        findings = md.plural(len(group_failures(r for r in results if r.verdict in FAILED)), "finding")
         return (
             f"{prefix}**❌ FAIL** — {counts['failed']} of {md.plural(len(results), 'check')} failed{errors} "
-            f"({scope}; failing: {', '.join(failing)}){tail}."
+            f"({findings}; {scope}; failing: {', '.join(failing)}){tail}."
         )
     if counts["known"]:
         return (
@@ -193,18 +224,32 @@ def execution_line(run: Run) -> str | None:
     return f"Execution · {' · '.join(parts)}" if parts else None
 
 
-def failure_section(number: int, result: CaseResult) -> str:
-    lines = [f"### {number}. ❌ {result.case.subject} · {result.check} · {md.code(result.case.case_id)}", ""]
-    if result.verdict == "error":
-        lines.append("**Error** (the check or the subject crashed, not a numerical failure)")
-        lines.append("")
-    lines.append(f"**Case:** {describe_case(result.case)}.")
-    lines.append("")
-    if result.reason and "\n" in result.reason.strip():  # tracebacks, shrink notes: keep their lines
-        lines += ["**Reason:**", "", md.fenced(result.reason.strip(), "text"), ""]
-    elif result.reason:
-        lines += [f"**Reason:** {md.cell(result.reason)}", ""]
-    metric = worst_metric(result)
+def finding_section(number: int, group: FailureGroup, *, anchor: bool = False) -> str:
+    """One finding in full: what fails where, the worst member's case, worst element and
+    tensors, every failing check in a table, and one repro script."""
+    worst = group.worst
+    heading = f"### {number}. ❌ {group.subject} · {group.summary()} · {md.code(group.label)}"
+    lines = [f'<a id="finding-{number}"></a>', "", heading, ""] if anchor else [heading, ""]
+    if worst.verdict == "error":
+        lines += ["**Error** (the check or the subject crashed, not a numerical failure)", ""]
+    ids = group.case_ids
+    named = ", ".join(md.code(i) for i in ids[:MAX_CASE_IDS])
+    more = f" and {len(ids) - MAX_CASE_IDS} more" if len(ids) > MAX_CASE_IDS else ""
+    lines += [f"**{'Cases' if len(ids) > 1 else 'Case id'}:** {named}{more}.", ""]
+    minimal = group.minimal_case_ids
+    if minimal:
+        lines += [
+            f"**Shrunk to:** {', '.join(md.code(i) for i in minimal)} (smaller cases failing the same way).",
+            "",
+        ]
+    worst_of = f" (worst: {worst.check} in {worst.case.dtype})" if len(group.results) > 1 else ""
+    lines += [f"**Case{worst_of}:** {describe_case(worst.case)}.", ""]
+    reason = _own_reason(worst)
+    if reason and "\n" in reason:  # tracebacks: keep their lines
+        lines += ["**Reason:**", "", md.fenced(reason, "text"), ""]
+    elif reason:
+        lines += [f"**Reason:** {md.cell(reason)}", ""]
+    metric = worst_metric(worst)
     if metric is not None:
         lines += [f"**Worst element:** {md.code(describe_worst_element(metric))}", ""]
         lines += [f"**Error vs tolerance:** {describe_tolerance(metric)}.", ""]
@@ -218,7 +263,7 @@ def failure_section(number: int, result: CaseResult) -> str:
                 md.number(m.mean_ratio),
                 f"{m.fraction_out_of_tolerance:.2%}",
             ]
-            for m in result.metrics
+            for m in worst.metrics
         ]
         lines += [
             md.table(
@@ -228,37 +273,94 @@ def failure_section(number: int, result: CaseResult) -> str:
             ),
             "",
         ]
-    if result.repro:
-        title = f"Repro script (<code>{repro_path(result)}</code>, beside this report)"
-        lines.append(md.details(title, md.fenced(result.repro, "python")))
+    if len(group.results) > 1:
+        lines += [f"**Failing checks ({len(group.results)}):**", "", members_table(group), ""]
+    chosen = group.repro_result
+    if chosen is not None:
+        shrunk = minimal_case_id(chosen)
+        # A standalone script reproduces the recorded case (whose tolerance it embeds); the
+        # checkout script, the smaller case it shrank to.
+        standalone = chosen.repro.startswith('"""Standalone repro')
+        which = (
+            f"The {chosen.check} check of the smaller case {md.code(shrunk)}, "
+            f"shrunk from {md.code(chosen.case.case_id)}:"
+            if shrunk and not standalone
+            else f"The {chosen.check} check of {md.code(chosen.case.case_id)}"
+            + (f" (it shrinks to {md.code(shrunk)}):" if shrunk else ":")
+        )
+        body = which + "\n\n" + md.fenced(chosen.repro, "python")
+        title = f"Repro script (<code>{repro_path(chosen)}</code>, beside this report)"
+        lines.append(md.details(title, body))
     else:
         lines.append("_No repro script was recorded for this case._")
     return "\n".join(lines)
 
 
-def failures_table(failures: list[CaseResult], first: int) -> str:
+def _own_reason(result: CaseResult) -> str:
+    """The reason without the shrink note (the finding names its smaller cases once)."""
+    reason = (result.reason or "").strip()
+    if minimal_case_id(result):
+        reason = "\n".join(
+            line for line in reason.splitlines() if not line.startswith("Shrunk to a smaller failing case:")
+        ).strip()
+    return reason
+
+
+def members_table(group: FailureGroup) -> str:
     rows = []
-    for number, result in enumerate(failures[:MAX_LISTED], start=first):
+    for result in group.results[:MAX_MEMBERS]:
         metric = worst_metric(result)
-        over = (
-            (md.number(metric.max_abs / metric.tolerance) + "×") if metric and metric.tolerance > 0 else "—"
-        )
         rows.append(
             [
-                number,
-                result.case.subject,
                 result.check,
+                result.case.dtype,
                 md.code(result.case.case_id),
+                f"{md.STATUS_ICON['fail']} {result.verdict}",
                 metric.tensor if metric else "—",
-                over,
-                result.reason or "",
+                _over(result),
+                md.truncate(_own_reason(result).splitlines()[0] if _own_reason(result) else "", 100),
             ]
         )
     text = md.table(
-        ["#", "subject", "check", "case", "worst", "error / tolerance", "reason"], rows, align="rlllcrl"
+        ["check", "dtype", "case", "verdict", "worst", "error / tolerance", "reason"], rows, align="lllllrl"
     )
-    if len(failures) > MAX_LISTED:
-        text += f"\n\n… and {len(failures) - MAX_LISTED} more in `{RESULTS_FILE}`."
+    if len(group.results) > MAX_MEMBERS:
+        text += f"\n\n… and {len(group.results) - MAX_MEMBERS} more in `{RESULTS_FILE}`."
+    return text
+
+
+def _over(result: CaseResult) -> str:
+    metric = worst_metric(result)
+    return md.number(excess(metric)) + "×" if metric is not None and metric.tolerance > 0 else "—"
+
+
+def findings_table(
+    groups: list[FailureGroup], first: int, *, listed: int = MAX_LISTED, link: str = ""
+) -> str:
+    """The findings numbered ``first`` on, one row each; ``link`` (details.md) numbers link to
+    their full entries there."""
+    rows = []
+    for number, group in enumerate(groups[:listed], start=first):
+        worst = group.worst
+        metric = worst_metric(worst)
+        reason = _own_reason(worst)
+        rows.append(
+            [
+                f"[{number}]({link}#finding-{number})" if link else number,
+                group.subject,
+                group.summary(),
+                md.code(group.label),
+                f"{metric.tensor} ({worst.check}, {worst.case.dtype})" if metric else worst.check,
+                _over(worst),
+                md.truncate(reason.splitlines()[0], 120) if reason else "",
+            ]
+        )
+    text = md.table(
+        ["#", "subject", "failing", "case", "worst", "error / tolerance", "reason"], rows, align="rlllcrl"
+    )
+    if len(groups) > listed:
+        where = DETAILS_LINK if link else f"`{RESULTS_FILE}`"
+        text += f"\n\n… and {md.plural(len(groups) - listed, 'more finding')} in {where}."
     return text
 
 
@@ -271,9 +373,10 @@ KNOWN_STATUS_ICON = {
 }
 
 
-def known_issues_section(run: Run) -> str | None:
-    """The ledger against this run: each entry's status, link, matched checks and one worst element.
-    Entries that did not run here are folded away; everything else is in plain sight."""
+def known_issues_section(run: Run, *, findings: bool = True) -> str | None:
+    """The ledger against this run: each entry's status, link, matched checks and one worst element,
+    then the known failures grouped into findings like the unexplained ones (``findings=False``
+    leaves that table to details.md). Entries that did not run here are folded away."""
     statuses = (run.summary or {}).get("known_issues")
     known = [r for r in run.results if r.verdict == "known"]
     if not isinstance(statuses, list):  # a killed run has no summary: list what the records say
@@ -311,12 +414,41 @@ def known_issues_section(run: Run) -> str | None:
         else ""
     )
     files = ", ".join(md.code(f) for f in (run.summary or {}).get("ledger_files", [])) or "the ledger"
-    return (
-        f"## Known issues ({len(known)} failing checks explained)\n\nFrom {files}. A known failure keeps "
+    groups = group_failures(known)
+    text = (
+        f"## Known issues: {count_line(groups)} explained\n\nFrom {files}. A known failure keeps "
         "its full record in `results.jsonl`; the gate still fails a check that passed in the base.\n\n"
         + md.table(["status", "entry", "link", "matched checks", "worst element"], rows)
         + note
     )
+    if groups and findings:
+        text += "\n\n**By finding** (grouped like the failures above):\n\n" + known_findings_table(groups)
+    elif groups:
+        text += f"\n\nThe {md.plural(len(groups), 'known finding')}, one by one: in {DETAILS_LINK}."
+    return text
+
+
+def known_findings_table(groups: list[FailureGroup]) -> str:
+    """Known failures grouped by cause, like the unexplained ones: one row per finding."""
+    rows = []
+    for group in groups[:MAX_LISTED]:
+        entries = sorted({r.known_issue.get("id", "?") for r in group.results})
+        metric = worst_metric(group.worst)
+        rows.append(
+            [
+                ", ".join(md.code(e) for e in entries),
+                group.subject,
+                group.summary(),
+                md.code(group.label),
+                md.code(describe_worst_element(metric))
+                if metric
+                else md.truncate(_own_reason(group.worst), 120),
+            ]
+        )
+    text = md.table(["entry", "subject", "failing", "case", "worst element"], rows)
+    if len(groups) > MAX_LISTED:
+        text += f"\n\n… and {md.plural(len(groups) - MAX_LISTED, 'more finding')} in `{RESULTS_FILE}`."
+    return text
 
 
 def _link(link: str) -> str:
@@ -341,7 +473,7 @@ def _matched(results: list[CaseResult], status: dict) -> str:
     checks = Counter(r.check for r in results)
     dtypes = sorted({r.case.dtype for r in results})
     return (
-        f"{len(results)}: "
+        f"{count_line(group_failures(results), 'check')}: "
         + ", ".join(f"{c} ×{n}" for c, n in sorted(checks.items()))
         + f" ({', '.join(dtypes)})"
     )
@@ -449,9 +581,44 @@ def display_path(folder: Path) -> str:
 
 def render_markdown(run: Run, *, plot_note: str | None = None, max_details: int = MAX_DETAILS) -> str:
     """The whole report.md for one run (pure: no files touched)."""
+    return render(run, plot_note=plot_note, max_details=max_details).report
+
+
+def render(
+    run: Run, *, plot_note: str | None = None, max_details: int = MAX_DETAILS, max_chars: int = MAX_CHARS
+) -> Rendered:
+    """report.md and, when it cannot hold every finding in full within ``max_chars``, details.md
+    (pure: no files touched).
+
+    report.md keeps the one-screen summary at the top, then as many findings in full as fit
+    (at most ``max_details``) and the rest as table rows that link into details.md; if even the
+    table does not fit, the sections after it shrink to links, then the table to its first rows."""
+    groups = group_failures(r for r in run.results if r.verdict in FAILED)
+    top, footer = _top(run, plot_note), _footer(run)
+    full_entries = [finding_section(n, g) for n, g in enumerate(groups, start=1)]
+    whole = _assemble(top, groups, full_entries, len(groups), _tail(run, short=False), footer)
+    if len(groups) <= max_details and len(whole) <= max_chars:
+        return Rendered(whole, None)
+    anchored = [finding_section(n, g, anchor=True) for n, g in enumerate(groups, start=1)]
+    details = _assemble(_details_top(run), groups, anchored, len(groups), _tail(run, short=False), footer)
+    note = (
+        f"📄 **Every finding in full, with its repro script: {DETAILS_LINK}** (beside this file; "
+        f"report.md stays within {max_chars:,} characters, what a review comment holds)."
+    )
+    for short in (False, True):
+        tail = _tail(run, short=short)
+        for listed in (MAX_LISTED, 100, 50, 20, 0):
+            for shown in range(min(max_details, len(groups)), -1, -1):
+                text = _assemble(top, groups, full_entries, shown, tail, footer, listed=listed, note=note)
+                if len(text) <= max_chars:
+                    return Rendered(text, details)
+    return Rendered(_clip(text, max_chars), details)  # the summary alone is too long (thousands of subjects)
+
+
+def _top(run: Run, plot_note: str | None) -> list[str]:
+    """The one-screen summary: title, incomplete warning, verdict, environment, grid."""
     results = run.results
-    title = f"# Conformance report · jax {run.jax_version}"
-    parts = [title, ""]
+    parts = [f"# Conformance report · jax {run.jax_version}", ""]
     if not run.complete:
         parts += [incomplete_warning(run), ""]
     parts += [verdict_line(run), "", environment_line(run), ""]
@@ -466,32 +633,92 @@ def render_markdown(run: Run, *, plot_note: str | None = None, max_details: int 
         parts += [f"🚫 **{subject}** is unavailable here: {md.cell(reason) or 'no reason given'}", ""]
     if plot_note:
         parts += [plot_note, ""]
-    failures = sorted(
-        (r for r in results if r.verdict in FAILED), key=lambda r: (r.case.subject, r.check, r.case.case_id)
-    )
-    if failures:
-        parts += [f"## Failures ({len(failures)})", ""]
-        for number, result in enumerate(failures[:max_details], start=1):
-            parts += [failure_section(number, result), ""]
-        if len(failures) > max_details:
-            parts += [
-                f"### Further failures ({len(failures) - max_details})",
-                "",
-                failures_table(failures[max_details:], max_details + 1),
-                "",
-            ]
-    flaky = flaky_section(results)
-    if flaky:
-        parts += [flaky, ""]
-    unsupported = unsupported_summary(results)
-    if unsupported:
-        parts += [unsupported, ""]
-    for section in (known_issues_section(run), observed_section(results)):
-        if section:
-            parts += [section, ""]
+    return parts
+
+
+def _details_top(run: Run) -> list[str]:
+    return [
+        f"# Conformance report · jax {run.jax_version} · every finding in full",
+        "",
+        f"The details of [{REPORT_FILE}]({REPORT_FILE}) (the summary, grid and plot are there).",
+        "",
+        verdict_line(run),
+        "",
+        environment_line(run),
+        "",
+    ]
+
+
+def _tail(run: Run, *, short: bool) -> list[str]:
+    """The sections after the findings; ``short`` leaves the long ones to details.md."""
+    results = run.results
+    sections = [
+        flaky_section(results),
+        unsupported_summary(results),
+        known_issues_section(run, findings=not short),
+        observed_section(results),
+    ]
+    if short:
+        flaky = sum(r.verdict == "flaky" for r in results)
+        sections[0] = (
+            f"🎲 {md.plural(flaky, 'flaky check')} (crashed once, then ran normally): in {DETAILS_LINK}."
+            if flaky
+            else None
+        )
+        sections[3] = (
+            f"Observed behaviour where the semantics are open: in {DETAILS_LINK}." if sections[3] else None
+        )
+    return [part for section in sections if section for part in (section, "")]
+
+
+def _footer(run: Run) -> str:
     schema = run.results_file.header.get("schema", "?")
-    parts.append(
+    return (
         f"<sub>From `{RESULTS_FILE}` (schema {schema}) · render again with "
         f"`python -m reports render {display_path(run.folder)}`</sub>"
     )
+
+
+def _assemble(
+    top: list[str],
+    groups: list[FailureGroup],
+    entries: list[str],
+    shown: int,
+    tail: list[str],
+    footer: str,
+    *,
+    listed: int = MAX_LISTED,
+    note: str = "",
+) -> str:
+    """The report with the first ``shown`` findings in full and the rest in a table; ``note``
+    (the link to details.md) goes above the findings, and makes the table's numbers links."""
+    parts = list(top)
+    if groups:
+        parts += [f"## Failures: {count_line(groups)}", ""]
+        parts += [
+            "One finding per case template (the same subject, shape, masks and options, whatever the "
+            "check and dtype); cases shrunk to the same smaller case are one finding.",
+            "",
+        ]
+        if note:
+            parts += [note, ""]
+        for entry in entries[:shown]:
+            parts += [entry, ""]
+        if shown < len(groups):
+            rest = groups[shown:]
+            parts += [
+                f"### Further findings ({len(rest)})",
+                "",
+                findings_table(rest, shown + 1, listed=listed, link=DETAILS_FILE if note else ""),
+                "",
+            ]
+    parts += tail
+    parts.append(footer)
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _clip(text: str, limit: int) -> str:
+    """The first lines of ``text`` that fit in ``limit`` characters, and a line saying where the rest is."""
+    note = f"\n\n… cut here to stay within {limit:,} characters: the whole report is in {DETAILS_LINK}.\n"
+    kept = text[: max(0, limit - len(note))]
+    return kept[: kept.rfind("\n") + 1].rstrip() + note

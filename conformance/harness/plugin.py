@@ -218,7 +218,7 @@ class ConformancePlugin:
     def subjects(self) -> tuple[Subject, ...]:
         if self._subjects is None:
             try:
-                self._subjects = resolve_subjects(self.impl)
+                self._subjects = resolve_subjects(self.impl, self.profile.all_variants)
             except UnknownSubjectError as error:
                 raise pytest.UsageError(str(error)) from None
         return self._subjects
@@ -295,12 +295,19 @@ class ConformancePlugin:
     ) -> None:
         order = self._case_order()
         check_rank = {c: i for i, c in enumerate(CHECKS)}
+        compile_order: dict[str, int] = {}
+        for case in sorted(self._cases().values(), key=lambda case: order[case.case_id]):
+            compile_order.setdefault(case.compile_key, len(compile_order))
 
         def key(item: pytest.Item) -> tuple:
+            # Cases that share a compiled kernel run side by side, each case's checks together:
+            # xdist's `load` hands out consecutive items in chunks, so with -n K they mostly
+            # land on one worker too, and the jit cache (and the case's float64 reference) is hit.
             planned = _planned_of(item)
             if planned is None:
-                return (1, 0, 0, item.nodeid)
-            return (0, order.get(planned.case.case_id, len(order)), check_rank[planned.check], "")
+                return (1, 0, 0, 0, item.nodeid)
+            group = compile_order.get(planned.case.compile_key, len(compile_order))
+            return (0, group, order.get(planned.case.case_id, len(order)), check_rank[planned.check], "")
 
         items.sort(key=key)
         _require_every_check(items)
@@ -313,6 +320,10 @@ class ConformancePlugin:
             if dropped:
                 config.hook.pytest_deselected(items=dropped)
                 items[:] = keep
+
+    def _cases(self) -> dict[str, Any]:
+        """Case id -> the case, over every check's plan."""
+        return {item.case.case_id: item.case for check in CHECKS for item in self.plan[check]}
 
     def _case_order(self) -> dict[str, int]:
         order: dict[str, int] = {}

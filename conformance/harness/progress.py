@@ -20,6 +20,7 @@ counts them), and with ``-v`` (a line per test) or without a TTY the plain perio
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -99,7 +100,12 @@ class Progress:
 
 class Display:
     """When to show the line: in place after every event (``rewrite``), or, without a terminal,
-    ``write_line`` once ``interval_s`` has passed since the last one; always once at the end."""
+    ``write_line`` once ``interval_s`` has passed since the last one; always once at the end.
+
+    Without a terminal a heartbeat thread (``start_heartbeat``) also calls ``update``, so a log
+    gets its line every ``interval_s`` while one long item runs (a thorough case shrinking for
+    minutes): CI systems end jobs whose log stays silent, and a silent log reads as a hang.
+    The lock keeps the thread's line and an event's line from interleaving."""
 
     def __init__(
         self,
@@ -114,30 +120,65 @@ class Display:
         self.interval_s, self.clock = interval_s, clock
         self.started = self.last = clock()
         self.closed = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def update(self) -> None:
-        if self.closed:
-            return
-        now = self.clock()
+        with self._lock:
+            if self.closed:
+                return
+            now = self.clock()
+            if self.rewrite is not None:
+                self.rewrite(self.progress.line(now - self.started))
+            elif now - self.last >= self.interval_s:
+                self.last = now
+                self.write_line(self.progress.line(now - self.started))
+
+    def start_heartbeat(self) -> threading.Thread | None:
+        """Without a terminal: a daemon thread that shows the line on time between events."""
         if self.rewrite is not None:
-            self.rewrite(self.progress.line(now - self.started))
-        elif now - self.last >= self.interval_s:
-            self.last = now
-            self.write_line(self.progress.line(now - self.started))
+            return None  # the live line is redrawn by events; a thread would race pytest's writes
+
+        def beat() -> None:
+            while not self._stop.wait(self.interval_s / 4):
+                self.update()
+
+        thread = threading.Thread(target=beat, name="conformance-progress", daemon=True)
+        thread.start()
+        return thread
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        line = self.progress.line(self.clock() - self.started)
-        if self.rewrite is not None:
-            self.rewrite(line, final=True)  # kept, as the run's last word
-        else:
-            self.write_line(line)
+        self._stop.set()
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            line = self.progress.line(self.clock() - self.started)
+            if self.rewrite is not None:
+                self.rewrite(line, final=True)  # kept, as the run's last word
+            else:
+                self.write_line(line)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise pytest.UsageError(f"--progress-interval {text!r}: give seconds, e.g. 30") from None
+    if not 0 < value < float("inf"):
+        raise pytest.UsageError(f"--progress-interval {text!r}: give a positive number of seconds")
+    return value
 
 
 def add_options(group: Any) -> None:
     group.addoption("--no-progress", action="store_true", help="no live progress line")
+    group.addoption(
+        "--progress-interval",
+        type=_seconds,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"without a terminal, print the progress line this often (default {DEFAULT_INTERVAL_S:g})",
+    )
 
 
 def costs_of(plan: dict[str, tuple[Any, ...]]) -> dict[tuple[str, str], float]:
@@ -204,6 +245,8 @@ class ProgressHooks:
         )
         if live:
             self._clear = lambda: reporter.write("\r\x1b[K", flush=True)
+        else:
+            self.display.start_heartbeat()
 
     def _plan(self, nodeids: Iterable[str]) -> None:
         self._ids.update(nodeids)
@@ -249,6 +292,6 @@ def configure(config: pytest.Config, plan: Callable[[], dict[str, tuple[Any, ...
     """Registers the hooks on the controller unless --no-progress; the plugin feeds on_record."""
     if hasattr(config, "workerinput") or config.getoption("no_progress"):
         return None
-    hooks = ProgressHooks(config, plan)
+    hooks = ProgressHooks(config, plan, config.getoption("progress_interval"))
     config.pluginmanager.register(hooks, "conformance-progress")
     return hooks

@@ -19,6 +19,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned, classify
 from conformance.plan.profiles import Profile, get
 from conformance.plan.subjects import Subject, resolve_subjects
+from reports.grouping import MINIMAL_CASE_KEY
 from reports.records import CaseDescription, CaseResult
 
 
@@ -117,7 +118,7 @@ class Runner:
         timings = {**run.timings(), "check_s": elapsed}
         forward = run.__dict__.get("forward_call")
         ran = getattr(forward.value, "ran", "") if forward is not None and forward.value is not None else ""
-        details: dict[str, float] = {}
+        details: dict[str, float | str] = {}
         observed: dict[str, str] = {}
         if isinstance(result, SubjectError):
             reason, metrics = str(result), ()
@@ -129,6 +130,8 @@ class Runner:
             minimal = self._shrink(check, case, verdict)
             if minimal is not None and minimal != case:
                 reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.summary()})"
+                # Read by reports.grouping: failures shrinking to one minimal case are one finding.
+                details[MINIMAL_CASE_KEY] = minimal.case_id
         return CaseResult(
             verdict=verdict,
             reason=reason,

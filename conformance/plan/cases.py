@@ -161,6 +161,13 @@ class Case:
         return f"{self.subject}-{self.semantic_id}"
 
     @property
+    def compile_key(self) -> str:
+        """The case id without the kind of values: cases with equal keys have the same subject,
+        dtype, shapes and static options, so a subject's jitted call compiled for one serves
+        the others (the run orders them side by side for that)."""
+        return dataclasses.replace(self, input_kind="normal").case_id
+
+    @property
     def seed(self) -> int:
         """A stable 32-bit seed (``zlib.crc32``; Python's ``hash`` is salted per process)."""
         return zlib.crc32(self.semantic_id.encode())

@@ -18,7 +18,8 @@ class Profile:
     lengths/head_dims/max_batch/max_kv_heads: the space the draws come from.
     runtime_cases_per_dtype: cases per (subject, dtype) for determinism and recompilation.
     leak_calls: calls per leak measurement. shrink_seconds: budget per session for shrinking.
-    derandomize: fixed seed 0 unless one is given."""
+    derandomize: fixed seed 0 unless one is given. all_variants: subjects with options that
+    ``--impl all`` adds (kernels/subject_spec.py)."""
 
     name: str
     edge_level: int
@@ -31,6 +32,9 @@ class Profile:
     leak_calls: int
     shrink_seconds: float
     derandomize: bool
+    # Variants ``--impl all`` adds in this profile: costly ones (TPU interpret mode runs a kernel
+    # several times slower than the generic interpreter) only where there is time for them.
+    all_variants: tuple[str, ...] = ()
 
 
 PROFILES: dict[str, Profile] = {
@@ -62,6 +66,7 @@ PROFILES: dict[str, Profile] = {
             40,
             1800.0,
             False,
+            ("tpu_flash[interpreter=tpu]", "splash[interpreter=tpu]"),
         ),
     )
 }

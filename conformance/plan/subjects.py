@@ -11,6 +11,7 @@ import dataclasses
 
 from kernels.base import Adapter, Availability, Capabilities
 from kernels.registry import UnknownSubjectError, resolve, subject_names
+from kernels.subject_spec import SubjectSyntaxError, split_subjects
 
 PRIMARY_SUBJECT = "tpu_flash"
 
@@ -50,21 +51,26 @@ def _declared_subject(impl: str, adapter: Adapter) -> Subject:
     return Subject(str(adapter.name), impl, adapter, availability, capabilities)
 
 
-def impl_names(impl: str) -> tuple[str, ...]:
-    """``"all"`` -> every registered subject; ``"a,b"`` -> ("a", "b")."""
-    names = [n.strip() for n in impl.split(",") if n.strip()]
+def impl_names(impl: str, all_variants: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``"all"`` -> every registered subject, then ``all_variants`` (the profile's subjects with
+    options); ``"a,b"`` -> ("a", "b"); ``"tpu_flash[interpreter=tpu],xla"`` keeps its brackets."""
+    try:
+        names = split_subjects(impl)
+    except SubjectSyntaxError as error:
+        raise UnknownSubjectError(f"--impl {error}") from None
     if not names:
         raise UnknownSubjectError(
             f"--impl is empty; use one of {subject_names()}, 'all', or 'package.module:function'"
         )
     if "all" in names:
-        names = [*subject_names(), *(n for n in names if n != "all" and n not in subject_names())]
+        everything = [*subject_names(), *all_variants]
+        names = [*everything, *(n for n in names if n != "all" and n not in everything)]
     return tuple(dict.fromkeys(names))
 
 
-def resolve_subjects(impl: str) -> tuple[Subject, ...]:
+def resolve_subjects(impl: str, all_variants: tuple[str, ...] = ()) -> tuple[Subject, ...]:
     """Adapters for ``impl`` (raises kernels.registry.UnknownSubjectError with the fix)."""
-    subjects = tuple(_declared_subject(name, resolve(name)) for name in impl_names(impl))
+    subjects = tuple(_declared_subject(name, resolve(name)) for name in impl_names(impl, all_variants))
     names = [s.name for s in subjects]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from reports.grouping import count_line, group_failures
 from reports.records import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +62,12 @@ def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_rep
     record = failed[0]
     assert record.metrics[0].ratio > 10 and record.metrics[0].fraction_out_of_tolerance > 0.1
     assert "Shrunk to a smaller failing case" in record.reason  # 1x1 fails the same way
+    # The shrunk case is recorded for grouping, and report.md names it once, with its finding.
+    minimal = record.details["minimal_case_id"]
+    assert f"Shrunk to a smaller failing case: {minimal} (" in record.reason
+    report = (tmp_path / "report.md").read_text()
+    assert f"## Failures: {count_line(group_failures(failed))}" in report
+    assert f"**Shrunk to:** `{minimal}`" in report and report.count(f"`{minimal}`") == 2  # and its repro
     script = tmp_path / "repro.py"
     script.write_text(record.repro)
     repro = subprocess.run(

@@ -4,6 +4,7 @@ what a real run (not a TTY) prints."""
 from __future__ import annotations
 
 import re
+import time
 
 from conformance.harness.progress import Display, Progress, item_cost
 from reports.records import read_results
@@ -117,3 +118,35 @@ def test_no_progress_turns_it_off(tmp_path):
     done = run_suite(tmp_path, "exact", "--no-progress", "-k", "test_forward and " + SMALL)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "conformance progress" not in done.stdout
+
+
+def test_without_a_terminal_the_line_comes_on_time_while_one_long_item_runs():
+    lines = []
+    progress = Progress()
+    progress.plan([1.0, 1.0])
+    progress.start("a long case")
+    display = Display(progress, lines.append, interval_s=0.1)
+    thread = display.start_heartbeat()
+    time.sleep(0.65)  # no event at all: the item is still running
+    assert len(lines) >= 3, lines
+    assert all("0/2 checks" in line and "a long case" in line for line in lines)
+    display.close()
+    thread.join(timeout=5)
+    count = len(lines)
+    time.sleep(0.3)
+    assert not thread.is_alive() and len(lines) == count  # the last line was the final one
+
+
+def test_on_a_terminal_there_is_no_heartbeat_thread():
+    display = Display(Progress(), [].append, lambda line, final=False: None, interval_s=0.1)
+    assert display.start_heartbeat() is None
+
+
+def test_the_interval_is_an_option_and_a_bad_one_is_one_line(tmp_path):
+    done = run_suite(tmp_path, "exact", "--progress-interval", "0.2", "-k", "test_forward and " + SMALL)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert len(re.findall(r"conformance progress: \d+/(?:\d+|\?) checks", done.stdout)) >= 2, done.stdout[
+        -3000:
+    ]
+    bad = run_suite(tmp_path / "bad", "exact", "--progress-interval", "soon")
+    assert bad.returncode == 4 and "--progress-interval 'soon': give seconds" in bad.stderr, bad.stderr

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from conformance.harness import recording
 from conformance.judge.runner import case_description
-from conformance.plan.cases import Case
+from conformance.plan.cases import INPUT_KINDS, Case
 from reports.records import CaseResult, read_results
 
 
@@ -84,3 +87,43 @@ def test_node_ids_parse_into_check_and_case():
     assert recording.parse_node_id(NODE) == ("forward", CASE.case_id)
     assert recording.parse_node_id("x.py::test_no_mutation[a-b[c]]") == ("no_mutation", "a-b[c]")
     assert recording.parse_node_id("x.py::helper") is None
+
+
+def test_cases_that_share_a_compiled_kernel_run_side_by_side(tmp_path):
+    """Collection order: each compile group (same case but for the kind of values) is one run of
+    consecutive items, each case's checks consecutive inside it (xdist's `load` keeps chunks of
+    consecutive items on one worker, so the jit cache is hit there too)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conformance",
+            "--impl",
+            "tpu_flash,xla",
+            "--report-dir",
+            str(tmp_path),
+            "--collect-only",
+            "-q",
+            "-n",
+            "0",
+            "--no-progress",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    keys = [recording.parse_node_id(line) for line in done.stdout.splitlines() if "::test_" in line]
+    kinds = tuple(f"-{kind}" for kind in INPUT_KINDS if kind != "normal")
+    groups = [
+        case_id.removesuffix(next((k for k in kinds if case_id.endswith(k)), "")) for _, case_id in keys
+    ]
+    cases = [case_id for _, case_id in keys]
+    assert len(set(groups)) < len(set(cases))  # some groups do hold several kinds of values
+
+    def runs(sequence):
+        return [value for i, value in enumerate(sequence) if i == 0 or sequence[i - 1] != value]
+
+    assert len(runs(groups)) == len(set(groups))
+    assert len(runs(cases)) == len(set(cases))

@@ -14,12 +14,15 @@ FAULTS = ("segfault", "abort", "hang", "hog", "oom_killed", "raises", "wrong_sha
 CHECKS = ("shape_dtype", "forward", "finite")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """All faulty subjects and a healthy one in one run: 10 s timeout, 2 GiB per worker."""
-    folder = tmp_path_factory.mktemp("faults")
+@pytest.fixture(scope="module", params=["1", "2"], ids=["workers1", "workers2"])
+def run(request, tmp_path_factory):
+    """All faulty subjects and a healthy one in one run: 10 s timeout, 2 GiB per worker; with
+    one worker (the default) and with two, where a crash must still cost only its own case."""
+    folder = tmp_path_factory.mktemp(f"faults-n{request.param}")
     impl = ",".join(f"{FAULTY}:{name}" for name in (*FAULTS, "healthy"))
-    done = run_suite(folder, impl, "-k", TINY, "--timeout", "10", "--worker-memory-limit", "2G")
+    done = run_suite(
+        folder, impl, "-k", TINY, "-n", request.param, "--timeout", "10", "--worker-memory-limit", "2G"
+    )
     results = read_results(folder)
     records = {
         (r.case.subject.split(":")[1], r.case.case_id.split("-", 1)[1], r.check): r for r in results.results

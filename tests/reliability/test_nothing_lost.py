@@ -26,10 +26,10 @@ def case_lines(folder: Path) -> list[dict]:
     return [json.loads(line) for line in lines if '"kind": "case"' in line]
 
 
-def kill_after(folder: Path, records_wanted: int) -> None:
-    """Start a run in its own process group; SIGKILL the group (controller and worker) mid-run."""
+def kill_after(folder: Path, records_wanted: int, *extra: str) -> None:
+    """Start a run in its own process group; SIGKILL the group (controller and workers) mid-run."""
     process = subprocess.Popen(
-        suite_command(folder, IMPL, *SELECTION),
+        suite_command(folder, IMPL, *SELECTION, *extra),
         cwd=ROOT,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -94,6 +94,21 @@ def test_resume_finishes_the_run_without_redoing_recorded_checks(killed):
     assert len(keys) == len(set(keys))  # no check recorded twice: nothing recorded was rerun
     assert before < set(keys)
     assert {r.check for r in after.results} == {"forward", "shape_dtype"}
+
+
+def test_with_two_workers_a_killed_run_resumes_to_the_same_checks(tmp_path):
+    """Two workers append to one results.jsonl: killed mid-run, every line is still whole, and
+    --resume (with two workers again) finishes it with each check once."""
+    kill_after(tmp_path, 10, "-n", "2")
+    before = {(r["case"]["case_id"], r["check"]) for r in case_lines(tmp_path)}
+    done = run_suite(tmp_path, IMPL, *SELECTION, "-n", "2", "--resume")
+    assert done.returncode == 0, done.stdout[-3000:]
+    keys = [(r["case"]["case_id"], r["check"]) for r in case_lines(tmp_path)]
+    assert len(keys) == len(set(keys)) and before < set(keys)
+    whole = run_suite(tmp_path / "whole", IMPL, *SELECTION, "-n", "1")
+    assert whole.returncode == 0, whole.stdout[-3000:]
+    assert set(keys) == {(r["case"]["case_id"], r["check"]) for r in case_lines(tmp_path / "whole")}
+    assert read_results(tmp_path).complete
 
 
 def test_report_files_are_replaced_atomically(tmp_path, monkeypatch):

@@ -179,3 +179,19 @@ def test_a_failure_another_entry_explains_is_no_evidence_against_a_range(tmp_pat
     assert known.known_issue["id"] == "nan-segments"
     statuses = {s["id"]: s for s in ledger_status(ledger, [known], "0.8.3", ["tpu_flash"])}
     assert statuses["older"]["status"] == "out of range" and statuses["older"]["failing_outside_range"] == 0
+
+
+def test_an_entry_on_a_kernel_covers_its_interpreter_variants_and_not_other_subjects(tmp_path):
+    ledger = load(tmp_path, GOOD)
+    variant = "tpu_flash[interpreter=tpu]"
+
+    def as_subject(record, subject):
+        case_id = subject + record.case.case_id[len("tpu_flash") :]
+        return dataclasses.replace(
+            record, case=dataclasses.replace(record.case, subject=subject, case_id=case_id)
+        )
+
+    assert ledger.apply(as_subject(failing(), variant), "0.8.3").verdict == "known"
+    assert ledger.apply(as_subject(failing(), "tpu_flash_v2"), "0.8.3").verdict == "fail"
+    statuses = ledger_status(ledger, [as_subject(failing(), variant)], "0.8.3", [variant])
+    assert statuses[0]["status"] == "reproduced"

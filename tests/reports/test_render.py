@@ -82,8 +82,9 @@ def test_failure_section_has_case_worst_element_ratio_and_repro(tmp_path):
     assert "**❌ FAIL** — 1 of 54 checks failed" in text
     assert "failing: flash" in text
     assert _grid_rows(text)["**all checks**"][0] == "❌ 1/27"
-    section = text[text.index("## Failures (1)") :]
-    assert "### 1. ❌ flash · forward · `bfloat16-L129-causal-nomask-s0`" in section
+    section = text[text.index("## Failures: 1 finding (1 failing check)") :]
+    assert "### 1. ❌ flash · forward fails in bfloat16 · `*-L129-causal-nomask-s0`" in section
+    assert "**Case id:** `bfloat16-L129-causal-nomask-s0`." in section
     assert "**Case:** bfloat16, batch 2, 4 heads, q 129 × kv 129, head dim 64, causal (top-left)" in section
     assert "**Worst element:** `out[1, 0, 127, 5]: subject 0.5073, reference 0.5 (error 7.30e-03)`" in section
     assert (
@@ -113,9 +114,17 @@ def test_many_failures_are_listed_after_the_detailed_ones(tmp_path):
     fails = [with_verdict(r, "fail", 5.0) for r in standard_results() if r.check == "forward" and r.metrics]
     folder = write_run(tmp_path / "jax-0.10.2", standard_results(extra=fails))
     text = write_report(folder, plots=False, max_details=3).read_text(encoding="utf-8")
+    # float32 and bfloat16 of one case are one finding: 2 subjects x (6 lengths + segment ids).
+    findings = len(fails) // 2
+    assert findings == 14 and f"## Failures: 14 findings ({len(fails)} failing checks)" in text
     assert text.count("<details><summary>Repro script") == 3
-    assert f"### Further failures ({len(fails) - 3})" in text
-    assert "| 4 | " in text
+    assert f"### Further findings ({findings - 3})" in text
+    assert "| [4](details.md#finding-4) | flash | forward fails in float32 and bfloat16 |" in text
+    # The findings only listed in report.md are in full in details.md, beside it.
+    details = (folder / "details.md").read_text(encoding="utf-8")
+    assert "[details.md](details.md)" in text and "[report.md](report.md)" in details
+    assert details.count("<details><summary>Repro script") == findings
+    assert all(f'<a id="finding-{n}"></a>' in details for n in range(1, findings + 1))
 
 
 def test_killed_run_is_marked_incomplete_at_the_top(tmp_path):
@@ -212,7 +221,7 @@ def test_suite_features_are_grouped_and_labelled(tmp_path):
 
 def test_multiline_reason_and_execution_line(tmp_path):
     failing = dataclasses.replace(
-        _failing(), reason="out of tolerance\nShrunk to a smaller failing case: x (q 7)"
+        _failing(), reason="out of tolerance\nsee the table\nShrunk to a smaller failing case: x (q 7)"
     )
     folder = write_run(tmp_path / "jax-0.10.2", standard_results(extra=[failing]))
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
@@ -224,7 +233,10 @@ def test_multiline_reason_and_execution_line(tmp_path):
     summary["hypothesis_seed"] = 1234
     (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     text = write_report(folder, plots=False).read_text(encoding="utf-8")
-    assert "**Reason:**\n\n```text\nout of tolerance\nShrunk to a smaller failing case: x (q 7)\n```" in text
+    assert "**Reason:**\n\n```text\nout of tolerance\nsee the table\n```" in text
+    # The shrink note (an old record: only in the reason) is said once, apart, with the repro's case.
+    assert "**Shrunk to:** `x` (smaller cases failing the same way)." in text
+    assert "The forward check of the smaller case `x`, shrunk from `bfloat16-L129-causal-nomask-s0`:" in text
     assert "Execution · flash: pallas TPU interpret mode on CPU · xla: native" in text
     assert "profile ci · seed 1234\n" in text  # the suite's hypothesis_seed wins over a plain seed
 

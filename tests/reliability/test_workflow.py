@@ -1,0 +1,170 @@
+"""The CI workflow (.github/workflows/conformance.yml) names only commands that exist: nox
+sessions of noxfile.py, options the suite, merge and gate accept, shard specs that parse, and
+artifact names its merge step finds. A renamed option or session fails here, not on CI."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conformance.plan.shards import parse_shard
+from reports import jax_versions
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / ".github" / "workflows" / "conformance.yml"
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def nox_sessions() -> dict[str, set[str]]:
+    """Session name -> its parametrize argument names, read from noxfile.py's decorators."""
+    sessions: dict[str, set[str]] = {}
+    for node in ast.parse((ROOT / "noxfile.py").read_text()).body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        decorators = [d for d in node.decorator_list if isinstance(d, ast.Call)]
+        names = [ast.unparse(d.func) for d in decorators]
+        if "nox.session" in names:
+            sessions[node.name] = {
+                d.args[0].value for d in decorators if ast.unparse(d.func) == "nox.parametrize"
+            }
+    return sessions
+
+
+def substitute(text: str, values: dict[str, str]) -> str:
+    """The workflow's ${{ ... }} and $VAR as CI would fill them for one job."""
+
+    def expression(match: re.Match) -> str:
+        inner = match.group(1)
+        if inner in values:
+            return values[inner]
+        fallback = re.fullmatch(r"inputs\.(\w+) \|\| '([^']*)'", inner)
+        if fallback:
+            return values.get(f"inputs.{fallback.group(1)}", fallback.group(2))
+        raise AssertionError(f"the test does not know how CI fills ${{{{ {inner} }}}}")
+
+    text = EXPRESSION.sub(expression, text)
+    return re.sub(r"\$(\w+)", lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def job_values(workflow: dict, **matrix: object) -> dict[str, str]:
+    values = {f"matrix.{k}": str(v) for k, v in matrix.items()}
+    values.update({k: substitute(str(v), values) for k, v in workflow["env"].items()})
+    return values
+
+
+def commands(job: dict, values: dict[str, str]) -> list[list[str]]:
+    """Every shell command of a job's run steps, filled in and split like a shell would."""
+    found = []
+    for step in job["steps"]:
+        for line in substitute(step.get("run", ""), values).replace("\\\n", " ").splitlines():
+            line = line.split(">>")[0].split("||")[0].strip()
+            if line:
+                found.append(shlex.split(line))
+    return found
+
+
+def nox_calls(workflow: dict) -> list[tuple[str, list[str], list[str]]]:
+    """(job, nox's own args, the session's posargs) for every nox command of every job."""
+    calls = []
+    for name, job in workflow["jobs"].items():
+        matrix = job.get("strategy", {}).get("matrix", {})
+        combos = [
+            {"jax": jax, "shard": shard}
+            for jax in matrix.get("jax", [""])
+            for shard in matrix.get("shard", [1])
+        ]
+        for combo in combos:
+            values = job_values(workflow, **combo)
+            values = {**values, **{f"matrix.{k}": substitute(str(v), values) for k, v in combo.items()}}
+            for argv in commands(job, values):
+                if argv[0] == "nox":
+                    split = argv.index("--") if "--" in argv else len(argv)
+                    calls.append((name, argv[1:split], argv[split + 1 :]))
+    return calls
+
+
+def help_text(*argv: str) -> str:
+    done = subprocess.run(
+        [sys.executable, *argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_the_workflow_runs_each_version_in_shards_then_merges_and_gates(workflow):
+    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert {"base", "candidate"} <= set(triggers["workflow_dispatch"]["inputs"])
+    shard_job, final = workflow["jobs"]["conformance"], workflow["jobs"]["merge-and-gate"]
+    assert final["needs"] == "conformance" and "cancelled()" in final["if"]
+    assert shard_job["strategy"]["fail-fast"] is False
+    assert len(shard_job["strategy"]["matrix"]["shard"]) == int(workflow["env"]["SHARDS"])
+    for name in ("BASE", "CANDIDATE"):
+        version = substitute(workflow["env"][name], {})
+        assert jax_versions.parse_version(version) is not None, version
+
+
+def test_every_nox_session_the_workflow_names_exists(workflow):
+    sessions = nox_sessions()
+    calls = nox_calls(workflow)
+    assert {"conformance", "merge", "matrix", "gate"} <= {
+        re.match(r"[\w-]+", args[args.index("-s") + 1]).group(0) for _, args, _ in calls
+    }
+    for job, args, _ in calls:
+        session = args[args.index("-s") + 1]
+        name, _, params = session.partition("(")
+        assert name in sessions, f"{job}: nox -s {session}: no such session in noxfile.py"
+        for param in re.findall(r"(\w+)=", params):
+            assert param in sessions[name], f"{job}: {session}: {name} is not parametrized by {param}"
+
+
+def test_every_option_the_workflow_gives_is_one_the_command_accepts(workflow):
+    helps = {
+        "conformance": help_text("-m", "pytest", "conformance", "-p", "no:cacheprovider"),
+        "merge": help_text("-m", "reports", "merge"),
+        "gate": help_text("-m", "reports", "gate"),
+        "matrix": help_text("-m", "reports", "matrix"),
+    }
+    for job, args, posargs in nox_calls(workflow):
+        name = args[args.index("-s") + 1].partition("(")[0]
+        for option in (a.partition("=")[0] for a in posargs if a.startswith("--")):
+            assert re.search(rf"(^|\s|,){re.escape(option)}\b", helps[name], re.M), f"{job}: {name} {option}"
+        if "--shard" in posargs:
+            assert parse_shard(posargs[posargs.index("--shard") + 1]) in {(1, 2), (2, 2)}
+
+
+def test_the_merge_step_finds_every_shard_artifact_and_the_cache_path_is_noxs(workflow):
+    shard_job = workflow["jobs"]["conformance"]
+    uploads = [s for s in shard_job["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
+    artifacts = set()
+    for jax in shard_job["strategy"]["matrix"]["jax"]:
+        for shard in shard_job["strategy"]["matrix"]["shard"]:
+            values = job_values(workflow, jax=jax, shard=shard)
+            values["matrix.jax"] = substitute(jax, values)
+            artifacts.add(substitute(uploads[0]["with"]["name"], values))
+            assert (
+                substitute(uploads[0]["with"]["path"], values).rstrip("/")
+                == f"reports/jax-{values['matrix.jax']}"
+            )
+    merges = [
+        argv for argv in commands(workflow["jobs"]["merge-and-gate"], job_values(workflow)) if "merge" in argv
+    ]
+    for version in (substitute(workflow["env"][v], {}) for v in ("BASE", "CANDIDATE")):
+        merge = next(m for m in merges if m[m.index("--") + 1] == f"reports/jax-{version}")
+        pattern = merge[-1].removeprefix("shards/")
+        assert sorted(fnmatch.filter(artifacts, pattern)) == [f"jax-{version}-shard-{k}" for k in (1, 2)]
+        venv = f".nox/{jax_versions.SESSION}-jax-{version.replace('.', '-')}/jax-cache"
+        cache = next(s for s in shard_job["steps"] if s.get("uses", "").startswith("actions/cache"))
+        assert fnmatch.fnmatch(venv, cache["with"]["path"])
