@@ -19,6 +19,7 @@ Translation from canonical semantics (``docs/semantics.md``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import math
@@ -39,6 +40,7 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
+from kernels.standalone import StandaloneCall, source_of
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.gpu.attention"
@@ -161,29 +163,15 @@ class PallasGpuAdapter:
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32 where exposed."""
         import jax
-        import jax.numpy as jnp
 
         api = _load_api()
         scale = spec.resolved_scale(inputs.q.shape[-1])
         arrays = (inputs.q, inputs.k, inputs.v)
         args = tuple(to_jax(a) for a in arrays)
-        interpret = not self._native()
+        options = dict(scale=scale, causal=spec.causal, interpret=not self._native(), with_lse=api.has_lse)
 
         def build() -> Compiled:
-            def forward(q, k, v):
-                result = api.mha(
-                    *_to_bshd(q, k, v),
-                    None,
-                    sm_scale=scale,
-                    causal=spec.causal,
-                    interpret=interpret,
-                    **({"return_residuals": True} if api.has_lse else {}),
-                )
-                if not api.has_lse:
-                    return _from_bshd(result), None
-                out, lse_base2 = result  # lse: [B, H, Sq], log2 of the softmax denominator
-                return _from_bshd(out), lse_base2 * jnp.float32(math.log(2.0))
-
+            forward = functools.partial(mha_forward, api.mha, **options)
             return Compiled(jax.jit(forward), self._ran(forward, args))
 
         compiled = self._cache.get(("forward", array_key(*arrays), scale, spec.causal), build)
@@ -198,24 +186,41 @@ class PallasGpuAdapter:
         scale = spec.resolved_scale(inputs.q.shape[-1])
         arrays = (inputs.q, inputs.k, inputs.v)
         args = (*(to_jax(a) for a in arrays), to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
-        interpret = not self._native()
+        options = dict(scale=scale, causal=spec.causal, interpret=not self._native())
 
         def build() -> Compiled:
-            def grads(q, k, v, dout):
-                def attention(q, k, v):
-                    out = api.mha(
-                        *_to_bshd(q, k, v), None, sm_scale=scale, causal=spec.causal, interpret=interpret
-                    )
-                    return _from_bshd(out)
-
-                _, vjp = jax.vjp(attention, q, k, v)
-                return vjp(dout)
-
+            grads = functools.partial(mha_gradients, api.mha, **options)
             return Compiled(jax.jit(grads), self._ran(grads, args))
 
         compiled = self._cache.get(("backward", array_key(*arrays), scale, spec.causal), build)
         dq, dk, dv = compiled.fn(*args)
         return SubjectGrads(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv))
+
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """This adapter's calls as standalone script text (``kernels.standalone``)."""
+        scale = spec.resolved_scale(inputs.shape.head_dim)
+        options = f"scale={scale!r}, causal={spec.causal!r}, interpret=interpret"
+        return StandaloneCall(
+            imports=("import functools", "import math", "import jax", "import jax.numpy as jnp"),
+            definitions=source_of(_to_bshd, _from_bshd, mha_forward, mha_gradients),
+            setup=(
+                f"from {MODULE} import mha\n"
+                "interpret = jax.default_backend() != 'gpu'  # native Triton on a GPU, else the interpreter\n"
+            ),
+            forward=(
+                f"attention = jax.jit(functools.partial(mha_forward, mha, {options}, "
+                f"with_lse={_load_api().has_lse!r}))\n"
+                "out, lse = attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))\n"
+                "out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
+            ),
+            gradients=(
+                f"gradients = jax.jit(functools.partial(mha_gradients, mha, {options}))\n"
+                "grads = gradients(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(dout))\n"
+                "dq, dk, dv = (np.asarray(g) for g in grads)\n"
+                "dbias = None\n"
+            ),
+            note=f"{self.description}; off GPU: Pallas generic interpreter (interpret=True)",
+        )
 
     def _ran(self, fn: Any, args: tuple) -> str:
         n = count_primitives(fn, args, "pallas_call")
@@ -234,3 +239,36 @@ def _from_bshd(x: Any) -> Any:
     import jax.numpy as jnp
 
     return jnp.transpose(x, (0, 2, 1, 3))
+
+
+# --- the translation: pure functions of JAX arrays, embedded verbatim in standalone repros --
+
+
+def mha_forward(mha, q, k, v, *, scale, causal, interpret, with_lse):
+    """(out ``[B, H, Sq, D]``, lse ``[B, H, Sq]`` or None) from the kernel's ``mha``. The kernel keeps
+    its softmax in base 2, so its lse is log2 of the denominator: times ln 2 gives the natural log."""
+    import jax.numpy as jnp
+
+    result = mha(
+        *_to_bshd(q, k, v),
+        None,
+        sm_scale=scale,
+        causal=causal,
+        interpret=interpret,
+        **({"return_residuals": True} if with_lse else {}),
+    )
+    if not with_lse:
+        return _from_bshd(result), None
+    out, lse_base2 = result  # lse: [B, H, Sq], log2 of the softmax denominator
+    return _from_bshd(out), lse_base2 * jnp.float32(math.log(2.0))
+
+
+def mha_gradients(mha, q, k, v, dout, *, scale, causal, interpret):
+    """(dq, dk, dv) of ``sum(out * dout)`` through the kernel's custom VJP."""
+    import jax
+
+    def attention(q, k, v):
+        return _from_bshd(mha(*_to_bshd(q, k, v), None, sm_scale=scale, causal=causal, interpret=interpret))
+
+    _, vjp = jax.vjp(attention, q, k, v)
+    return vjp(dout)

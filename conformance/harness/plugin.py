@@ -646,5 +646,8 @@ class Bound:
         if result.verdict != "pass":
             message = [f"{planned.check} {result.verdict.upper()}: {planned.case.summary()}", result.reason]
             if result.repro:
-                message += ["", "Repro (run from the repository root):", result.repro]
+                from reports.render import repro_path  # stdlib only
+
+                where = self.plugin.report_dir / repro_path(result)
+                message += ["", f"Repro: {where} (written with report.md; see its first lines)"]
             pytest.fail("\n".join(message), pytrace=False)

@@ -78,8 +78,12 @@ def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_rep
         timeout=300,
         env={"PYTHONPATH": str(ROOT)},
     )
-    assert repro.returncode == 0, repro.stderr[-2000:]
-    assert "OUT OF TOLERANCE" in repro.stdout
+    # Standalone: exit 1 while the bug is present, the same worst element as the record.
+    assert repro.returncode == 1, repro.stderr[-2000:]
+    metric = record.metrics[0]
+    where = ", ".join(map(str, metric.worst_index))
+    assert f"out[{where}]: got {metric.worst_subject!r}" in repro.stdout
+    assert "OUT OF TOLERANCE" in repro.stdout and "import conformance" not in record.repro
 
 
 @pytest.mark.slow
