@@ -86,7 +86,8 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The project's own tests: reference, adapters, checks, mutants, reports."""
     install_project(session)
-    session.run("pytest", *session.posargs)
+    # Tests that install JAX releases into fresh environments are opt-in: `nox -s tests -- -m slow`.
+    session.run("pytest", *(session.posargs or ("-m", "not slow")))
 
 
 @nox.session(python="3.11")

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from reports.grouping import count_line, group_failures
 from reports.records import read_results
 
@@ -86,7 +84,6 @@ def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_rep
     assert "OUT OF TOLERANCE" in repro.stdout and "import conformance" not in record.repro
 
 
-@pytest.mark.slow
 def test_xdist_gives_the_same_records_as_one_process(tmp_path):
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     assert run_suite(serial, "exact", "-k", SMALL).returncode == 0
