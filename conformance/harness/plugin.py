@@ -380,6 +380,16 @@ class ConformancePlugin:
                     f"rerun with {option} {theirs[option]}, or drop --resume to start over"
                 )
 
+    def _narrowed(self) -> bool:
+        """Whether the user left planned checks out (-k, -m, --deselect): an entry whose checks
+        were left out is not stale, only not run here."""
+        option = self.config.option
+        return bool(
+            getattr(option, "keyword", "")
+            or getattr(option, "markexpr", "")
+            or getattr(option, "deselect", None)
+        )
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._selected = len(session.items)  # after every deselection (-k, --resume)
 
@@ -467,7 +477,7 @@ class ConformancePlugin:
         }
         results = read_results(self.report_dir).results  # this run and any resumed earlier one
         statuses = known_issues.ledger_status(
-            self.ledger, results, self.jax_version, [s.name for s in self.subjects]
+            self.ledger, results, self.jax_version, [s.name for s in self.subjects], narrowed=self._narrowed()
         )
         for status in statuses:  # summaries get pasted into reviews: no absolute paths
             status["source"] = _display(Path(status["source"]), self.config.rootpath)

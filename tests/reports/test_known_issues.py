@@ -215,3 +215,13 @@ def test_an_entry_on_a_variant_covers_only_that_variant(tmp_path):
     assert ledger_status(ledger, [passing], "0.8.3", ["tpu_flash"])[0]["status"] == "not run here"
     with pytest.raises(LedgerError, match=r"unknown subject 'flash\[interpreter=tpu\]'.*NAME\[key=value\]"):
         load(tmp_path, GOOD.replace('subject = "tpu_flash"', 'subject = "flash[interpreter=tpu]"'))
+
+
+def test_an_entry_is_not_stale_when_the_user_narrowed_the_run(tmp_path):
+    # `-k recompile` leaves the entry's checks out: that is not a typo in its selector.
+    ledger = load(tmp_path, GOOD)
+    other = dataclasses.replace(failing(check="recompile"), verdict="pass")
+    assert ledger_status(ledger, [other], "0.8.3", ["tpu_flash"])[0]["status"] == "stale"
+    assert (
+        ledger_status(ledger, [other], "0.8.3", ["tpu_flash"], narrowed=True)[0]["status"] == "not run here"
+    )
