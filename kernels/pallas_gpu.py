@@ -39,6 +39,7 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
+from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.gpu.attention"
@@ -51,9 +52,30 @@ BLOCK = 128  # default forward block_q = block_k = 128 (clipped to the lengths)
 #   length and checks neither Sq == Sk nor, in its backward, equal block counts;
 # * from 0.6.2 lengths that the (clipped) 128-blocks do not divide raise ValueError;
 #   before, nothing checks them (those cases run; see kernels/known_issues.toml);
-# * return_residuals= (the lse) exists from 0.6 on.
+# * return_residuals= (the lse) exists from 0.6 on;
+# * tunables: before 0.5.1 mha takes block_q= and block_k=, which size the backward too;
+#   from 0.5.1 it takes block_sizes=BlockSizes(block_q, block_k, block_q_dkv,
+#   block_kv_dkv, block_q_dq, block_kv_dq) (defaults read from get_default()). Triton
+#   blocks are powers of two of at least 16 (tl.dot's smallest tile); the kernel clips
+#   each block to its length, so a block longer than the sequence is legal.
 
 RAISES_ON_NON_MULTIPLE_SINCE = (0, 6, 2)
+FORWARD_BLOCKS = ("block_q", "block_k")
+BACKWARD_BLOCKS = ("block_q_dkv", "block_kv_dkv", "block_q_dq", "block_kv_dq")
+
+
+def _triton_block(name: str, default: int) -> Tunable:
+    axis = "q" if name.startswith("block_q") else "kv"
+    return Tunable(name, default, axis, name in BACKWARD_BLOCKS, minimum=16, power_of_two=True)
+
+
+def _tunables(module: Any) -> Tunables:
+    """The installed kernel's tunables, with its own defaults."""
+    if not hasattr(module, "BlockSizes"):
+        return Tunables(tuple(_triton_block(name, BLOCK) for name in FORWARD_BLOCKS))
+    default = module.BlockSizes.get_default()
+    names = FORWARD_BLOCKS + BACKWARD_BLOCKS
+    return Tunables(tuple(_triton_block(name, getattr(default, name)) for name in names))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +85,8 @@ class _Api:
     has_block_sizes: bool
     backward_block: int | None  # BlockSizes.get_default()'s dq/dkv blocks: 128 before 0.6.2, then 32
     raises_on_non_multiple: bool
+    tunables: Tunables = Tunables()
+    block_sizes: Any = None  # the BlockSizes class (None before 0.5.1)
 
 
 def _load_api() -> _Api:
@@ -76,6 +100,8 @@ def _load_api() -> _Api:
         has_block_sizes=hasattr(module, "BlockSizes"),
         backward_block=module.BlockSizes.get_default().block_q_dq if hasattr(module, "BlockSizes") else None,
         raises_on_non_multiple=jax_version() >= RAISES_ON_NON_MULTIPLE_SINCE,
+        tunables=_tunables(module),
+        block_sizes=getattr(module, "BlockSizes", None),
     )
 
 
@@ -84,19 +110,21 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
     0.5.1) Sq == Sk: those cases run and are judged like any other (a wrong answer there is a
     finding for the known-issue ledger, not something to declare away)."""
 
-    def divides(length: int) -> bool:
-        return length % min(BLOCK, length) == 0
+    def divides(block: int, length: int) -> bool:
+        return length % min(block, length) == 0
 
     constraints = []
     if api.raises_on_non_multiple:
         constraints.append(
             ShapeConstraint(
                 name="lengths_multiple_of_block",
-                reason=(
-                    "the forward blocks min(128, length) must divide q_len and kv_len (ValueError otherwise)"
+                reason="the forward blocks min(block_q, q_len) and min(block_k, kv_len) (default 128) "
+                "must divide q_len and kv_len (ValueError otherwise)",
+                holds=lambda shape, spec, b: (
+                    divides(b["block_q"], shape.q_len) and divides(b["block_k"], shape.kv_len)
                 ),
-                holds=lambda shape, spec: divides(shape.q_len) and divides(shape.kv_len),
                 basis="raises",
+                sees_config=True,
             )
         )
     if api.backward_block is not None:
@@ -104,16 +132,29 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
         constraints.append(
             ShapeConstraint(
                 name="backward_same_block_count",
-                reason=f"the fused backward needs q_len and kv_len split into the same number of "
-                f"min({block}, length) blocks (ValueError otherwise)",
-                holds=lambda shape, spec: (
-                    shape.q_len // min(block, shape.q_len) == shape.kv_len // min(block, shape.kv_len)
+                reason="the fused backward needs q_len split into as many min(block_q_dq, q_len) "
+                "blocks as kv_len into min(block_kv_dkv, kv_len) blocks "
+                f"(default {block}; ValueError otherwise)",
+                holds=lambda shape, spec, b: (
+                    shape.q_len // min(b["block_q_dq"], shape.q_len)
+                    == shape.kv_len // min(b["block_kv_dkv"], shape.kv_len)
                 ),
                 basis="raises",
                 applies_to="backward",
+                sees_config=True,
             )
         )
     return tuple(constraints)
+
+
+def _block_kwargs(api: _Api, config: Config) -> dict[str, Any]:
+    """The keyword arguments that set ``config``'s blocks on this JAX's ``mha``."""
+    if not config:
+        return {}
+    values = api.tunables.resolved(config)
+    if api.block_sizes is None:
+        return values  # block_q=, block_k=
+    return {"block_sizes": api.block_sizes(**values)}
 
 
 # --------------------------------------------------------------------------------------
@@ -123,9 +164,16 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
 class PallasGpuAdapter:
     """Pallas Triton flash attention; canonical ``[B, H, S, D]`` in and out."""
 
+    config: Config = ()  # the case's tunables (_tunables); () = the kernel's defaults
     name: str = "pallas_gpu"
     description: str = "Pallas GPU (Triton) flash attention (jax.experimental.pallas.ops.gpu.attention)"
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
+
+    def configured(self, config: Config) -> PallasGpuAdapter:
+        """A copy that calls the kernel with ``config``'s blocks (and its own compile cache)."""
+        return dataclasses.replace(
+            self, config=_load_api().tunables.normalized(config), _cache=CompiledCache()
+        )
 
     def _native(self) -> bool:
         return default_backend() == "gpu"
@@ -147,7 +195,7 @@ class PallasGpuAdapter:
         try:
             api = _load_api()
         except Exception:
-            api = _Api(None, False, True, True)
+            api = _Api(None, False, True, None, True)
         return Capabilities(
             jax_runtime=True,
             dtypes=("float32", "bfloat16", "float16"),
@@ -156,6 +204,7 @@ class PallasGpuAdapter:
             lse=api.has_lse,
             fully_masked_rows="unspecified",
             constraints=_constraints(api),
+            tunables=api.tunables,
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
@@ -177,6 +226,7 @@ class PallasGpuAdapter:
                     sm_scale=scale,
                     causal=spec.causal,
                     interpret=interpret,
+                    **_block_kwargs(api, self.config),
                     **({"return_residuals": True} if api.has_lse else {}),
                 )
                 if not api.has_lse:
@@ -204,7 +254,12 @@ class PallasGpuAdapter:
             def grads(q, k, v, dout):
                 def attention(q, k, v):
                     out = api.mha(
-                        *_to_bshd(q, k, v), None, sm_scale=scale, causal=spec.causal, interpret=interpret
+                        *_to_bshd(q, k, v),
+                        None,
+                        sm_scale=scale,
+                        causal=spec.causal,
+                        interpret=interpret,
+                        **_block_kwargs(api, self.config),
                     )
                     return _from_bshd(out)
 

@@ -53,43 +53,70 @@ from kernels.tpu_interpret import (
     pallas_ran,
     pallas_tpu_availability,
 )
+from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.flash_attention"
 # The kernel's default BlockSizes.get_default(): every block is 128 (one TPU lane width).
 BLOCK = 128
 
+
+def _divides(block: int, length: int) -> bool:
+    return block <= length and length % block == 0
+
+
+# Each constraint reads the case's blocks (its config with the defaults filled in); the
+# reasons name the default 128 because that is what most cases run with.
 CONSTRAINTS = (
     ShapeConstraint(
-        name="kv_len_multiple_of_128",
-        reason="the default block_k_major = block_k = 128 must divide kv_len "
+        name="kv_len_multiple_of_block_k",
+        reason="block_k_major and block_k (default 128) must divide kv_len "
         "(_verify_block raises ValueError otherwise)",
-        holds=lambda shape, spec: shape.kv_len % BLOCK == 0,
+        holds=lambda shape, spec, b: (
+            _divides(b["block_k_major"], shape.kv_len) and _divides(b["block_k"], shape.kv_len)
+        ),
         basis="raises",
+        sees_config=True,
     ),
     ShapeConstraint(
-        name="q_len_at_least_128",
-        reason="the default block_q = 128 must not exceed q_len (_verify_block raises ValueError)",
-        holds=lambda shape, spec: shape.q_len >= BLOCK,
+        name="q_len_at_least_block_q",
+        reason="block_q (default 128) must not exceed q_len (_verify_block raises ValueError)",
+        holds=lambda shape, spec, b: shape.q_len >= b["block_q"],
         basis="raises",
+        sees_config=True,
+    ),
+    ShapeConstraint(
+        name="batch_at_least_block_b",
+        reason="block_b (default 1) must not exceed the batch (_verify_block raises ValueError)",
+        holds=lambda shape, spec, b: shape.batch >= b["block_b"],
+        basis="raises",
+        sees_config=True,
     ),
     ShapeConstraint(
         name="head_dim_lane_multiple",
         reason="with more than one kv block the kernel tiles its softmax statistics over D in "
         "lanes of 128, so D above 128 must be a multiple of 128 (NotImplementedError otherwise)",
-        holds=lambda shape, spec: (
-            shape.kv_len <= BLOCK or shape.head_dim <= BLOCK or shape.head_dim % BLOCK == 0
+        holds=lambda shape, spec, b: (
+            shape.kv_len <= b["block_k_major"] or shape.head_dim <= BLOCK or shape.head_dim % BLOCK == 0
         ),
         basis="raises",
         applies_to="forward",
+        sees_config=True,
     ),
     ShapeConstraint(
-        name="backward_q_len_multiple_of_128",
-        reason="the backward kernels' block_q_major_dkv = block_q_dq = 128 must divide q_len "
-        "(_verify_block raises ValueError)",
-        holds=lambda shape, spec: shape.q_len % BLOCK == 0,
+        name="backward_blocks_divide_lengths",
+        reason="the backward kernels' q blocks (block_q_major_dkv, block_q_dkv, block_q_dq) must "
+        "divide q_len and their kv blocks kv_len (default 128; _verify_block raises ValueError)",
+        holds=lambda shape, spec, b: (
+            all(_divides(b[n], shape.q_len) for n in ("block_q_major_dkv", "block_q_dkv", "block_q_dq"))
+            and all(
+                _divides(b[n], shape.kv_len)
+                for n in ("block_k_major_dkv", "block_k_dkv", "block_k_major_dq", "block_k_dq")
+            )
+        ),
         basis="raises",
         applies_to="backward",
+        sees_config=True,
     ),
 )
 
@@ -98,6 +125,35 @@ CONSTRAINTS = (
 # The kernel's API is the same from 0.4.35 to 0.10.2; what differs is how it can be
 # interpreted on CPU (kernels/tpu_interpret.py) and whether the private
 # _flash_attention_impl keeps the signature we call for lse.
+# Tunables: BlockSizes has the same eleven fields, defaults (all 128, block_b 1) and
+# checks at every version from 0.4.35 to 0.10.2. Minor blocks must divide their major
+# (BlockSizes.__post_init__); kv blocks are multiples of 128 (the kernels tile kv in
+# lanes: NotImplementedError otherwise); q blocks multiples of 8 (a TPU sublane tile).
+
+
+def _q_block(name: str, backward: bool = False, divides: str | None = None) -> Tunable:
+    return Tunable(name, BLOCK, "q", backward, multiple_of=8, divides=divides)
+
+
+def _kv_block(name: str, backward: bool = False, divides: str | None = None) -> Tunable:
+    return Tunable(name, BLOCK, "kv", backward, multiple_of=BLOCK, divides=divides)
+
+
+TUNABLES = Tunables(
+    (
+        _q_block("block_q"),
+        _kv_block("block_k_major"),
+        _kv_block("block_k", divides="block_k_major"),
+        Tunable("block_b", 1, "batch"),
+        _q_block("block_q_major_dkv", backward=True),
+        _q_block("block_q_dkv", backward=True, divides="block_q_major_dkv"),
+        _kv_block("block_k_major_dkv", backward=True),
+        _kv_block("block_k_dkv", backward=True, divides="block_k_major_dkv"),
+        _kv_block("block_k_major_dq", backward=True),
+        _kv_block("block_k_dq", backward=True, divides="block_k_major_dq"),
+        _q_block("block_q_dq", backward=True),
+    )
+)
 
 _IMPL_PARAMS = (
     "q",
@@ -152,12 +208,21 @@ class TpuFlashAdapter:
     # What ``--impl "NAME[interpreter=tpu]"`` may set (kernels/subject_spec.py).
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"interpreter": INTERPRETERS}
     interpreter: Interpreter = "generic"
+    config: Config = ()  # the case's tunables (TUNABLES); () = BlockSizes.get_default()
     name: str = "tpu_flash"
     description: str = "Pallas TPU flash attention (jax.experimental.pallas.ops.tpu.flash_attention)"
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
     def availability(self) -> Availability:
         return pallas_tpu_availability(self.interpreter, MODULE, _load_api)
+
+    def configured(self, config: Config) -> TpuFlashAdapter:
+        """A copy that calls the kernel with ``config``'s blocks (and its own compile cache)."""
+        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
+
+    def _blocks(self, api: _Api) -> Any:
+        """The ``BlockSizes`` of this adapter's config (every field set, so the backward runs)."""
+        return api.block_sizes(**TUNABLES.resolved(self.config))
 
     def capabilities(self) -> Capabilities:
         try:
@@ -176,6 +241,7 @@ class TpuFlashAdapter:
             lse=has_lse,
             fully_masked_rows="unspecified",
             constraints=CONSTRAINTS,
+            tunables=TUNABLES,
         )
 
     # -- forward ---------------------------------------------------------------------
@@ -204,10 +270,11 @@ class TpuFlashAdapter:
             segment_ids = (
                 None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
             )
+            blocks = self._blocks(api)
             if api.impl is None:
-                return api.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale), None
-            b, h, sq, d = q.shape
-            blocks = api.block_sizes.get_default(b, h, sq, k.shape[2], d)
+                return api.flash_attention(
+                    q, k, v, ab, segment_ids, causal=causal, sm_scale=scale, block_sizes=blocks
+                ), None
             out, denominator, row_max = api.impl(
                 q,
                 k,
@@ -255,7 +322,9 @@ class TpuFlashAdapter:
                 None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
             )
             ab = _kernel_bias(bias, q, k, scale)
-            return api.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale)
+            return api.flash_attention(
+                q, k, v, ab, segment_ids, causal=causal, sm_scale=scale, block_sizes=self._blocks(api)
+            )
 
         def grads(q, k, v, bias, q_seg, kv_seg, dout):
             if bias is None:

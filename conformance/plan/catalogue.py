@@ -122,9 +122,11 @@ def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities
     """The case against the subject's declared capabilities and constraints, before the
     check's own needs (``_with_needs``): sampled checks pick their cases first."""
     skeleton = case.skeleton()
-    outside = caps.admits(skeleton, case.spec, case.dtype, "forward", case.features)
+    outside = caps.admits(skeleton, case.spec, case.dtype, "forward", case.features, case.config)
     outside_bwd = (
-        caps.admits(skeleton, case.spec, case.dtype, "backward", case.features) if caps.backward else ()
+        caps.admits(skeleton, case.spec, case.dtype, "backward", case.features, case.config)
+        if caps.backward
+        else ()
     )
     reason = next((e.text for e in outside if e.constraint is None), None)
     fwd = tuple(e.constraint for e in outside if e.constraint is not None)

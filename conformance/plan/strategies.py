@@ -28,7 +28,9 @@ def runnable(case: Case, caps: Capabilities) -> bool:
     """Inside the declared capabilities and every shape constraint of the directions it has."""
     directions = ("forward", "backward") if caps.backward else ("forward",)
     skeleton = case.skeleton()
-    return not any(caps.admits(skeleton, case.spec, case.dtype, d, case.features) for d in directions)
+    return not any(
+        caps.admits(skeleton, case.spec, case.dtype, d, case.features, case.config) for d in directions
+    )
 
 
 def _admissible_lengths(caps: Capabilities, lengths: tuple[int, ...], head_dim: int) -> tuple[int, ...]:
