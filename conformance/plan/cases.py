@@ -66,13 +66,12 @@ class Case:
     config: Config = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.config, tuple) or self.config != normalize(self.config):
-            try:
-                object.__setattr__(self, "config", normalize(self.config))
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"config {self.config!r} must be name -> value pairs, e.g. {{'block_q': 64}}"
-                ) from None
+        try:
+            object.__setattr__(self, "config", normalize(self.config))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"config {self.config!r} must be name -> value pairs, e.g. {{'block_q': 64}}"
+            ) from None
         if self.input_kind not in INPUT_KINDS:
             raise ValueError(f"unknown input kind {self.input_kind!r}; choose from {INPUT_KINDS}")
         for name in ("bias", "mask"):
