@@ -154,10 +154,11 @@ def instantiate(template: Case, subject: str, dtype: str) -> Case:
     return dataclasses.replace(template, subject=subject, dtype=dtype)
 
 
-# Shapes that carry the edge configs: (level, template, every dtype?). Lengths of 256 hold
+# Shapes that carry the edge configs: (level, template, every dtype?). D = 128 fits splash
+# before JAX 0.5 (D % 128 == 0 there). Lengths of 256 hold
 # two default blocks and are a power of two, so every declared block family fits them.
 CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
-    (0, _t(q_len=256, kv_len=256, causal=True), False),
+    (0, _t(q_len=256, kv_len=256, causal=True, head_dim=128, v_head_dim=128), False),
     (1, _t(q_len=256, kv_len=256, batch=2, q_heads=2, kv_heads=2), True),
     (2, _t(q_len=512, kv_len=256, causal=True, head_dim=128, v_head_dim=128), True),
 )
