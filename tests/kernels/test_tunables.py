@@ -155,3 +155,27 @@ def test_tunable_space():
     assert flags.normalized({"fused": False}) == () and flags.problems({"fused": 1})
     with pytest.raises(ValueError, match="axis"):
         Tunable("b", 1, "heads")  # type: ignore[arg-type]
+
+
+def test_dev_draws_legal_configs_and_ci_does_not(subjects):
+    from conformance.plan import strategies
+
+    for name in ("tpu_flash", "pallas_gpu"):
+        caps = subjects[name].capabilities
+        dev = strategies.draw_cases(strategies.cases(name, caps, get("dev")), 30, 1)
+        tuned = [c for c in dev if c.config]
+        assert len(tuned) >= 5, name
+        assert all(not caps.tunables.problems(c.config) and strategies.runnable(c, caps) for c in tuned)
+        ci = strategies.draw_cases(strategies.cases(name, caps, get("ci")), 3, 0)
+        assert not [c for c in ci if c.config]
+
+
+def test_shrinking_may_drop_the_config(subjects):
+    from hypothesis import find
+
+    from conformance.plan import strategies
+
+    caps = subjects["tpu_flash"].capabilities
+    case = Case(subject="tpu_flash", dtype="float32", q_len=256, kv_len=256, config={"block_q": 64})
+    assert find(strategies.within(case, caps), lambda c: c.config == ()).config == ()
+    assert find(strategies.within(case, caps), lambda c: c.config != ()).config == case.config
