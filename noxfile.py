@@ -11,6 +11,7 @@
     nox -s matrix                         # one report over all reports/jax-*/ -> reports/matrix/
     nox -s gate -- BASE CANDIDATE         # upgrade verdict; exits non-zero on a regression
     nox -s merge -- OUT SHARD1 SHARD2 ... # the folders of one `--shard K/N` run as one folder
+    nox -s bisect -- --impl S --case ID --good X --bad Y  # first release where a check fails (or is fixed)
 
 The versions, and the pins each one needs, live in reports/jax_versions.py; so do
 the rules by which this file reads its own command line (a bare `conformance`
@@ -85,7 +86,8 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The project's own tests: reference, adapters, checks, mutants, reports."""
     install_project(session)
-    session.run("pytest", *session.posargs)
+    # Tests that install JAX releases into fresh environments are opt-in: `nox -s tests -- -m slow`.
+    session.run("pytest", *(session.posargs or ("-m", "not slow")))
 
 
 @nox.session(python="3.11")
@@ -180,3 +182,21 @@ def merge(session: nox.Session) -> None:
     if len([a for a in session.posargs if not a.startswith("-")]) < 2:
         session.error("give the output folder and the shard folders: nox -s merge -- OUT SHARD1 SHARD2 ...")
     session.run("python", "-m", "reports", "merge", "--no-plots", *session.posargs)
+
+
+@nox.session(python="3.11")
+def bisect(session: nox.Session) -> None:
+    """First JAX release where one check of one case starts (or stops) failing:
+    `nox -s bisect -- --impl SUBJECT --case CASE_ID [--check forward] --good X --bad Y
+    [--versions a,b,c] [--known-issue ID]`. Each release gets the `conformance(jax='X')` environment
+    (.nox/, reused); -> reports/bisect/bisect.json. Options: python -m reports bisect -h."""
+    flags = {a.split("=")[0] for a in session.posargs}
+    missing = [f for f in ("--impl", "--case", "--good", "--bad") if f not in flags]
+    if missing and not flags & {"-h", "--help"}:
+        session.error(
+            f"give {', '.join(missing)}: nox -s bisect -- --impl xla --case CASE_ID --good X --bad Y"
+        )
+    # pip lists the releases from the index pip is configured with; packaging compares versions.
+    session.install("pip", "packaging")
+    nox_command = f"{sys.executable} -m nox"  # this very nox, to build each version's environment
+    session.run("python", "-m", "reports", "bisect", "--nox", nox_command, *session.posargs)

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
 
 CAPABILITIES_ATTRIBUTE = "attention_capabilities"
@@ -176,6 +177,32 @@ class FunctionAdapter:
                 f"{self.name}: declares lse=True but returned only out; return (out, lse)"
             )
         return SubjectOutput(out=np.asarray(result), ran=self.name)
+
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """The call ``forward`` makes, as standalone script text (``kernels.standalone``): the
+        user's own import line, and the keywords ``canonical_keywords`` passes for this case
+        (``inputs`` may be a skeleton: only which arrays are set matters)."""
+        module, _, attribute = self.name.partition(":")
+        if not attribute:  # wrapped directly, not by dotted path: name it by where it lives
+            module, attribute = self.fn.__module__, self.fn.__qualname__
+        keywords = ", ".join(
+            f"{name}={name if isinstance(value, np.ndarray) else repr(value)}"
+            for name, value in canonical_keywords(inputs, spec).items()
+        )
+        root, _, rest = attribute.partition(".")
+        return StandaloneCall(
+            imports=(f"from {module} import {root}",),
+            definitions=(),
+            setup=f"attention = {attribute}  # the function --impl named\n"
+            if rest or root != "attention"
+            else "",
+            forward=(
+                f"result = attention(q, k, v, {keywords})\n"
+                "out, lse = result if isinstance(result, tuple) else (result, None)  # out, or (out, lse)\n"
+                "out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
+            ),
+            note=f"the user function {module}:{attribute}, called with NumPy arrays",
+        )
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         raise NotImplementedError(f"{self.name} is a plain function: forward only (backward=False)")

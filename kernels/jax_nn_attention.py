@@ -18,6 +18,7 @@ Translation from canonical semantics (``docs/semantics.md``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from typing import Any, Literal
 
@@ -34,7 +35,8 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
-from reference.spec import AttentionInputs, AttentionSpec
+from kernels.standalone import StandaloneCall, source_of
+from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 Implementation = Literal["xla", "cudnn"]
 
@@ -83,24 +85,20 @@ def api_availability(execution_detail: str) -> Availability:
 
 @dataclasses.dataclass(frozen=True)
 class _Static:
-    """The hashable, non-array part of one call: becomes the compiled function's closure."""
+    """The hashable, non-array part of one call: the keywords of ``jax_nn_attention``."""
 
     implementation: Implementation
     scale: float
     causal: bool
     window: tuple[int, int] | None
-    lse: bool
+
+    def options(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
-def _static(
-    implementation: Implementation, inputs: AttentionInputs, spec: AttentionSpec, lse: bool
-) -> _Static:
-    window = None
-    if spec.window is not None:
-        unbounded = inputs.q.shape[2] + inputs.k.shape[2]
-        left, right = spec.window
-        window = (unbounded if left is None else int(left), unbounded if right is None else int(right))
-    return _Static(implementation, spec.resolved_scale(inputs.q.shape[-1]), spec.causal, window, lse)
+def _static(implementation: Implementation, shape: AttentionShape, spec: AttentionSpec) -> _Static:
+    window = jax_nn_window(spec.window, shape.q_len, shape.kv_len)
+    return _Static(implementation, spec.resolved_scale(shape.head_dim), spec.causal, window)
 
 
 def _arrays(inputs: AttentionInputs) -> tuple[np.ndarray | None, ...]:
@@ -110,32 +108,71 @@ def _arrays(inputs: AttentionInputs) -> tuple[np.ndarray | None, ...]:
     return (inputs.q, inputs.k, inputs.v, inputs.bias, inputs.mask, *lengths)
 
 
-def _attention(api: _Api, static: _Static):
-    """A function of canonical-layout JAX arrays -> (out [B,H,Sq,Dv], lse [B,H,Sq] or None)."""
+# --- the translation: pure functions of JAX arrays, embedded verbatim in standalone repros --
+
+
+def jax_nn_window(window, q_len, kv_len):
+    """Canonical ``(left, right)`` (None = unbounded) -> jax.nn's ``local_window_size`` (ints)."""
+    if window is None:
+        return None
+    unbounded = q_len + kv_len  # wider than any distance between a query and a key
+    left, right = window
+    return (unbounded if left is None else int(left), unbounded if right is None else int(right))
+
+
+def jax_nn_attention(
+    q, k, v, bias, mask, q_lengths, kv_lengths, *, implementation, scale, causal, window, lse
+):
+    """Canonical ``[B, H, S, D]`` JAX arrays -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None)
+    through ``jax.nn.dot_product_attention``, whose layout is ``[B, S, H, D]``."""
+    import jax
     import jax.numpy as jnp
 
-    def attention(q, k, v, bias, mask, q_lengths, kv_lengths):
-        to_bthd = (0, 2, 1, 3)  # [B, H, S, D] <-> [B, S, H, D]; the permutation is its own inverse
-        result = api.dot_product_attention(
-            jnp.transpose(q, to_bthd),
-            jnp.transpose(k, to_bthd),
-            jnp.transpose(v, to_bthd),
-            bias,
-            mask,
-            scale=static.scale,
-            is_causal=static.causal,
-            query_seq_lengths=q_lengths,
-            key_value_seq_lengths=kv_lengths,
-            local_window_size=static.window,
-            implementation=static.implementation,
-            **({"return_residual": True} if static.lse else {}),
-        )
-        if static.lse:
-            out, lse = result
-            return jnp.transpose(out, to_bthd), jnp.transpose(lse, (0, 2, 1))
-        return jnp.transpose(result, to_bthd), None
+    to_bthd = (0, 2, 1, 3)  # [B, H, S, D] <-> [B, S, H, D]; the permutation is its own inverse
+    result = jax.nn.dot_product_attention(
+        jnp.transpose(q, to_bthd),
+        jnp.transpose(k, to_bthd),
+        jnp.transpose(v, to_bthd),
+        bias,
+        mask,
+        scale=scale,
+        is_causal=causal,
+        query_seq_lengths=q_lengths,
+        key_value_seq_lengths=kv_lengths,
+        local_window_size=window,
+        implementation=implementation,
+        **({"return_residual": True} if lse else {}),
+    )
+    if lse:
+        out, lse_out = result
+        return jnp.transpose(out, to_bthd), jnp.transpose(lse_out, (0, 2, 1))
+    return jnp.transpose(result, to_bthd), None
 
-    return attention
+
+def jax_nn_gradients(
+    q, k, v, bias, mask, q_lengths, kv_lengths, dout, *, implementation, scale, causal, window
+):
+    """(dq, dk, dv, dbias or None) of ``sum(out * dout)``, by JAX autodiff of ``jax_nn_attention``;
+    dbias has the bias's own shape."""
+    import jax
+
+    options = dict(implementation=implementation, scale=scale, causal=causal, window=window, lse=False)
+    if bias is None:
+        _, vjp = jax.vjp(
+            lambda q, k, v: jax_nn_attention(q, k, v, None, mask, q_lengths, kv_lengths, **options)[0],
+            q,
+            k,
+            v,
+        )
+        return (*vjp(dout), None)
+    _, vjp = jax.vjp(
+        lambda q, k, v, b: jax_nn_attention(q, k, v, b, mask, q_lengths, kv_lengths, **options)[0],
+        q,
+        k,
+        v,
+        bias,
+    )
+    return vjp(dout)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -150,15 +187,16 @@ class JaxNnRunner:
         """``out: [B, Hq, Sq, D]`` in the input dtype; ``lse: [B, Hq, Sq]`` (dtype of k) or None."""
         import jax
 
-        static = _static(self.implementation, inputs, spec, lse)
+        static = _static(self.implementation, inputs.shape, spec)
         arrays = _arrays(inputs)
         args = tuple(to_jax(a) for a in arrays)
 
         def build() -> Compiled:
-            fn = _attention(_load_api(), static)
+            _load_api()  # the arguments used here exist on this JAX
+            fn = functools.partial(jax_nn_attention, **static.options(), lse=lse)
             return Compiled(jax.jit(fn), self._ran(fn, args))
 
-        compiled = self._cache.get(("forward", static, array_key(*arrays)), build)
+        compiled = self._cache.get(("forward", static, lse, array_key(*arrays)), build)
         out, lse_out = compiled.fn(*args)
         return SubjectOutput(
             out=to_numpy(out), lse=None if lse_out is None else to_numpy(lse_out), ran=compiled.ran
@@ -168,31 +206,44 @@ class JaxNnRunner:
         """Gradients of ``sum(out * dout)`` by JAX autodiff; ``dbias`` has the bias's own shape."""
         import jax
 
-        static = _static(self.implementation, inputs, spec, lse=False)
+        static = _static(self.implementation, inputs.shape, spec)
         arrays = _arrays(inputs)
         args = tuple(to_jax(a) for a in arrays)
         dout_j = to_jax(np.asarray(dout, dtype=inputs.q.dtype))
 
         def build() -> Compiled:
-            attention = _attention(_load_api(), static)
-
-            def grads(q, k, v, bias, mask, q_lengths, kv_lengths, dout):
-                if bias is None:
-                    _, vjp = jax.vjp(
-                        lambda q, k, v: attention(q, k, v, None, mask, q_lengths, kv_lengths)[0], q, k, v
-                    )
-                    return (*vjp(dout), None)
-                _, vjp = jax.vjp(
-                    lambda q, k, v, b: attention(q, k, v, b, mask, q_lengths, kv_lengths)[0], q, k, v, bias
-                )
-                return vjp(dout)
-
+            _load_api()
+            grads = functools.partial(jax_nn_gradients, **static.options())
             return Compiled(jax.jit(grads), self._ran(grads, (*args, dout_j)))
 
         compiled = self._cache.get(("backward", static, array_key(*arrays)), build)
         dq, dk, dv, dbias = compiled.fn(*args, dout_j)
         dbias = None if dbias is None else to_numpy(dbias)
         return SubjectGrads(to_numpy(dq), to_numpy(dk), to_numpy(dv), dbias)
+
+    def standalone(self, shape: AttentionShape, spec: AttentionSpec, lse: bool) -> StandaloneCall:
+        """The calls above as script text (``kernels.standalone``)."""
+        options = ", ".join(
+            f"{k}={v!r}" for k, v in _static(self.implementation, shape, spec).options().items()
+        )
+        arrays = "(q, k, v, bias, mask, q_lengths, kv_lengths)"
+        return StandaloneCall(
+            imports=("import functools", "import jax", "import jax.numpy as jnp"),
+            definitions=source_of(jax_nn_attention, jax_nn_gradients),
+            forward=(
+                f"attention = jax.jit(functools.partial(jax_nn_attention, {options}, lse={lse!r}))\n"
+                f"args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
+                "out, lse = attention(*args)\n"
+                "out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
+            ),
+            gradients=(
+                f"gradients = jax.jit(functools.partial(jax_nn_gradients, {options}))\n"
+                f"args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
+                "grads = gradients(*args, jnp.asarray(dout))\n"
+                "dq, dk, dv, dbias = (None if g is None else np.asarray(g) for g in grads)\n"
+            ),
+            note=f"jax.nn.dot_product_attention(implementation={self.implementation!r}), jitted",
+        )
 
     def _ran(self, fn: Any, args: tuple) -> str:
         if self.implementation == "cudnn":

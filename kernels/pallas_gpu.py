@@ -19,6 +19,7 @@ Translation from canonical semantics (``docs/semantics.md``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import math
@@ -39,6 +40,7 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
+from kernels.standalone import StandaloneCall, source_of
 from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
@@ -147,16 +149,6 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
     return tuple(constraints)
 
 
-def _block_kwargs(api: _Api, config: Config) -> dict[str, Any]:
-    """The keyword arguments that set ``config``'s blocks on this JAX's ``mha``."""
-    if not config:
-        return {}
-    values = api.tunables.resolved(config)
-    if api.block_sizes is None:
-        return values  # block_q=, block_k=
-    return {"block_sizes": api.block_sizes(**values)}
-
-
 # --------------------------------------------------------------------------------------
 
 
@@ -174,6 +166,14 @@ class PallasGpuAdapter:
         return dataclasses.replace(
             self, config=_load_api().tunables.normalized(config), _cache=CompiledCache()
         )
+
+    def _blocks(self, api: _Api) -> dict[str, int] | None:
+        """Every block under this adapter's config (defaults filled in), or None for the
+        kernel's own defaults (the empty config)."""
+        return api.tunables.resolved(self.config) if self.config else None
+
+    def _block_kwargs(self, api: _Api) -> dict[str, Any]:
+        return mha_block_kwargs(api.block_sizes, self._blocks(api))
 
     def _native(self) -> bool:
         return default_backend() == "gpu"
@@ -210,30 +210,21 @@ class PallasGpuAdapter:
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32 where exposed."""
         import jax
-        import jax.numpy as jnp
 
         api = _load_api()
         scale = spec.resolved_scale(inputs.q.shape[-1])
         arrays = (inputs.q, inputs.k, inputs.v)
         args = tuple(to_jax(a) for a in arrays)
-        interpret = not self._native()
+        options = dict(
+            scale=scale,
+            causal=spec.causal,
+            interpret=not self._native(),
+            with_lse=api.has_lse,
+            block_kwargs=self._block_kwargs(api),
+        )
 
         def build() -> Compiled:
-            def forward(q, k, v):
-                result = api.mha(
-                    *_to_bshd(q, k, v),
-                    None,
-                    sm_scale=scale,
-                    causal=spec.causal,
-                    interpret=interpret,
-                    **_block_kwargs(api, self.config),
-                    **({"return_residuals": True} if api.has_lse else {}),
-                )
-                if not api.has_lse:
-                    return _from_bshd(result), None
-                out, lse_base2 = result  # lse: [B, H, Sq], log2 of the softmax denominator
-                return _from_bshd(out), lse_base2 * jnp.float32(math.log(2.0))
-
+            forward = functools.partial(mha_forward, api.mha, **options)
             return Compiled(jax.jit(forward), self._ran(forward, args))
 
         compiled = self._cache.get(("forward", array_key(*arrays), scale, spec.causal), build)
@@ -248,29 +239,62 @@ class PallasGpuAdapter:
         scale = spec.resolved_scale(inputs.q.shape[-1])
         arrays = (inputs.q, inputs.k, inputs.v)
         args = (*(to_jax(a) for a in arrays), to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
-        interpret = not self._native()
+        options = dict(
+            scale=scale,
+            causal=spec.causal,
+            interpret=not self._native(),
+            block_kwargs=self._block_kwargs(api),
+        )
 
         def build() -> Compiled:
-            def grads(q, k, v, dout):
-                def attention(q, k, v):
-                    out = api.mha(
-                        *_to_bshd(q, k, v),
-                        None,
-                        sm_scale=scale,
-                        causal=spec.causal,
-                        interpret=interpret,
-                        **_block_kwargs(api, self.config),
-                    )
-                    return _from_bshd(out)
-
-                _, vjp = jax.vjp(attention, q, k, v)
-                return vjp(dout)
-
+            grads = functools.partial(mha_gradients, api.mha, **options)
             return Compiled(jax.jit(grads), self._ran(grads, args))
 
         compiled = self._cache.get(("backward", array_key(*arrays), scale, spec.causal), build)
         dq, dk, dv = compiled.fn(*args)
         return SubjectGrads(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv))
+
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """This adapter's calls as standalone script text (``kernels.standalone``)."""
+        api = _load_api()
+        scale = spec.resolved_scale(inputs.shape.head_dim)
+        options = f"scale={scale!r}, causal={spec.causal!r}, interpret=interpret"
+        setup = (
+            f"from {MODULE} import mha\n"
+            "interpret = jax.default_backend() != 'gpu'  # native Triton on a GPU, else the interpreter\n"
+        )
+        if self.config:  # the case's block sizes, exactly as the suite passed them
+            options += ", block_kwargs=block_kwargs"
+            setup += (
+                f"kernel = importlib.import_module({MODULE!r})\n"
+                "BlockSizes = getattr(kernel, 'BlockSizes', None)  # from JAX 0.5.1\n"
+                f"block_kwargs = mha_block_kwargs(BlockSizes, {self._blocks(api)!r})\n"
+            )
+        return StandaloneCall(
+            imports=(
+                "import functools",
+                "import importlib",
+                "import math",
+                "import jax",
+                "import jax.numpy as jnp",
+            ),
+            definitions=source_of(_to_bshd, _from_bshd, mha_block_kwargs, mha_forward, mha_gradients),
+            setup=setup,
+            forward=(
+                f"attention = jax.jit(functools.partial(mha_forward, mha, {options}, "
+                f"with_lse={api.has_lse!r}))\n"
+                "out, lse = attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))\n"
+                "out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
+            ),
+            gradients=(
+                f"gradients = jax.jit(functools.partial(mha_gradients, mha, {options}))\n"
+                "grads = gradients(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(dout))\n"
+                "dq, dk, dv = (np.asarray(g) for g in grads)\n"
+                "dbias = None\n"
+            ),
+            note=f"{self.description}; off GPU: Pallas generic interpreter (interpret=True)"
+            + (f"; block sizes {dict(self.config)}" if self.config else ""),
+        )
 
     def _ran(self, fn: Any, args: tuple) -> str:
         n = count_primitives(fn, args, "pallas_call")
@@ -289,3 +313,57 @@ def _from_bshd(x: Any) -> Any:
     import jax.numpy as jnp
 
     return jnp.transpose(x, (0, 2, 1, 3))
+
+
+# --- the translation: pure functions of JAX arrays, embedded verbatim in standalone repros --
+
+
+def mha_block_kwargs(block_sizes_class, blocks):
+    """``mha``'s keywords for ``blocks`` (every block by name; None: the kernel's defaults). From
+    JAX 0.5.1 mha takes ``block_sizes=BlockSizes(...)``; before, ``block_q=`` and ``block_k=``."""
+    if blocks is None:
+        return {}
+    if block_sizes_class is None:
+        return dict(blocks)
+    return {"block_sizes": block_sizes_class(**blocks)}
+
+
+def mha_forward(mha, q, k, v, *, scale, causal, interpret, with_lse, block_kwargs=None):
+    """(out ``[B, H, Sq, D]``, lse ``[B, H, Sq]`` or None) from the kernel's ``mha``. The kernel keeps
+    its softmax in base 2, so its lse is log2 of the denominator: times ln 2 gives the natural log.
+    ``block_kwargs``: ``mha_block_kwargs``'s keywords (None: the kernel's default blocks)."""
+    import jax.numpy as jnp
+
+    result = mha(
+        *_to_bshd(q, k, v),
+        None,
+        sm_scale=scale,
+        causal=causal,
+        interpret=interpret,
+        **(block_kwargs or {}),
+        **({"return_residuals": True} if with_lse else {}),
+    )
+    if not with_lse:
+        return _from_bshd(result), None
+    out, lse_base2 = result  # lse: [B, H, Sq], log2 of the softmax denominator
+    return _from_bshd(out), lse_base2 * jnp.float32(math.log(2.0))
+
+
+def mha_gradients(mha, q, k, v, dout, *, scale, causal, interpret, block_kwargs=None):
+    """(dq, dk, dv) of ``sum(out * dout)`` through the kernel's custom VJP (its backward blocks
+    come from ``block_kwargs`` too)."""
+    import jax
+
+    def attention(q, k, v):
+        out = mha(
+            *_to_bshd(q, k, v),
+            None,
+            sm_scale=scale,
+            causal=causal,
+            interpret=interpret,
+            **(block_kwargs or {}),
+        )
+        return _from_bshd(out)
+
+    _, vjp = jax.vjp(attention, q, k, v)
+    return vjp(dout)

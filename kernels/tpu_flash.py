@@ -25,6 +25,7 @@ Gradients go through the public ``flash_attention`` and its custom VJP.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from typing import Any, ClassVar
 
@@ -44,6 +45,7 @@ from kernels.jax_runtime import (
     to_jax,
     to_numpy,
 )
+from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
     INTERPRETERS,
     Interpreter,
@@ -52,6 +54,7 @@ from kernels.tpu_interpret import (
     interpreted_copy,
     pallas_ran,
     pallas_tpu_availability,
+    standalone_shim,
 )
 from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
@@ -174,10 +177,8 @@ _IMPL_PARAMS = (
 
 @dataclasses.dataclass(frozen=True)
 class _Api:
-    flash_attention: Any
-    impl: Any | None  # _flash_attention_impl when its signature matches _IMPL_PARAMS, else None
-    block_sizes: Any
-    segment_ids: Any
+    module: Any  # the kernel module, or its interpreting copy
+    has_lse: bool  # _flash_attention_impl exists with the signature _IMPL_PARAMS (flash_forward calls it)
 
 
 def _load_api(execution: TpuExecution) -> _Api:
@@ -189,9 +190,7 @@ def _load_api(execution: TpuExecution) -> _Api:
     else:
         module = interpreted_copy(MODULE)
     impl = getattr(module, "_flash_attention_impl", None)
-    if impl is not None and tuple(inspect.signature(impl).parameters) != _IMPL_PARAMS:
-        impl = None
-    return _Api(module.flash_attention, impl, module.BlockSizes, module.SegmentIds)
+    return _Api(module, impl is not None and tuple(inspect.signature(impl).parameters) == _IMPL_PARAMS)
 
 
 # --------------------------------------------------------------------------------------
@@ -220,13 +219,14 @@ class TpuFlashAdapter:
         """A copy that calls the kernel with ``config``'s blocks (and its own compile cache)."""
         return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
 
-    def _blocks(self, api: _Api) -> Any:
-        """The ``BlockSizes`` of this adapter's config (every field set, so the backward runs)."""
-        return api.block_sizes(**TUNABLES.resolved(self.config))
+    def _blocks(self) -> dict[str, int] | None:
+        """Every ``BlockSizes`` field under this adapter's config (all set, so the backward
+        runs), or None for the kernel's own defaults (the empty config)."""
+        return TUNABLES.resolved(self.config) if self.config else None
 
     def capabilities(self) -> Capabilities:
         try:
-            has_lse = _load_api(choose_execution(self.interpreter)).impl is not None
+            has_lse = _load_api(choose_execution(self.interpreter)).has_lse
         except Exception:
             has_lse = False
         return Capabilities(
@@ -261,37 +261,11 @@ class TpuFlashAdapter:
 
     def _build_forward(self, execution: TpuExecution, scale: float, causal: bool, args: tuple) -> Compiled:
         import jax
-        import jax.numpy as jnp
 
         api = _load_api(execution)
-
-        def forward(q, k, v, bias, q_seg, kv_seg):
-            ab = _kernel_bias(bias, q, k, scale)
-            segment_ids = (
-                None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
-            )
-            blocks = self._blocks(api)
-            if api.impl is None:
-                return api.flash_attention(
-                    q, k, v, ab, segment_ids, causal=causal, sm_scale=scale, block_sizes=blocks
-                ), None
-            out, denominator, row_max = api.impl(
-                q,
-                k,
-                v,
-                ab,
-                segment_ids,
-                True,
-                causal,
-                scale,
-                blocks.block_b,
-                blocks.block_q,
-                blocks.block_k_major,
-                blocks.block_k,
-                False,
-            )
-            return out, row_max + jnp.log(denominator)
-
+        forward = functools.partial(
+            flash_forward, api.module, scale=scale, causal=causal, with_lse=api.has_lse, blocks=self._blocks()
+        )
         return Compiled(jax.jit(forward), _ran(forward, args, execution))
 
     # -- backward --------------------------------------------------------------------
@@ -315,29 +289,68 @@ class TpuFlashAdapter:
         import jax
         import jax.numpy as jnp
 
-        api = _load_api(execution)
-
-        def attention(q, k, v, bias, q_seg, kv_seg):
-            segment_ids = (
-                None if q_seg is None else api.segment_ids(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
-            )
-            ab = _kernel_bias(bias, q, k, scale)
-            return api.flash_attention(
-                q, k, v, ab, segment_ids, causal=causal, sm_scale=scale, block_sizes=self._blocks(api)
-            )
-
-        def grads(q, k, v, bias, q_seg, kv_seg, dout):
-            if bias is None:
-                _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, None, q_seg, kv_seg), q, k, v)
-                return (*vjp(dout), None)
-            _, vjp = jax.vjp(lambda q, k, v, b: attention(q, k, v, b, q_seg, kv_seg), q, k, v, bias)
-            return vjp(dout)
-
+        grads = functools.partial(
+            flash_gradients, _load_api(execution).module, scale=scale, causal=causal, blocks=self._blocks()
+        )
         dout = jnp.zeros(args[0].shape, args[0].dtype)
         return Compiled(jax.jit(grads), _ran(grads, (*args, dout), execution))
 
+    # -- standalone repro ------------------------------------------------------------
 
-def _kernel_bias(bias: Any, q: Any, k: Any, scale: float) -> Any:
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """This adapter's calls as standalone script text (``kernels.standalone``)."""
+        execution = choose_execution(self.interpreter)
+        shim_imports, shim, int_indexer_shim = standalone_shim()
+        options = f"scale={spec.resolved_scale(inputs.shape.head_dim)!r}, causal={spec.causal!r}"
+        if self.config:  # the case's block sizes, exactly as the suite passed them
+            options += f", blocks={self._blocks()!r}"
+        arrays = "(q, k, v, bias, q_segment_ids, kv_segment_ids)"
+        # TPU interpret mode is a tracing-time setting: it wraps tracing and execution alike.
+        tpu_mode = execution.mode == "tpu"
+        context = (
+            "pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())"
+            if tpu_mode
+            else "contextlib.nullcontext()"
+        )
+        imports = ("import contextlib", *shim_imports, "import jax", "import jax.numpy as jnp")
+        if tpu_mode:
+            imports += ("from jax.experimental.pallas import tpu as pltpu",)
+        setup = (
+            f"MODULE = {MODULE!r}\n"
+            "if jax.default_backend() == 'tpu':\n"
+            "    module = importlib.import_module(MODULE)  # natively, as shipped\n"
+            "else:\n"
+            "    # The kernel calls pl.pallas_call without interpret=: run a private copy of its module\n"
+            "    # whose pallas_call interprets (the suite's kernels/tpu_interpret.py, inline above).\n"
+            f"    module = load_interpreting_copy(MODULE, int_indexer_shim={int_indexer_shim!r})\n"
+        )
+        return StandaloneCall(
+            imports=imports,
+            definitions=(*shim, *source_of(kernel_bias, flash_forward, flash_gradients)),
+            setup=setup,
+            forward=(
+                f"with {context}:\n"
+                f"    attention = jax.jit(functools.partial(flash_forward, module, {options}, "
+                f"with_lse={_load_api(execution).has_lse!r}))\n"
+                f"    out, lse = attention(*(None if x is None else jnp.asarray(x) for x in {arrays}))\n"
+                "    out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
+            ),
+            gradients=(
+                f"with {context}:\n"
+                f"    gradients = jax.jit(functools.partial(flash_gradients, module, {options}))\n"
+                f"    args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
+                "    grads = gradients(*args, jnp.asarray(dout))\n"
+                "    dq, dk, dv, dbias = (None if g is None else np.asarray(g) for g in grads)\n"
+            ),
+            note=f"{self.description}; off TPU: {execution.description}"
+            + (f"; block sizes {dict(self.config)}" if self.config else ""),
+        )
+
+
+# --- the translation: pure functions of JAX arrays, embedded verbatim in standalone repros --
+
+
+def kernel_bias(bias: Any, q: Any, k: Any, scale: float) -> Any:
     """Canonical bias (added after scaling) -> the kernel's ``ab`` (added before): ``bias / scale``,
     broadcast to the full ``[B, H, Sq, Sk]`` the kernel requires, in float32."""
     if bias is None:
@@ -347,6 +360,68 @@ def _kernel_bias(bias: Any, q: Any, k: Any, scale: float) -> Any:
     b, h, sq, _ = q.shape
     full = (b, h, sq, k.shape[2])
     return jnp.broadcast_to(bias.astype(jnp.float32) / jnp.float32(scale), full)
+
+
+def flash_forward(module, q, k, v, bias, q_seg, kv_seg, *, scale, causal, with_lse, blocks=None):
+    """(out ``[B, H, Sq, D]``, lse ``[B, H, Sq]`` or None) from the kernel ``module``. With lse it
+    calls ``_flash_attention_impl(..., save_residuals=True)``, the function the public
+    ``flash_attention`` wraps, so out and the softmax statistics come from one pallas_call.
+    ``blocks``: every ``BlockSizes`` field by name, or None for the kernel's defaults."""
+    import jax.numpy as jnp
+
+    ab = kernel_bias(bias, q, k, scale)
+    segment_ids = (
+        None if q_seg is None else module.SegmentIds(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
+    )
+    sizes = None if blocks is None else module.BlockSizes(**blocks)
+    if not with_lse:
+        return module.flash_attention(
+            q, k, v, ab, segment_ids, causal=causal, sm_scale=scale, block_sizes=sizes
+        ), None
+    if sizes is None:
+        b, h, sq, d = q.shape
+        sizes = module.BlockSizes.get_default(b, h, sq, k.shape[2], d)
+    out, denominator, row_max = module._flash_attention_impl(
+        q,
+        k,
+        v,
+        ab,
+        segment_ids,
+        True,  # save_residuals
+        causal,
+        scale,
+        sizes.block_b,
+        sizes.block_q,
+        sizes.block_k_major,
+        sizes.block_k,
+        False,  # debug
+    )
+    return out, row_max + jnp.log(denominator)
+
+
+def flash_gradients(module, q, k, v, bias, q_seg, kv_seg, dout, *, scale, causal, blocks=None):
+    """(dq, dk, dv, dbias or None) of ``sum(out * dout)`` through the public ``flash_attention``'s
+    custom VJP; JAX's autodiff sums dbias back over the bias's broadcast axes. ``blocks``: every
+    ``BlockSizes`` field by name (the backward's too), or None for the kernel's defaults."""
+    import jax
+    import jax.numpy as jnp
+
+    sizes = None if blocks is None else module.BlockSizes(**blocks)
+
+    def attention(q, k, v, bias):
+        segment_ids = (
+            None if q_seg is None else module.SegmentIds(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
+        )
+        ab = kernel_bias(bias, q, k, scale)
+        return module.flash_attention(
+            q, k, v, ab, segment_ids, causal=causal, sm_scale=scale, block_sizes=sizes
+        )
+
+    if bias is None:
+        _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, None), q, k, v)
+        return (*vjp(dout), None)
+    _, vjp = jax.vjp(attention, q, k, v, bias)
+    return vjp(dout)
 
 
 def _ran(fn: Any, args: tuple, execution: TpuExecution) -> str:

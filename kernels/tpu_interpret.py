@@ -48,6 +48,7 @@ from kernels.jax_runtime import (
     jax_version,
     unavailable_because,
 )
+from kernels.standalone import source_of
 
 Interpreter = Literal["generic", "tpu"]
 INTERPRETERS: tuple[Interpreter, ...] = ("generic", "tpu")
@@ -148,7 +149,18 @@ def pallas_ran(fn: Any, args: tuple, execution: TpuExecution, fallback: str) -> 
 
 
 def interpreted_copy(module_name: str) -> types.ModuleType:
-    """A private copy of ``module_name`` whose ``pl.pallas_call`` always interprets.
+    """A private copy of ``module_name`` whose ``pl.pallas_call`` always interprets (with the
+    int-indexer shim on JAX < 0.6). Idempotent: see ``load_interpreting_copy``."""
+    return load_interpreting_copy(module_name, jax_version() < INT_INDEXER_SHIM_BEFORE)
+
+
+# --- the shim: pure functions, embedded verbatim in standalone repro scripts ----------------
+
+
+def load_interpreting_copy(module_name: str, int_indexer_shim: bool) -> types.ModuleType:
+    """A private copy of ``module_name`` (the installed file, executed again) whose ``pl`` has
+    ``pallas_call(..., interpret=True)``; ``int_indexer_shim``: also ``_int_indexer_shim``'s
+    load/store (JAX < 0.6).
 
     Idempotent: the copy is registered in ``sys.modules`` under a private name
     (dataclasses in the module need their module registered while the class is
@@ -168,7 +180,7 @@ def interpreted_copy(module_name: str) -> types.ModuleType:
     except BaseException:
         del sys.modules[private_name]
         raise
-    module.pl = _interpreting_pallas_namespace(module.pl)
+    module.pl = _PallasView(module.pl, **interpreting_overrides(module.pl, int_indexer_shim))
     return module
 
 
@@ -185,12 +197,13 @@ class _PallasView:
         return getattr(self._pl, name)
 
 
-def _interpreting_pallas_namespace(pl: types.ModuleType) -> _PallasView:
-    """The same names as ``pl``, with ``pallas_call(..., interpret=True)`` (and the shim on old JAX)."""
+def interpreting_overrides(pl: Any, int_indexer_shim: bool) -> dict[str, Any]:
+    """The names the private copy's ``pl`` replaces: ``pallas_call(..., interpret=True)``, and
+    the shim's ``load``/``store`` when asked."""
     overrides: dict[str, Any] = {"pallas_call": functools.partial(pl.pallas_call, interpret=True)}
-    if jax_version() < INT_INDEXER_SHIM_BEFORE:
+    if int_indexer_shim:
         overrides["load"], overrides["store"] = _int_indexer_shim(pl)
-    return _PallasView(pl, **overrides)
+    return overrides
 
 
 def _int_indexer_shim(pl: Any) -> tuple[Any, Any]:
@@ -212,3 +225,14 @@ def _int_indexer_shim(pl: Any) -> tuple[Any, Any]:
         return pl.store(ref, as_arrays(idx), val, **kwargs)
 
     return load, store
+
+
+def standalone_shim() -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """(imports, definitions, int_indexer_shim) of the interpreting copy, for a standalone script
+    (``kernels.standalone``): the functions above, verbatim, and this JAX's shim decision."""
+    imports = ("import functools", "import importlib", "import importlib.util", "import sys", "import types")
+    definitions = (
+        f"_COPY_PREFIX = {_COPY_PREFIX!r}  # outside any real package: it never shadows JAX's module\n",
+        *source_of(load_interpreting_copy, _PallasView, interpreting_overrides, _int_indexer_shim),
+    )
+    return imports, definitions, jax_version() < INT_INDEXER_SHIM_BEFORE

@@ -22,6 +22,7 @@ import numpy as np
 from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
 from kernels.jax_runtime import default_backend, jax_version
+from kernels.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
 
 # --- version compatibility ---------------------------------------------------------------
@@ -73,3 +74,7 @@ class XlaAdapter:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         return self._runner.gradients(inputs, spec, dout)
+
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """This adapter's calls as standalone script text (``kernels.standalone``)."""
+        return self._runner.standalone(inputs.shape, spec, lse=api_has_lse())

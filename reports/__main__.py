@@ -1,5 +1,8 @@
 """Command line: ``python -m reports render DIR | matrix [ROOT] | gate BASE CANDIDATE | merge OUT IN...``.
 
+Also ``bisect --impl S --case ID --good X --bad Y``: it finds the first JAX release where a check starts
+(or stops) failing (``reports/bisect_cli.py``).
+
 Bad input (a missing, empty, torn, corrupt or wrong-schema file) prints one line
 naming the file, the line and the fix, and exits 2; never a traceback.
 """
@@ -11,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from reports import bisect_cli
 from reports.gate import EXIT_BAD_INPUT, Thresholds, gate, render_gate
 from reports.matrix import MATRIX_DIR, write_matrix
 from reports.merge import MergeError, merge
@@ -62,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
     merge_cmd.add_argument("out", type=Path)
     merge_cmd.add_argument("inputs", type=Path, nargs="+", metavar="in")
     merge_cmd.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
+
+    bisect_cli.add_parser(commands)
 
     gate_cmd = commands.add_parser(
         "gate",
@@ -142,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "matrix":
             print(write_matrix(args.root, args.out, plots=not args.no_plots))
             return 0
+        if args.command == "bisect":
+            return bisect_cli.run(args)
         if args.command == "merge":
             merged = merge(args.out, args.inputs)
             state = "complete" if merged.complete else "INCOMPLETE (a shard did not finish)"

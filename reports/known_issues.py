@@ -195,9 +195,12 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
     for key in ("checks", "cases", "features"):
         if key in raw and not (isinstance(raw[key], list) and all(isinstance(v, str) for v in raw[key])):
             raise LedgerError(f'{where}: {key} must be a list of strings, e.g. {key} = ["forward"]')
-    if raw["subject"] not in subjects:
+    # A variant (``splash[interpreter=tpu]``) names a defect only that variant shows, such as
+    # one of TPU interpret mode's own; the kernel's name covers every variant.
+    if raw["subject"].partition("[")[0] not in subjects:
         raise LedgerError(
             f"{where}: unknown subject {raw['subject']!r}; known subjects are {sorted(subjects)}"
+            " (a variant is written NAME[key=value], e.g. splash[interpreter=tpu])"
         )
     bad = sorted(set(raw["checks"]) - checks)
     if bad or not raw["checks"]:
@@ -232,7 +235,12 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
 
 
 def ledger_status(
-    ledger: Ledger, results: Iterable[CaseResult], jax_version: str | None, subjects_run: Iterable[str]
+    ledger: Ledger,
+    results: Iterable[CaseResult],
+    jax_version: str | None,
+    subjects_run: Iterable[str],
+    *,
+    narrowed: bool = False,
 ) -> list[dict[str, Any]]:
     """Per entry, what this run saw (written to summary.json, read by report, matrix and gate):
 
@@ -240,7 +248,8 @@ def ledger_status(
     * ``no longer reproduces``: in range, checks it selects ran, and none failed as it describes;
     * ``stale``: its subject ran, but its selector names no check that ran (a typo, or a case
       the plan no longer holds);
-    * ``not run here``: its subject did not run, or every check it selects was unsupported;
+    * ``not run here``: its subject did not run, or every check it selects was unsupported, or
+      the run was ``narrowed`` (``-k``, ``-m``, ``--deselect``) so its checks may just be left out;
     * ``out of range``: this JAX is outside its specifier; ``failing_outside_range`` counts the
       failures its selector would have explained, so a wrong range shows.
     """
@@ -277,7 +286,7 @@ def ledger_status(
         elif ran:
             status = "no longer reproduces"
             entry["passing"] = len(ran)
-        elif issue.subject in ran_subjects and issue.subject in available and not selected:
+        elif issue.subject in ran_subjects and issue.subject in available and not selected and not narrowed:
             status = "stale"
         else:
             status = "not run here"

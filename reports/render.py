@@ -28,6 +28,7 @@ from reports.records import RESULTS_FILE, CaseResult, write_text_atomic
 from reports.run import Run, load_run
 
 REPORT_FILE = "report.md"
+REPRO_DIR = "repro"  # repro/<check>/<case id>.py: each recorded repro script, beside report.md
 DETAILS_FILE = "details.md"  # the whole report, every finding in full, when report.md is abridged
 DETAILS_LINK = f"[{DETAILS_FILE}]({DETAILS_FILE})"
 MAX_CHARS = 65_536  # the most characters GitHub accepts in a review comment
@@ -55,6 +56,7 @@ def write_report(
     plot_note = None
     if plots:
         plot_note = _plot(run)
+    write_repro_scripts(run)
     rendered = render(run, plot_note=plot_note, max_details=max_details, max_chars=max_chars)
     details = run.folder / DETAILS_FILE
     if rendered.details is not None:
@@ -64,6 +66,30 @@ def write_report(
     if rendered.details is None and details.exists():
         details.unlink()  # an earlier, longer render's: it would describe other results
     return path
+
+
+def repro_path(result: CaseResult) -> str:
+    """Where ``write_repro_scripts`` puts a result's script, relative to the report folder."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", result.case.case_id)
+    return f"{REPRO_DIR}/{result.check}/{name}.py"
+
+
+def write_repro_scripts(run: Run) -> list[Path]:
+    """Write every recorded repro script to ``repro/<check>/<case id>.py``; scripts left there by an
+    earlier render of this folder that no result holds any more are removed."""
+    wanted = {repro_path(r): r.repro for r in run.results if r.repro}
+    folder = run.folder / REPRO_DIR
+    if folder.is_dir():
+        for stale in folder.glob("*/*.py"):
+            if stale.relative_to(run.folder).as_posix() not in wanted:
+                stale.unlink()
+    written = []
+    for relative, text in sorted(wanted.items()):
+        path = run.folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text)
+        written.append(path)
+    return written
 
 
 def _plot(run: Run) -> str | None:
@@ -252,14 +278,19 @@ def finding_section(number: int, group: FailureGroup, *, anchor: bool = False) -
     chosen = group.repro_result
     if chosen is not None:
         shrunk = minimal_case_id(chosen)
+        # A standalone script reproduces the recorded case (whose tolerance it embeds); the
+        # checkout script, the smaller case it shrank to.
+        standalone = chosen.repro.startswith('"""Standalone repro')
         which = (
             f"The {chosen.check} check of the smaller case {md.code(shrunk)}, "
             f"shrunk from {md.code(chosen.case.case_id)}:"
-            if shrunk
-            else f"The {chosen.check} check of {md.code(chosen.case.case_id)}:"
+            if shrunk and not standalone
+            else f"The {chosen.check} check of {md.code(chosen.case.case_id)}"
+            + (f" (it shrinks to {md.code(shrunk)}):" if shrunk else ":")
         )
         body = which + "\n\n" + md.fenced(chosen.repro, "python")
-        lines.append(md.details("Repro script (standalone Python)", body))
+        title = f"Repro script (<code>{repro_path(chosen)}</code>, beside this report)"
+        lines.append(md.details(title, body))
     else:
         lines.append("_No repro script was recorded for this case._")
     return "\n".join(lines)

@@ -175,6 +175,8 @@ class ConformancePlugin:
         self.jax_version = _installed_jax()
         self.strict_known: bool = config.getoption("strict_known")
         self.shard = _shard_option(config.getoption("shard"))
+        if self.shard is not None and not self.resume:
+            _require_shared_seed(self.profile, config.getoption("hypothesis_seed", default=None), self.shard)
         self._ledger: known_issues.Ledger | None = None
         self.recorder: recording.Recorder | None = None
         self.progress: progress.ProgressHooks | None = None  # the live line (controller only)
@@ -378,6 +380,16 @@ class ConformancePlugin:
                     f"rerun with {option} {theirs[option]}, or drop --resume to start over"
                 )
 
+    def _narrowed(self) -> bool:
+        """Whether the user left planned checks out (-k, -m, --deselect): an entry whose checks
+        were left out is not stale, only not run here."""
+        option = self.config.option
+        return bool(
+            getattr(option, "keyword", "")
+            or getattr(option, "markexpr", "")
+            or getattr(option, "deselect", None)
+        )
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._selected = len(session.items)  # after every deselection (-k, --resume)
 
@@ -465,7 +477,7 @@ class ConformancePlugin:
         }
         results = read_results(self.report_dir).results  # this run and any resumed earlier one
         statuses = known_issues.ledger_status(
-            self.ledger, results, self.jax_version, [s.name for s in self.subjects]
+            self.ledger, results, self.jax_version, [s.name for s in self.subjects], narrowed=self._narrowed()
         )
         for status in statuses:  # summaries get pasted into reviews: no absolute paths
             status["source"] = _display(Path(status["source"]), self.config.rootpath)
@@ -488,6 +500,19 @@ def _shard_option(text: str | None) -> tuple[int, int] | None:
         return shards.parse_shard(text)
     except shards.ShardSyntaxError as error:
         raise pytest.UsageError(str(error)) from None
+
+
+def _require_shared_seed(profile: profiles.Profile, given_seed: Any, shard: tuple[int, int]) -> None:
+    """Shards run on different machines must plan the same cases: a profile that draws its
+    cases from a fresh random seed (dev, thorough) would give each shard other cases, and the
+    merge would refuse them after the whole run. Refuse before anything runs instead."""
+    if profile.derandomize or given_seed is not None:
+        return
+    raise pytest.UsageError(
+        f"--shard {shard[0]}/{shard[1]} with --profile {profile.name} needs --hypothesis-seed N: "
+        f"{profile.name} draws its cases from a random seed, and every shard must draw the same ones "
+        "(pass the same seed to each shard, e.g. --hypothesis-seed 1234)"
+    )
 
 
 def _shard_record(shard: tuple[int, int] | None) -> dict[str, int] | None:
@@ -631,5 +656,8 @@ class Bound:
         if result.verdict != "pass":
             message = [f"{planned.check} {result.verdict.upper()}: {planned.case.summary()}", result.reason]
             if result.repro:
-                message += ["", "Repro (run from the repository root):", result.repro]
+                from reports.render import repro_path  # stdlib only
+
+                where = self.plugin.report_dir / repro_path(result)
+                message += ["", f"Repro: {where} (written with report.md; see its first lines)"]
             pytest.fail("\n".join(message), pytrace=False)

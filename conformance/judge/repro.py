@@ -1,18 +1,25 @@
 """Copy-pasteable repro scripts for a failing (check, case).
 
-The script rebuilds the case from its fields (``Case`` is a plain frozen dataclass whose
-repr is valid Python), so the inputs are bit-identical to the failing run's, calls the
-subject by the name ``--impl`` used, and prints what the check saw. It runs from the
-repository root with ``python repro.py``, no pytest needed.
+``script`` gives a standalone one (``conformance/judge/standalone.py``: NumPy, JAX and the
+subject's own module, nothing of this checkout) wherever it can. Otherwise, and for the
+checks a standalone script cannot observe (``recompile``, ``leak``, ...), it gives one that
+runs from the checkout: it rebuilds the case from its fields (``Case`` is a plain frozen
+dataclass whose repr is valid Python), so the inputs are bit-identical to the failing
+run's, calls the subject by the name ``--impl`` used, and prints what the check saw.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
+from conformance.judge import standalone
 from conformance.judge.checks.registry import CheckDeclaration
 from conformance.plan.cases import Case
+from reports.records import TensorMetrics
 
 _HEADER = '''"""Repro: the {check} check of {case_id}.
-Run from the attention-conformance checkout:  python repro.py"""
+Not standalone ({why}): run it from the attention-conformance checkout:  python repro.py"""
 from conformance.judge.checks.registry import CheckDeclaration
 from conformance.plan.cases import Case
 '''
@@ -62,9 +69,38 @@ print(outcome.reason)
 """
 
 
-def script(case: Case, check: CheckDeclaration, impl: str) -> str:
-    """The repro script for ``check`` on ``case``; ``impl`` is the name ``resolve`` takes."""
-    head = _HEADER.format(check=check.name, case_id=case.case_id)
+def script(
+    case: Case,
+    check: CheckDeclaration,
+    impl: str,
+    *,
+    adapter: Any = None,
+    recorded: Iterable[TensorMetrics] = (),
+    reason: str = "",
+    versions: str = "",
+    minimal: Case | None = None,
+    gradients: bool = False,
+) -> str:
+    """The repro script for ``check`` on ``case``; ``impl`` is the name ``resolve`` takes.
+
+    Standalone when ``adapter`` can describe its call (``standalone.supports``): for ``case``
+    itself, whose judged ``recorded`` metrics hold the tolerances it embeds. Otherwise the
+    checkout script, for ``minimal`` (a smaller failing case from shrinking) when given.
+    ``gradients``: the case's backward pass ran (verdict checks looked at it too).
+    """
+    why = "this subject's adapter has no standalone() call" if adapter is not None else "no adapter here"
+    if adapter is not None and standalone.supports(check, adapter):
+        try:
+            return standalone.script(case, check, adapter, recorded, reason, versions, gradients)
+        except Exception as error:  # a repro must never cost the run its record
+            why = f"writing it failed: {type(error).__name__}: {error}"
+    elif adapter is not None and check.repro == "verdict":
+        why = f"the {check.name} check observes the suite's own machinery"
+    return _checkout_script(minimal or case, check, impl, why.replace('"', "'"))
+
+
+def _checkout_script(case: Case, check: CheckDeclaration, impl: str, why: str) -> str:
+    head = _HEADER.format(check=check.name, case_id=case.case_id, why=why)
     fields = {"case": case, "impl": impl, "dtype": case.dtype, "check": check.name}
     if check.repro == "forward":
         return head + _FORWARD.format(tensor="out", extra="[..., None]", **fields)

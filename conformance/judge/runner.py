@@ -126,14 +126,13 @@ class Runner:
         else:
             reason, metrics, observed = result.reason, result.metrics, dict(result.observed)
             details = {k: float(v) for k, v in result.details.items() if isinstance(v, int | float)}
-        repro_case = case
+        minimal = None
         if verdict != "pass":
             minimal = self._shrink(check, case, verdict)
             if minimal is not None and minimal != case:
                 reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.summary()})"
                 # Read by reports.grouping: failures shrinking to one minimal case are one finding.
                 details[MINIMAL_CASE_KEY] = minimal.case_id
-                repro_case = minimal
         return CaseResult(
             verdict=verdict,
             reason=reason,
@@ -142,8 +141,25 @@ class Runner:
             details=details,
             observed=observed,
             availability=_availability(subject, ran),
-            repro="" if verdict == "pass" else repro.script(repro_case, declaration(check), subject.impl),
+            repro="" if verdict == "pass" else self._repro(planned, subject, metrics, reason, minimal),
             **base,
+        )
+
+    def _repro(
+        self, planned: Planned, subject: Subject, metrics: tuple, reason: str, minimal: Case | None
+    ) -> str:
+        """The failure's repro script: standalone for the recorded case where the adapter allows."""
+        versions = ", ".join(f"{name} {version}" for name, version in subject.availability.versions)
+        return repro.script(
+            planned.case,
+            declaration(planned.check),
+            subject.impl,
+            adapter=subject.adapter_for(planned.case.config),  # the case's blocks, as it ran
+            recorded=metrics,
+            reason=reason,
+            versions=versions,
+            minimal=minimal,
+            gradients=planned.backward,
         )
 
     def _shrink(self, check: str, case: Case, verdict: str) -> Case | None:

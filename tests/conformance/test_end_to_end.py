@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from reports.grouping import count_line, group_failures
 from reports.records import read_results
 
@@ -78,11 +76,14 @@ def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_rep
         timeout=300,
         env={"PYTHONPATH": str(ROOT)},
     )
-    assert repro.returncode == 0, repro.stderr[-2000:]
-    assert "OUT OF TOLERANCE" in repro.stdout
+    # Standalone: exit 1 while the bug is present, the same worst element as the record.
+    assert repro.returncode == 1, repro.stderr[-2000:]
+    metric = record.metrics[0]
+    where = ", ".join(map(str, metric.worst_index))
+    assert f"out[{where}]: got {metric.worst_subject!r}" in repro.stdout
+    assert "OUT OF TOLERANCE" in repro.stdout and "import conformance" not in record.repro
 
 
-@pytest.mark.slow
 def test_xdist_gives_the_same_records_as_one_process(tmp_path):
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     assert run_suite(serial, "exact", "-k", SMALL).returncode == 0

@@ -43,3 +43,17 @@ def test_a_bad_shard_is_a_one_line_usage_error(tmp_path):
     assert done.returncode == 4
     lines = [line for line in (done.stdout + done.stderr).splitlines() if "--shard" in line]
     assert len(lines) == 1 and "e.g. --shard 1/2" in lines[0]
+
+
+def test_shards_of_a_randomised_profile_need_one_shared_seed(tmp_path):
+    # Without a shared seed each thorough shard would draw other cases, and the merge would
+    # refuse them only after hours of work: refuse up front, in one line naming the fix.
+    done = run_suite(tmp_path, "exact", "--profile", "thorough", "--shard", "1/2")
+    assert done.returncode == 4
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "--hypothesis-seed" in line]
+    assert len(lines) == 1 and "needs --hypothesis-seed N" in lines[0], done.stdout + done.stderr
+    assert not (tmp_path / "results.jsonl").exists()
+    seeded = run_suite(
+        tmp_path, "exact", "--profile", "thorough", "--shard", "1/2", "--hypothesis-seed", "7", "-k", SMALL
+    )
+    assert seeded.returncode in (0, 5), seeded.stdout[-3000:]

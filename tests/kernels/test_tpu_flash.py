@@ -123,12 +123,13 @@ def test_fallback_without_pallas_call_is_reported(adapter, monkeypatch):
 def test_int_indexer_shim_is_gated_to_old_jax():
     from jax.experimental import pallas as pl
 
-    from kernels.tpu_interpret import INT_INDEXER_SHIM_BEFORE, _interpreting_pallas_namespace
+    from kernels.tpu_interpret import INT_INDEXER_SHIM_BEFORE, interpreted_copy, interpreting_overrides
 
-    namespace = _interpreting_pallas_namespace(pl)
+    namespace = interpreted_copy("jax.experimental.pallas.ops.tpu.flash_attention").pl
     shimmed = "load" in vars(namespace)
     assert shimmed == (jax_version() < INT_INDEXER_SHIM_BEFORE)
     assert namespace.pallas_call.keywords == {"interpret": True}
+    assert set(interpreting_overrides(pl, True)) == {"pallas_call", "load", "store"}
 
 
 def test_inputs_are_not_mutated(adapter):

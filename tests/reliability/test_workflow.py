@@ -61,6 +61,7 @@ def substitute(text: str, values: dict[str, str]) -> str:
 
 def job_values(workflow: dict, **matrix: object) -> dict[str, str]:
     values = {f"matrix.{k}": str(v) for k, v in matrix.items()}
+    values["github.run_id"] = "4242"  # what GitHub fills in: the run's number
     values.update({k: substitute(str(v), values) for k, v in workflow["env"].items()})
     return values
 
@@ -143,6 +144,8 @@ def test_every_option_the_workflow_gives_is_one_the_command_accepts(workflow):
             assert re.search(rf"(^|\s|,){re.escape(option)}\b", helps[name], re.M), f"{job}: {name} {option}"
         if "--shard" in posargs:
             assert parse_shard(posargs[posargs.index("--shard") + 1]) in {(1, 2), (2, 2)}
+            # a dev or thorough profile draws its cases from the seed: every shard needs the same one
+            assert "--hypothesis-seed" in posargs, f"{job}: shards without one shared --hypothesis-seed"
 
 
 def test_the_merge_step_finds_every_shard_artifact_and_the_cache_path_is_noxs(workflow):

@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from reports.gate import gate
 from reports.records import read_results
 from tests.reports.precision_mutant import ACCUMULATOR
@@ -32,7 +30,6 @@ def run_suite(report_dir: Path, accumulator: str) -> Path:
     return report_dir
 
 
-@pytest.mark.slow
 def test_one_reduction_in_bfloat16_fails_the_gate(tmp_path):
     base = run_suite(tmp_path / "jax-base", "float32")
     cand = run_suite(tmp_path / "jax-bf16", "bfloat16")

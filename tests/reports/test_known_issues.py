@@ -195,3 +195,33 @@ def test_an_entry_on_a_kernel_covers_its_interpreter_variants_and_not_other_subj
     assert ledger.apply(as_subject(failing(), "tpu_flash_v2"), "0.8.3").verdict == "fail"
     statuses = ledger_status(ledger, [as_subject(failing(), variant)], "0.8.3", [variant])
     assert statuses[0]["status"] == "reproduced"
+
+
+def test_an_entry_on_a_variant_covers_only_that_variant(tmp_path):
+    # TPU interpret mode's own defect: the generic-interpreter runs of the kernel must not match
+    # it, nor call it "no longer reproduces" when they pass.
+    ledger = load(tmp_path, GOOD.replace('subject = "tpu_flash"', 'subject = "tpu_flash[interpreter=tpu]"'))
+    variant = "tpu_flash[interpreter=tpu]"
+
+    def as_subject(record, subject):
+        case_id = subject + record.case.case_id[len("tpu_flash") :]
+        return dataclasses.replace(
+            record, case=dataclasses.replace(record.case, subject=subject, case_id=case_id)
+        )
+
+    assert ledger.apply(as_subject(failing(), variant), "0.8.3").verdict == "known"
+    assert ledger.apply(failing(), "0.8.3").verdict == "fail"
+    passing = dataclasses.replace(failing(), verdict="pass")
+    assert ledger_status(ledger, [passing], "0.8.3", ["tpu_flash"])[0]["status"] == "not run here"
+    with pytest.raises(LedgerError, match=r"unknown subject 'flash\[interpreter=tpu\]'.*NAME\[key=value\]"):
+        load(tmp_path, GOOD.replace('subject = "tpu_flash"', 'subject = "flash[interpreter=tpu]"'))
+
+
+def test_an_entry_is_not_stale_when_the_user_narrowed_the_run(tmp_path):
+    # `-k recompile` leaves the entry's checks out: that is not a typo in its selector.
+    ledger = load(tmp_path, GOOD)
+    other = dataclasses.replace(failing(check="recompile"), verdict="pass")
+    assert ledger_status(ledger, [other], "0.8.3", ["tpu_flash"])[0]["status"] == "stale"
+    assert (
+        ledger_status(ledger, [other], "0.8.3", ["tpu_flash"], narrowed=True)[0]["status"] == "not run here"
+    )

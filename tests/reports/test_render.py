@@ -92,7 +92,8 @@ def test_failure_section_has_case_worst_element_ratio_and_repro(tmp_path):
         and "error ratio to the baseline 7.3 (allowed about 2)" in section
     )
     assert "out: max-abs error over tolerance \\| see table" in section  # a pipe cannot break the layout
-    assert "<details><summary>Repro script (standalone Python)</summary>" in section
+    path = "repro/forward/bfloat16-L129-causal-nomask-s0.py"
+    assert f"<details><summary>Repro script (<code>{path}</code>, beside this report)</summary>" in section
     # The repro contains ``` itself, so the fence must be longer and the script intact.
     assert "````python\nimport numpy as np\n" in section and 'print("```not a fence end```")\n````' in section
     assert section.index("<details>") < section.index("</details>")
@@ -172,7 +173,20 @@ def test_rerender_replaces_the_report(tmp_path):
     write_run(folder, standard_results(extra=[_failing()]))
     second = write_report(folder, plots=False).read_text(encoding="utf-8")
     assert "PASS" in first and "FAIL" in second
-    assert sorted(p.name for p in folder.iterdir()) == ["report.md", "results.jsonl", "summary.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["report.md", "repro", "results.jsonl", "summary.json"]
+
+
+def test_each_repro_is_written_beside_the_report_and_stale_ones_go(tmp_path):
+    """Records of any age (this one's repro predates standalone scripts) get their script as a file;
+    a later render of the folder removes scripts that no result holds any more."""
+    failing = _failing()
+    folder = write_run(tmp_path / "jax-0.10.2", standard_results(extra=[failing]))
+    write_report(folder, plots=False)
+    script = folder / "repro" / "forward" / f"{failing.case.case_id}.py"
+    assert script.read_text(encoding="utf-8") == failing.repro
+    write_run(folder, standard_results())
+    write_report(folder, plots=False)
+    assert not script.exists()
 
 
 @pytest.mark.parametrize("jax_in", ["summary", "folder"])

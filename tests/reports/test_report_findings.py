@@ -10,7 +10,7 @@ import pytest
 from reports.__main__ import main
 from reports.gate import EXIT_REGRESSION, gate
 from reports.matrix import discover, load_matrix, render_matrix
-from reports.render import DETAILS_FILE, MAX_CHARS, write_report
+from reports.render import DETAILS_FILE, MAX_CHARS, repro_path, write_report
 from tests.reports.synthetic import result, standard_results, with_verdict, write_run
 
 CHECKS = ("forward", "lse", "finite", "fully_masked")
@@ -97,7 +97,9 @@ def test_a_smaller_rerender_removes_the_stale_details(tmp_path):
     write_run(folder, one_cause("kernel00"))
     text = write_report(folder, plots=False).read_text(encoding="utf-8")
     assert "1 finding (8 failing checks)" in text and not (folder / DETAILS_FILE).exists()
-    assert sorted(p.name for p in folder.iterdir()) == ["report.md", "results.jsonl", "summary.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["report.md", "repro", "results.jsonl", "summary.json"]
+    kept = {p.relative_to(folder).as_posix() for p in (folder / "repro").glob("*/*.py")}
+    assert kept == {repro_path(r) for r in one_cause("kernel00") if r.repro}  # the others' went
 
 
 def test_known_failures_group_the_same_way(tmp_path):

@@ -1,0 +1,451 @@
+"""Self-contained repro scripts: a failing (check, case) as ~100 lines that need only NumPy,
+JAX and the subject's own module, never this checkout.
+
+The script is assembled from the code the suite ran, so the two cannot drift apart:
+
+* inputs: the pure draws of ``conformance/judge/inputs.py`` (source embedded), called with
+  the case's seed and streams; a SHA-256 of q, k, v and bias proves they are bit-identical;
+* the subject's call: ``adapter.standalone(inputs, spec)`` (``kernels/standalone.py``), the
+  adapter's own translation functions, interpret shim included;
+* the float64 answer: ``reference/dense.py``, only the features the case uses;
+* the verdict: the tolerance the suite judged with (``TensorMetrics.tolerance`` and
+  ``mean_tolerance``), as numbers.
+
+Exit status: 1 while the bug is present, 0 once it is gone, 2 when the redrawn inputs
+differ from the suite's. Checks with repro kind ``forward``/``lse``/``backward`` get a
+numeric script; ``raises``, ``finite``, ``shape_dtype`` and ``determinism`` one that observes
+what the check observed; other checks (and subjects without ``standalone``) get none here
+(``conformance.judge.repro`` falls back to a script that runs from the checkout).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+import textwrap
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from conformance.judge import inputs, metrics
+from conformance.judge.checks.registry import CheckDeclaration
+from conformance.judge.metrics import abs_error
+from conformance.plan.cases import Case
+from kernels.standalone import StandaloneCall
+from reference import dense
+from reports.records import TensorMetrics
+
+# Checks whose observation a standalone script makes without the suite.
+VERDICT_CHECKS = ("raises", "finite", "shape_dtype", "determinism")
+EXIT_INPUTS_DIFFER = 2
+
+
+def supports(check: CheckDeclaration, adapter: Any) -> bool:
+    """Whether ``script`` can write a standalone repro for this check and subject."""
+    numeric = check.repro in ("forward", "lse", "backward")
+    return callable(getattr(adapter, "standalone", None)) and (numeric or check.name in VERDICT_CHECKS)
+
+
+# --- embedded verbatim in every script ------------------------------------------------
+
+
+def inputs_digest(*arrays):
+    """SHA-256 of the arrays' dtypes, shapes and bytes (None skipped): equal iff bit-identical."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        if array is not None:
+            array = np.ascontiguousarray(array)
+            digest.update(f"{array.dtype.name}{array.shape}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def check_tensor(name, got, want, valid, tolerance, mean_tolerance):
+    """Print how ``got`` compares with the float64 ``want`` over ``valid`` (bool, broadcastable;
+    None = every element) under the suite's two rules; True when out of tolerance."""
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        print(f"{name}: has shape {got.shape}, expected {want.shape}")
+        return True
+    err = abs_error(got, want)
+    keep = np.ones(err.shape, dtype=bool) if valid is None else np.broadcast_to(valid, err.shape)
+    index = np.unravel_index(int(np.argmax(np.where(keep, err, -1.0))), err.shape)
+    worst = float(err[index])
+    mean = float(err[keep].mean()) if keep.any() else 0.0
+    failed = worst > tolerance or mean > mean_tolerance
+    where = ", ".join(str(int(i)) for i in index)
+    print(f"{name}: {'OUT OF TOLERANCE' if failed else 'within tolerance'}")
+    print(
+        f"  worst element {name}[{where}]: got {float(got.astype(np.float64)[index])!r}, "
+        f"expected {float(want[index])!r}; |error| {worst:.6g}, tolerance {tolerance:.6g}"
+    )
+    print(f"  mean |error| {mean:.6g}, tolerance {mean_tolerance:.6g}")
+    return failed
+
+
+def report_nonfinite(name, got, want, keep):
+    """Print where ``got`` is NaN/Inf although the float64 ``want`` is finite (over ``keep``,
+    bool broadcastable, None = everywhere); True when anywhere."""
+    if got is None or np.shape(got) != np.shape(want):
+        return False  # the shape_dtype check reports these
+    got = np.asarray(got).astype(np.float64)
+    expected = np.isfinite(want) if keep is None else np.isfinite(want) & np.broadcast_to(keep, want.shape)
+    bad = expected & ~np.isfinite(got)
+    if not bad.any():
+        print(f"{name}: finite wherever the reference is")
+        return False
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    print(
+        f"{name}: {int(bad.sum())} of {int(expected.sum())} elements are non-finite where the reference "
+        f"is finite; first at {list(where)}: got {float(got[where])!r}, expected {float(want[where])!r}"
+    )
+    return True
+
+
+def report_shape_dtype(name, got, shape, dtypes):
+    """Print ``got``'s shape and dtype against the expected ones; True when either differs."""
+    if not isinstance(got, np.ndarray):
+        print(f"{name}: is a {type(got).__name__}, expected an array of shape {shape}")
+        return True
+    wrong = got.shape != tuple(shape) or got.dtype not in dtypes
+    expected = " or ".join(str(d) for d in dtypes)
+    print(f"{name}: shape {got.shape}, dtype {got.dtype}; expected {tuple(shape)}, {expected}")
+    return wrong
+
+
+def _verdict_helpers(check: CheckDeclaration) -> tuple[Callable[..., Any], ...]:
+    return {"finite": (report_nonfinite,), "shape_dtype": (report_shape_dtype,)}.get(check.name, ())
+
+
+# --- assembly ---------------------------------------------------------------------------
+
+
+def _source(*functions: Callable[..., Any]) -> str:
+    return "\n\n\n".join(textwrap.dedent(inspect.getsource(f)).rstrip() for f in functions) + "\n"
+
+
+def _defined_name(definition: str) -> str:
+    """The name a definition binds: ``def name(``, ``class name``, or ``NAME = ...``."""
+    first = definition.lstrip().split("(", 1)[0].split(":", 1)[0].split("=", 1)[0]
+    return first.replace("def ", "").replace("class ", "").strip()
+
+
+def _used_definitions(definitions: Iterable[str], code: str) -> list[str]:
+    """The definitions that ``code`` needs, directly or through another needed definition
+    (a forward repro leaves the adapter's gradient function out)."""
+    definitions = list(definitions)
+    used: set[int] = set()
+    text = code
+    while True:
+        new = {
+            i
+            for i, d in enumerate(definitions)
+            if i not in used and re.search(rf"\b{re.escape(_defined_name(d))}\b", text)
+        }
+        if not new:
+            return [d for i, d in enumerate(definitions) if i in used]
+        used |= new
+        text += "".join(definitions[i] for i in new)
+
+
+def _section(title: str) -> str:
+    return f"\n\n# --- {title} " + "-" * max(3, 86 - len(title)) + "\n\n"
+
+
+def _dtype_line(name: str) -> str:
+    if name == "bfloat16":
+        return "DTYPE = np.dtype(ml_dtypes.bfloat16)"
+    return f"DTYPE = np.dtype({name!r})"
+
+
+def _case_block(case: Case) -> str:
+    lines = [
+        f"# {case.summary()}",
+        _dtype_line(case.dtype),
+        f"B, HQ, HKV, SQ, SK, D, DV = {case.batch}, {case.q_heads}, {case.kv_heads}, "
+        f"{case.q_len}, {case.kv_len}, {case.head_dim}, {case.v_head_dim}",
+        f"SEED = {case.seed}  # crc32 of the case id without the subject: every subject saw these inputs",
+        f"SCALE = {case.spec.resolved_scale(case.head_dim)!r}",
+    ]
+    if case.causal:
+        lines.append(f"CAUSAL = True  # {case.alignment} alignment")
+    if case.window is not None:
+        lines.append(f"WINDOW = {case.window!r}  # (left, right), inclusive; None = unbounded")
+    if case.softcap is not None:
+        lines.append(f"SOFTCAP = {case.softcap!r}")
+    return "\n".join(lines) + "\n"
+
+
+def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], str]:
+    """(input functions to embed, the statements that draw q, k, v, bias and the masks)."""
+    stream, integers = inputs.STREAMS, case.input_kind == "integers"
+    functions: list[Callable[..., Any]] = [inputs.draw_values]
+    lines = [
+        f"q = draw_values(SEED, {stream['q']}, 0, (B, HQ, SQ, D), {inputs.q_std(case)!r}, {integers})",
+        f"k = draw_values(SEED, {stream['k']}, 0, (B, HKV, SK, D), 1.0, {integers})",
+        f"v = draw_values(SEED, {stream['v']}, 0, (B, HKV, SK, DV), 1.0, {integers})",
+    ]
+    if case.bias is not None:
+        shape = case.bias_shape
+        lines.append(
+            f"bias = draw_values(SEED, {stream['bias']}, 0, {shape}, 1.0, {integers})  # [B, Hq, Sq, Sk]"
+        )
+    else:
+        lines.append("bias = None")
+    if case.segments:
+        functions += [inputs.segment_runs, inputs.draw_segment_ids]
+        kv_first = 1 if case.orphan_segment else 0
+        note = "  # q's first run has an id no key has" if case.orphan_segment else ""
+        lines.append(
+            f"q_segment_ids, kv_segment_ids = draw_segment_ids(SEED, {stream['segment_ids']}, B, SQ, SK, "
+            f"{case.segments}, {kv_first}){note}"
+        )
+    else:
+        lines.append("q_segment_ids = kv_segment_ids = None")
+    if case.mask is not None:
+        functions.append(inputs.draw_mask)
+        lines.append(f"mask = draw_mask(SEED, {stream['mask']}, {case.mask_shape})  # True = may attend")
+    else:
+        lines.append("mask = None")
+    for name in ("q_lengths", "kv_lengths"):
+        value = getattr(case, name)
+        lines.append(
+            f"{name} = None" if value is None else f"{name} = np.array({list(value)}, dtype=np.int32)"
+        )
+    if backward:
+        functions.append(inputs.draw_dout)
+    return functions, "\n".join(lines) + "\n"
+
+
+def _visibility(case: Case) -> tuple[list[Callable[..., Any]], str]:
+    """(dense mask functions to embed, the statements that build ``visible`` [B, Hq, Sq, Sk])."""
+    offset = 0 if case.alignment == "top_left" else case.kv_len - case.q_len
+    functions: list[Callable[..., Any]] = []
+    lines = ["visible = np.ones((1, 1, SQ, SK), dtype=bool)  # which keys each query may see"]
+    if case.causal:
+        functions.append(dense.causal_visible)
+        lines.append(f"visible = visible & causal_visible(SQ, SK, {offset})  # {case.alignment}")
+    if case.window is not None:
+        functions.append(dense.window_visible)
+        lines.append(f"visible = visible & window_visible(SQ, SK, {offset}, *WINDOW)  # {case.alignment}")
+    if case.segments:
+        functions.append(dense.segment_visible)
+        lines.append("visible = visible & segment_visible(q_segment_ids, kv_segment_ids)")
+    if case.uses_padding:
+        functions.append(dense.length_visible)
+        lines.append("visible = visible & length_visible(SQ, SK, q_lengths, kv_lengths)")
+    if case.mask is not None:
+        lines.append("visible = visible & mask")
+    lines.append("visible = np.broadcast_to(visible, (B, HQ, SQ, SK))")
+    return functions, "\n".join(lines) + "\n"
+
+
+def _padding_lines(case: Case) -> str:
+    if case.input_kind != "nan_padding":
+        return ""
+    return (
+        "# NaN where no valid output may look: query rows that see no key, keys no query sees;\n"
+        "# v gets a huge finite value there (0 * NaN is NaN in any matmul; the sentinel shows a leak).\n"
+        "dead_rows, dead_keys = dead_positions(visible, HKV)\n"
+        "q[dead_rows] = np.nan\n"
+        "k[dead_keys] = np.nan\n"
+        f"v[dead_keys] = {inputs.padding_sentinel(case)!r}\n"
+    )
+
+
+def _reference_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], str, str]:
+    """(dense functions to embed, the forward statements, the gradient statements after dout)."""
+    functions: list[Callable[..., Any]] = [dense.logits]
+    lines = ["s = logits(q, k, SCALE)  # float64 [B, Hq, Sq, Sk]"]
+    if case.bias is not None:
+        lines.append("s = s + bias.astype(np.float64)  # after the scale (docs/semantics.md)")
+    tanh = "None"
+    if case.softcap is not None:
+        functions.append(dense.softcapped)
+        lines.append("s, tanh = softcapped(s, SOFTCAP)")
+        tanh = "tanh"
+    functions.append(dense.softmax_attention)
+    lines.append("ref_out, ref_lse, p = softmax_attention(s, visible, v)")
+    lines.append("valid = np.isfinite(ref_lse)  # [B, Hq, Sq] rows that see some key; only they are judged")
+    grads = []
+    if backward:
+        functions += [dense.group_sum, dense.attention_grads]
+        grads.append(
+            f"dout = draw_dout(SEED, {inputs.STREAMS['dout']}, (B, HQ, SQ, DV), ~valid).astype(DTYPE)"
+            "  # zero on rows that see no key"
+        )
+        grads.append(
+            f"ref_dq, ref_dk, ref_dv, dz = attention_grads(q, k, v, p, ref_out, dout, SCALE, {tanh})"
+        )
+        if case.bias is not None:
+            functions.append(dense.sum_to)
+            grads.append("ref_dbias = sum_to(dz, bias.shape)  # summed over the bias's broadcast axes")
+    return functions, "\n".join(lines) + "\n", "\n".join(grads) + ("\n" if grads else "")
+
+
+def _digest(case: Case) -> str:
+    built = inputs.build_inputs(case)
+    return inputs_digest(built.q, built.k, built.v, built.bias)
+
+
+def _numeric_judgement(check: CheckDeclaration, recorded: Iterable[TensorMetrics]) -> str:
+    recorded = {m.tensor: m for m in recorded}
+    names = ("out",) if check.repro == "forward" else ("lse",) if check.repro == "lse" else ()
+    if check.repro == "backward":
+        names = tuple(n for n in ("dq", "dk", "dv", "dbias") if n in recorded) or ("dq", "dk", "dv")
+    valid = {"out": "valid[..., None]", "lse": "valid"}
+    lines = []
+    if not recorded:
+        lines.append("# The suite recorded no tolerance: the call raised there. Reaching this line means it")
+        lines.append("# returned, so the bug is gone; the errors are printed for the record.")
+    lines.append("failed = False")
+    for name in names:
+        metric = recorded.get(name)
+        tol = f"{metric.tolerance!r}, {metric.mean_tolerance!r}" if metric else "float('inf'), float('inf')"
+        got = "lse" if name == "lse" else name
+        if metric is not None:
+            lines.append(
+                f"# {name}: {metric.k:g} x the baseline's max-abs error {metric.baseline_max_abs:.6g} "
+                f"+ floor {metric.floor:.3g}; mean-abs: {metric.k_mean} x {metric.baseline_mean_abs:.6g} "
+                f"+ {metric.floor_mean:.3g} (baseline: plain attention in the dtype; see the README)"
+            )
+        lines.append(f"failed |= check_tensor({name!r}, {got}, ref_{name}, {valid.get(name, 'None')}, {tol})")
+    lines.append("sys.exit(1 if failed else 0)")
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_judgement(
+    case: Case, check: CheckDeclaration, call: StandaloneCall, reason: str, gradients: bool
+) -> str:
+    """Statements after the forward call that observe what the check did (with ``gradients``: in
+    the gradients too, as the check did for a case whose backward pass ran)."""
+    said = "# The suite saw: " + " ".join(reason.split())[:300] + "\n"
+    grads = ("dq", "dk", "dv") + (("dbias",) if case.bias is not None else ())
+    if check.name == "finite":
+        lines = [
+            "failed = report_nonfinite('out', out, ref_out, valid[..., None])",
+            "if lse is not None:",
+            "    failed |= report_nonfinite('lse', lse, ref_lse, valid)",
+        ]
+        if gradients:
+            lines.append(call.gradients.rstrip())
+            lines += [f"failed |= report_nonfinite({g!r}, {g}, ref_{g}, None)" for g in grads]
+        return said + "\n".join(lines) + "\nsys.exit(1 if failed else 0)\n"
+    if check.name == "shape_dtype":
+        expected = {"out": ("(B, HQ, SQ, DV)", "(DTYPE,)")}
+        expected["lse"] = ("(B, HQ, SQ)", "(DTYPE, np.dtype('float32'), np.dtype('float64'))")
+        lines = []
+        if gradients:
+            lines.append(call.gradients.rstrip())
+            shapes = {"dq": "q.shape", "dk": "k.shape", "dv": "v.shape", "dbias": "bias.shape"}
+            expected |= {g: (shapes[g], "(DTYPE,)") for g in grads}
+        lines.append("failed = False")
+        for name, (shape, dtypes_) in expected.items():
+            guard = "if lse is not None:\n    " if name == "lse" else ""
+            lines.append(f"{guard}failed |= report_shape_dtype({name!r}, {name}, {shape}, {dtypes_})")
+        return said + "\n".join(lines) + "\nsys.exit(1 if failed else 0)\n"
+    if check.name == "determinism":
+        return said + (
+            "first = out.copy()\n"
+            + call.forward
+            + "same = first.shape == out.shape and first.tobytes() == out.tobytes()\n"
+            "print('a rerun on the same inputs is ' + ('bitwise identical' if same else 'DIFFERENT'))\n"
+            "sys.exit(0 if same else 1)\n"
+        )
+    raise ValueError(f"no standalone observation for the {check.name} check")
+
+
+def script(
+    case: Case,
+    check: CheckDeclaration,
+    adapter: Any,
+    recorded: Iterable[TensorMetrics] = (),
+    reason: str = "",
+    versions: str = "",
+    gradients: bool = False,
+) -> str:
+    """The standalone repro for ``check`` on ``case`` (see the module docstring); ``recorded``:
+    the tensors' metrics as judged (their tolerances are embedded); ``reason``: the check's
+    reason, quoted for verdict checks; ``versions``: e.g. ``"jax 0.10.2"``, for the header;
+    ``gradients``: the case's backward pass ran, so a verdict check looked at it too."""
+    if not supports(check, adapter):
+        raise ValueError(f"no standalone repro for the {check.name} check of {adapter.name}")
+    skeleton = case.skeleton()
+    call: StandaloneCall = adapter.standalone(skeleton, case.spec)
+    gradients = gradients and check.name in ("finite", "shape_dtype") and call.gradients is not None
+    backward = check.repro == "backward" or gradients
+    if backward and call.gradients is None:
+        raise ValueError(f"{adapter.name} has a backward check but no standalone gradients call")
+    draw_functions, draws = _draw_lines(case, backward)
+    mask_functions, visibility = _visibility(case)
+    padding = _padding_lines(case)
+    if padding:
+        draw_functions.append(inputs.dead_positions)
+    ref_functions, reference, reference_grads = _reference_lines(case, backward)
+    needs_ml_dtypes = case.dtype == "bfloat16"
+    header = (
+        f'"""Standalone repro: the {check.name} check of {case.case_id}.\n\n'
+        f"Subject: {call.note}.\n"
+        f"Recorded with {versions or 'the versions in the report'}. Needs only NumPy"
+        f"{', ml_dtypes' if needs_ml_dtypes else ''} and the subject's own module: python this_file.py\n"
+        "Exit status: 1 while the bug is present, 0 once it is gone, 2 if the inputs redrawn here\n"
+        "differ from the suite's (they are checked by SHA-256).\n"
+        "Generated by attention-conformance from the case and the adapter's own code.\n"
+        '"""\n'
+    )
+    imports = ["from __future__ import annotations", "", "import hashlib", "import sys", ""]
+    imports += ["import numpy as np"] + (["import ml_dtypes"] if needs_ml_dtypes else [])
+    imports += [line for line in call.imports if line not in imports]
+    parts = [
+        header,
+        "\n".join(imports) + "\n",
+        _section("helpers: the error, the inputs' digest, the verdict"),
+        _source(metrics.abs_error, inputs_digest, check_tensor, *_verdict_helpers(check)),
+        _section("the case"),
+        _case_block(case),
+        _section("inputs: drawn from SEED exactly as the suite drew them"),
+        _source(*draw_functions, *mask_functions),
+        "\n\n",
+        draws,
+        visibility,
+        padding,
+        "q, k, v = (x.astype(DTYPE) for x in (q, k, v))  # the subject's dtype; the reference sees these\n",
+        "bias = None if bias is None else bias.astype(DTYPE)\n",
+        f"if inputs_digest(q, k, v, bias) != {_digest(case)!r}:\n"
+        '    print("the inputs redrawn here differ from the suite\'s (another NumPy?): cannot reproduce")\n'
+        f"    sys.exit({EXIT_INPUTS_DIFFER})\n",
+        _section("the float64 answer (reference/dense.py: only what this case uses)"),
+        _source(*ref_functions),
+        "\n\n",
+        reference,
+        reference_grads,
+    ]
+    if check.name == "raises":
+        calls = (
+            f"# The suite saw: {' '.join(reason.split())[:300]}\n"
+            "try:\n" + textwrap.indent(call.forward, "    ") + "except Exception as error:\n"
+            "    print(f'the call raised {type(error).__name__}: {error}')\n"
+            "    sys.exit(0)\n"
+        )
+        verdict = (
+            "print('the call returned normally, but the adapter declares that this case raises')\n"
+            "sys.exit(1)\n"
+        )
+    elif check.repro in ("forward", "lse"):
+        calls, verdict = call.forward, _numeric_judgement(check, recorded)
+    elif check.repro == "backward":
+        calls, verdict = call.gradients, _numeric_judgement(check, recorded)
+    else:
+        calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients)
+    definitions = _used_definitions(call.definitions, call.setup + calls + verdict)
+    parts += [
+        _section("the subject, called exactly as its adapter calls it"),
+        "\n\n".join(d.rstrip() for d in definitions) + ("\n\n\n" if definitions else ""),
+        call.setup,
+        calls,
+        _section("the verdict, under the tolerance the suite judged with"),
+        verdict,
+    ]
+    return "".join(parts)

@@ -1,0 +1,48 @@
+"""How a self-contained repro script calls a subject exactly as its adapter does.
+
+An adapter that offers ``standalone(spec, shape) -> StandaloneCall`` keeps its translation
+(canonical case -> kernel call) in small module-level functions that use only JAX and
+NumPy, calls them itself, and hands their source (``source_of``) to the script generator
+(``conformance/judge/standalone.py``). The script then runs the very code the suite ran,
+and the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+# The names a StandaloneCall's statements read (NumPy arrays, None when the case has none)
+# and must set.
+INPUT_NAMES = ("q", "k", "v", "bias", "mask", "q_segment_ids", "kv_segment_ids", "q_lengths", "kv_lengths")
+FORWARD_SETS = ("out", "lse")
+GRADIENT_SETS = ("dq", "dk", "dv", "dbias")
+
+
+@dataclasses.dataclass(frozen=True)
+class StandaloneCall:
+    """A subject's call as script text.
+
+    imports: import lines (e.g. ``import jax``), in order;
+    definitions: source of the adapter's own translation functions and constants;
+    setup: statements run once before the calls (e.g. loading the kernel module);
+    forward: statements that read ``INPUT_NAMES`` and set ``out`` and ``lse`` (NumPy; lse None
+        when the subject exposes none);
+    gradients: statements that also read ``dout`` and set dq, dk, dv, dbias; None without a backward;
+    note: what runs, in words (a comment at the top of the script).
+    """
+
+    imports: tuple[str, ...]
+    definitions: tuple[str, ...]
+    forward: str
+    setup: str = ""
+    gradients: str | None = None
+    note: str = ""
+
+
+def source_of(*objects: Callable[..., Any] | type) -> tuple[str, ...]:
+    """The dedented source of each function or class, as the script embeds it."""
+    return tuple(textwrap.dedent(inspect.getsource(obj)).rstrip() + "\n" for obj in objects)

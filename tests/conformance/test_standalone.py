@@ -1,0 +1,396 @@
+"""Standalone repro scripts (conformance/judge/standalone.py): generated from real records,
+run with ``python -I`` from a temporary folder where this checkout is not importable.
+
+Against a correct subject a script exits 0; against a wrong one it exits 1 and prints the
+worst element the suite recorded. Most subjects here are cheap (xla, a NumPy user function);
+one is the Pallas TPU flash kernel in interpret mode.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance.judge import standalone
+from conformance.judge.checks.registry import declaration
+from conformance.judge.inputs import build_dout, build_inputs
+from conformance.judge.repro import script
+from conformance.judge.runner import Runner
+from conformance.plan.cases import Case
+from conformance.plan.catalogue import classify
+from conformance.plan.profiles import get
+from conformance.plan.subjects import resolve_subjects
+from kernels.registry import resolve
+from reference import attention_backward, attention_forward
+from reports.records import CaseResult
+
+USER_MODULE = "repro_user_attention"
+USER_SOURCE = '''
+"""A user's attention in plain NumPy, every feature; the variants below are wrong in one way each."""
+import numpy as np
+
+try:  # the suite reads the declaration; a standalone repro runs without the checkout
+    from kernels.base import Capabilities
+except ImportError:
+    Capabilities = None
+
+
+def attention(q, k, v, *, scale, causal=False, alignment="top_left", window=None, softcap=None,
+              bias=None, mask=None, q_segment_ids=None, kv_segment_ids=None, q_lengths=None,
+              kv_lengths=None, factor=1.0, segments=True):
+    group = q.shape[1] // k.shape[1]
+    k = np.repeat(k.astype(np.float64), group, 1)
+    v = np.repeat(v.astype(np.float64), group, 1)
+    s = (q.astype(np.float64) @ k.swapaxes(-1, -2)) * scale * factor
+    if bias is not None:
+        s = s + bias
+    if softcap is not None:
+        s = softcap * np.tanh(s / softcap)
+    sq, sk = s.shape[-2:]
+    i = np.arange(sq)[:, None] + (sk - sq if alignment == "bottom_right" else 0)
+    j = np.arange(sk)[None, :]
+    visible = np.ones(s.shape, dtype=bool)
+    if causal:
+        visible &= j <= i
+    if window is not None:
+        if window[0] is not None:
+            visible &= j >= i - window[0]
+        if window[1] is not None:
+            visible &= j <= i + window[1]
+    if q_segment_ids is not None and segments:
+        visible &= q_segment_ids[:, None, :, None] == kv_segment_ids[:, None, None, :]
+    if kv_lengths is not None:
+        visible &= j[None, None] < kv_lengths[:, None, None, None]
+    if q_lengths is not None:
+        visible &= np.arange(sq)[None, None, :, None] < q_lengths[:, None, None, None]
+    if mask is not None:
+        visible &= mask
+    s = np.where(visible, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    d = e.sum(-1, keepdims=True)
+    return np.where(d > 0, (e @ v) / np.where(d > 0, d, 1.0), 0.0).astype(q.dtype)
+
+
+def wrong_scale(q, k, v, **kw):
+    return attention(q, k, v, factor=1.25, **kw)
+
+
+def ignores_segments(q, k, v, **kw):
+    return attention(q, k, v, segments=False, **kw)
+
+
+def nan_row(q, k, v, **kw):
+    out = attention(q, k, v, **kw)
+    out[0, 0, 1] = np.nan
+    return out
+
+
+def wrong_dtype(q, k, v, **kw):
+    return attention(q, k, v, **kw).astype(np.float64)
+
+
+def raises_error(q, k, v, **kw):
+    raise RuntimeError("kernel launch failed")
+
+
+if Capabilities is not None:
+    for fn in (attention, wrong_scale, ignores_segments, nan_row, wrong_dtype, raises_error):
+        fn.attention_capabilities = Capabilities(
+            dtypes=("float32", "bfloat16", "float16"), causal_alignments=("top_left", "bottom_right"),
+            window=True, segment_ids=True, lengths=True, bool_mask=True, gqa=True, bias=True,
+            bias_broadcast=True, softcap=True, distinct_v_dim=True, fully_masked_rows="zeros")
+'''
+
+CHECKOUT_IMPORT = re.compile(r"^\s*(from|import) (conformance|kernels|reference|reports|tests)\b", re.M)
+
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch):
+    """A folder holding the user's module, importable here (the suite) and given to the script."""
+    folder = tmp_path / "user"
+    folder.mkdir()
+    (folder / f"{USER_MODULE}.py").write_text(textwrap.dedent(USER_SOURCE))
+    monkeypatch.syspath_prepend(str(folder))
+    yield folder
+    sys.modules.pop(USER_MODULE, None)
+
+
+def record(case: Case, check: str, impl: str) -> CaseResult:
+    """The record the suite writes for ``check`` on ``case`` (repro included), as a run makes it."""
+    (subject,) = resolve_subjects(impl)
+    planned = classify(check, case, subject.capabilities)
+    assert planned is not None and planned.status in ("run", "raises"), planned
+    return Runner((subject,), get("ci"), shrink=False).evaluate(planned)
+
+
+def run_isolated(text: str, tmp_path: Path, module_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -I`` on the script from an empty folder: no checkout, no PYTHONPATH, no user site.
+    A user function's folder (and only that) is put on sys.path, as the user's install would."""
+    where = tmp_path / "run"
+    where.mkdir(exist_ok=True)
+    path = where / "repro.py"
+    path.write_text(text)
+    command = [sys.executable, "-I", str(path)]
+    if module_dir is not None:
+        code = (
+            f"import runpy, sys; sys.path.insert(0, {str(module_dir)!r}); "
+            f"runpy.run_path({str(path)!r}, run_name='__main__')"
+        )
+        command = [sys.executable, "-I", "-c", code]
+    return subprocess.run(command, cwd=where, capture_output=True, text=True, timeout=300)
+
+
+def assert_same_worst(done: subprocess.CompletedProcess, result: CaseResult) -> None:
+    assert result.metrics, result.reason
+    for metric in result.metrics:
+        where = ", ".join(map(str, metric.worst_index))
+        assert f"{metric.tensor}[{where}]: got {metric.worst_subject!r}" in done.stdout, done.stdout
+
+
+def standalone_text(result: CaseResult) -> str:
+    assert result.repro.startswith('"""Standalone repro'), result.repro[:300]
+    assert not CHECKOUT_IMPORT.search(result.repro)
+    return result.repro
+
+
+# --- built-in subjects ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("check", ["forward", "lse"])
+def test_xla_masks_lengths_bias_gqa_in_bfloat16_pass_standalone(tmp_path, check):
+    case = Case(
+        "xla", "bfloat16", batch=2, q_heads=4, kv_heads=2, q_len=64, kv_len=96, head_dim=32, v_head_dim=32,
+        causal=True, bias="1h1k", mask="b1qk", q_lengths=(50, 64), kv_lengths=(90, 7),
+    )  # fmt: skip
+    result = record(case, check, "xla")
+    assert result.verdict == "pass"
+    text = standalone.script(case, declaration(check), resolve("xla"), result.metrics, versions="jax")
+    assert not CHECKOUT_IMPORT.search(text) and "causal_visible" in text and "segment_visible" not in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+def test_xla_backward_with_window_bias_and_gqa_passes_standalone(tmp_path):
+    case = Case(
+        "xla", "float32", q_heads=4, kv_heads=1, q_len=48, kv_len=64, head_dim=16, v_head_dim=16,
+        window=(5, 2), bias="b11k", input_kind="integers",
+    )  # fmt: skip
+    result = record(case, "backward", "xla")
+    assert result.verdict == "pass" and {m.tensor for m in result.metrics} == {"dq", "dk", "dv", "dbias"}
+    text = standalone.script(case, declaration("backward"), resolve("xla"), result.metrics)
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+def test_tpu_flash_in_interpret_mode_with_segments_and_bias_passes_standalone(tmp_path):
+    case = Case(
+        "tpu_flash", "float32", q_heads=2, kv_heads=2, q_len=128, kv_len=128, head_dim=64, v_head_dim=64,
+        causal=True, segments=2, bias="1h1k",
+    )  # fmt: skip
+    result = record(case, "forward", "tpu_flash")
+    assert result.verdict == "pass"
+    text = standalone.script(case, declaration("forward"), resolve("tpu_flash"), result.metrics)
+    assert "load_interpreting_copy" in text and not CHECKOUT_IMPORT.search(text)
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+def test_tpu_flash_raises_check_is_observed_standalone(tmp_path):
+    case = Case("tpu_flash", "float32", q_len=128, kv_len=100, head_dim=64, v_head_dim=64)
+    text = standalone.script(case, declaration("raises"), resolve("tpu_flash"), reason="kv_len 100")
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0 and "the call raised ValueError" in done.stdout, done.stdout + done.stderr
+
+
+# --- a user's function: the suite's record, then the script ---------------------------------
+
+FEATURES = {
+    "segments_orphan_nan_padding": dict(batch=2, segments=3, orphan_segment=True, input_kind="nan_padding"),
+    "softcap_bottom_right_float16": dict(
+        dtype="float16", causal=True, alignment="bottom_right", q_len=40, softcap=5.0, scale=0.3
+    ),
+    "window_lengths_mask_bias_gqa": dict(
+        q_heads=4, kv_heads=2, window=(7, None), q_lengths=(30,), kv_lengths=(50,), mask="1hqk", bias="bh1k"
+    ),
+}
+
+
+def _case(impl: str, **features) -> Case:
+    fields = dict(dtype="float32", q_len=48, kv_len=64, head_dim=16, v_head_dim=16) | features
+    return Case(impl, **fields)
+
+
+@pytest.mark.parametrize("features", FEATURES, ids=list(FEATURES))
+def test_a_correct_user_function_passes_standalone(tmp_path, user_dir, features):
+    impl = f"{USER_MODULE}:attention"
+    result = record(_case(impl, **FEATURES[features]), "forward", impl)
+    assert result.verdict == "pass", result.reason
+    case = _case(impl, **FEATURES[features])
+    text = standalone.script(case, declaration("forward"), resolve(impl), result.metrics)
+    assert f"from {USER_MODULE} import attention" in text
+    done = run_isolated(text, tmp_path, user_dir)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+@pytest.mark.parametrize(
+    ("function", "features"),
+    [("wrong_scale", "softcap_bottom_right_float16"), ("ignores_segments", "segments_orphan_nan_padding")],
+)
+def test_a_wrong_user_function_exits_1_with_the_recorded_worst_element(
+    tmp_path, user_dir, function, features
+):
+    impl = f"{USER_MODULE}:{function}"
+    result = record(_case(impl, **FEATURES[features]), "forward", impl)
+    assert result.verdict == "fail"
+    done = run_isolated(standalone_text(result), tmp_path, user_dir)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "OUT OF TOLERANCE" in done.stdout
+    assert_same_worst(done, result)
+
+
+@pytest.mark.parametrize(
+    ("check", "function", "verdict", "says"),
+    [
+        (
+            "finite",
+            "nan_row",
+            "fail",
+            "non-finite where the reference is finite; first at [0, 0, 1, 0]: got nan",
+        ),
+        ("finite", "attention", "pass", "finite wherever the reference is"),
+        (
+            "shape_dtype",
+            "wrong_dtype",
+            "fail",
+            "out: shape (1, 1, 48, 16), dtype float64; expected (1, 1, 48, 16), float32",
+        ),
+        ("determinism", "attention", "pass", "bitwise identical"),
+    ],
+)
+def test_verdict_checks_observe_what_the_check_observed(tmp_path, user_dir, check, function, verdict, says):
+    impl = f"{USER_MODULE}:{function}"
+    case = _case(impl)
+    result = record(case, check, impl)
+    assert result.verdict == verdict
+    text = result.repro if verdict == "fail" else standalone.script(case, declaration(check), resolve(impl))
+    done = run_isolated(text, tmp_path, user_dir)
+    assert done.returncode == (1 if verdict == "fail" else 0), done.stdout + done.stderr[-3000:]
+    assert says in done.stdout
+
+
+def test_a_subject_that_raises_raises_again_in_the_script(tmp_path, user_dir):
+    impl = f"{USER_MODULE}:raises_error"
+    result = record(_case(impl), "forward", impl)
+    assert result.verdict == "error" and not result.metrics
+    done = run_isolated(standalone_text(result), tmp_path, user_dir)
+    assert done.returncode == 1 and "RuntimeError: kernel launch failed" in done.stderr
+
+
+def test_checks_a_script_cannot_observe_fall_back_to_the_checkout_script_and_say_why():
+    case = Case("xla", "float32")
+    text = script(case, declaration("recompile"), "xla", adapter=resolve("xla"))
+    assert "Not standalone (the recompile check observes the suite's own machinery)" in text
+    assert "run_check(case, 'recompile'" in text
+
+
+# --- the pieces, in process -------------------------------------------------------------------
+
+REFERENCE_CASES = [
+    Case("x", "float32", batch=2, q_heads=4, kv_heads=2, q_len=24, kv_len=40, head_dim=8, v_head_dim=12,
+         causal=True, alignment="bottom_right", bias="1h1k", softcap=3.0),
+    Case("x", "bfloat16", batch=2, q_len=33, kv_len=20, head_dim=8, v_head_dim=8, window=(2, 0),
+         segments=2, orphan_segment=True, input_kind="nan_padding"),
+    Case("x", "float16", batch=2, q_heads=2, q_len=16, kv_len=16, head_dim=8, v_head_dim=8,
+         q_lengths=(9, 16), kv_lengths=(16, 3), mask="b1qk", input_kind="large"),
+]  # fmt: skip
+
+
+def _prefix_namespace(case: Case, check: str) -> dict:
+    """Run a script up to the subject's call, in this process; returns its variables."""
+    text = standalone.script(case, declaration(check), resolve("xla"))
+    prefix = text[: text.index("# --- the subject")]
+    namespace: dict = {"__name__": "repro_prefix"}
+    exec(compile(prefix, "repro_prefix", "exec"), namespace)  # noqa: S102 - the text we just generated
+    return namespace
+
+
+@pytest.mark.parametrize("case", REFERENCE_CASES, ids=lambda c: c.semantic_id)
+def test_the_scripts_inputs_and_float64_answer_are_the_suites(case):
+    ns = _prefix_namespace(case, "backward" if case.input_kind != "nan_padding" else "forward")
+    inputs = build_inputs(case)
+    for name in ("q", "k", "v", "bias", "q_segment_ids", "kv_segment_ids", "mask"):
+        want, got = getattr(inputs, name), ns[name]
+        assert (want is None and got is None) or (want.tobytes() == got.tobytes() and want.dtype == got.dtype)
+    ref = attention_forward(inputs, case.spec)
+    assert np.array_equal(np.isfinite(ref.lse), ns["valid"])
+    np.testing.assert_allclose(ns["ref_out"], ref.out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ns["ref_lse"][ns["valid"]], ref.lse[ns["valid"]], rtol=1e-12)
+    if "ref_dq" in ns:
+        dout = build_dout(case, ref.fully_masked)
+        assert ns["dout"].tobytes() == dout.tobytes()
+        grads = attention_backward(inputs, dout, case.spec, ref)
+        for name in ("dq", "dk", "dv", "dbias"):
+            if getattr(grads, name) is not None:
+                np.testing.assert_allclose(ns[f"ref_{name}"], getattr(grads, name), rtol=1e-9, atol=1e-9)
+
+
+def test_redrawn_inputs_that_differ_stop_the_script_with_exit_2(tmp_path):
+    case = Case("xla", "float32", q_len=8, kv_len=8, head_dim=8, v_head_dim=8)
+    text = standalone.script(case, declaration("forward"), resolve("xla"))
+    broken = text.replace("q = draw_values(SEED, 0, 0,", "q = draw_values(SEED + 1, 0, 0,")
+    done = run_isolated(broken, tmp_path)
+    assert done.returncode == 2 and "differ from the suite's" in done.stdout
+
+
+# --- a bare environment -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_repro_runs_in_a_fresh_venv_with_only_jax_and_numpy(tmp_path):
+    """pip installs jax==<this version> (with what it needs) into a new venv; the script runs there."""
+    import importlib.metadata
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    jax = importlib.metadata.version("jax")
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"jax=={jax}", "numpy"],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    if install.returncode != 0:
+        pytest.skip(f"cannot install jax=={jax} here: {install.stderr.strip().splitlines()[-1:]}")
+    case = Case("xla", "bfloat16", q_heads=2, kv_heads=1, q_len=32, kv_len=48, head_dim=16, v_head_dim=16,
+                causal=True, bias="1h1k")  # fmt: skip
+    result = record(case, "forward", "xla")
+    text = standalone.script(case, declaration("forward"), resolve("xla"), result.metrics)
+    path = tmp_path / "repro.py"
+    path.write_text(text)
+    done = subprocess.run(
+        [str(python), "-I", str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+def test_finite_and_shape_dtype_look_at_the_gradients_when_the_backward_pass_ran(tmp_path):
+    case = Case(
+        "xla", "float32", q_heads=2, kv_heads=1, q_len=16, kv_len=24, head_dim=8, v_head_dim=8, bias="1h1k"
+    )
+    for check in ("finite", "shape_dtype"):
+        text = standalone.script(case, declaration(check), resolve("xla"), gradients=True)
+        assert "jax_nn_gradients" in text
+        done = run_isolated(text, tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+        assert "dbias:" in done.stdout and "dq:" in done.stdout
