@@ -262,22 +262,31 @@ def test_the_config_reaches_the_kernel_in_the_script(tmp_path, impl, fields, con
         assert ("the call raised ValueError" in done.stdout) == raised, done.stdout
 
 
-def test_pallas_gpu_backward_config_passes_standalone_with_its_block_sizes(tmp_path):
+def test_pallas_gpu_backward_config_reproduces_standalone_with_its_block_sizes(tmp_path):
+    """From JAX 0.5.1 the case passes and so does its script. Before, mha(block_q=, block_k=)
+    sizes the backward too and gives NaN dq when they differ (the ledger's
+    pallas-gpu-unequal-blocks-backward-nan-before-block-sizes): the recorded repro exits 1 there."""
     (subject,) = resolve_subjects("pallas_gpu")
     names = subject.capabilities.tunables.names
     config = {"block_q": 32, "block_k": 64}  # block_q != block_k
-    if "block_q_dq" in names:  # from JAX 0.5.1 the backward has its own blocks: unlike the forward's
+    buggy = "block_q_dq" not in names
+    if not buggy:  # the backward has its own blocks: unlike the forward's
         config |= {"block_q_dkv": 64, "block_kv_dkv": 32, "block_q_dq": 32, "block_kv_dq": 64}
     case = Case("pallas_gpu", "float32", q_len=128, kv_len=128, head_dim=32, v_head_dim=32, causal=True,
                 config=config)  # fmt: skip
     result = record(case, "backward", "pallas_gpu")
-    assert result.verdict == "pass", result.reason
-    text = standalone.script(case, declaration("backward"), subject.adapter_for(case.config), result.metrics)
+    assert result.verdict == ("fail" if buggy else "pass"), result.reason
+    adapter = subject.adapter_for(case.config)
+    text = (
+        standalone_text(result)
+        if buggy
+        else standalone.script(case, declaration("backward"), adapter, result.metrics)
+    )
     blocks = re.search(r"block_kwargs = mha_block_kwargs\(BlockSizes, (\{[^}]*\})\)", text)
-    assert blocks is not None and eval(blocks.group(1)) == config  # noqa: S307
+    assert blocks is not None and eval(blocks.group(1)) == config  # noqa: S307 - the literal we generated
     assert "functools.partial(mha_gradients, mha, " in text and "block_kwargs=block_kwargs" in text
     done = run_isolated(text, tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert done.returncode == (1 if buggy else 0), done.stdout + done.stderr[-3000:]
     assert_same_worst(done, result)
 
 
