@@ -16,6 +16,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 from kernels.dtypes import DTYPES  # the one list, stdlib only so that reports reads it too
+from kernels.tunables import Config, Tunables
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
 
 FullyMaskedConvention = Literal["zeros", "mean_v", "nan", "unspecified"]
@@ -41,14 +42,18 @@ class ShapeConstraint:
     fail, and are tracked in the known-issue ledger (docs/known-issues.md).
     ``features``: the constraint concerns only cases that use all of these
     ``Case.features`` (e.g. ``("bias",)``); empty means every case.
+    ``sees_config``: ``holds`` takes a third argument, the case's tunables resolved
+    (``Tunables.resolved``: every block's value, defaults filled in), for limits that
+    depend on the blocks (a block must divide the length).
     """
 
     name: str
     reason: str
-    holds: Callable[[AttentionShape, AttentionSpec], bool]
+    holds: Callable[..., bool]
     basis: ConstraintBasis
     applies_to: Literal["forward", "backward", "both"] = "both"
     features: tuple[str, ...] = ()
+    sees_config: bool = False
 
     def __post_init__(self) -> None:
         if self.basis not in CONSTRAINT_BASES:
@@ -63,6 +68,10 @@ class ShapeConstraint:
 
     def concerns(self, features: tuple[str, ...]) -> bool:
         return set(self.features) <= set(features)
+
+    def satisfied(self, shape: AttentionShape, spec: AttentionSpec, blocks: dict | None = None) -> bool:
+        """``holds``, given the resolved tunables when the constraint sees them."""
+        return self.holds(shape, spec, blocks or {}) if self.sees_config else self.holds(shape, spec)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +121,9 @@ class Capabilities:
     # The implementation runs on JAX in this process, so its compilations and live arrays
     # can be observed (the recompile and leak checks need that; they are unsupported without).
     jax_runtime: bool = False
+    # Parameters a user may tune (block sizes, ...) and their legal space; a case's config
+    # names values for some of them (kernels/tunables.py). Empty: nothing to tune.
+    tunables: Tunables = Tunables()
 
     def __post_init__(self) -> None:
         unknown = set(self.dtypes) - set(DTYPES)
@@ -125,6 +137,7 @@ class Capabilities:
         dtype: str,
         direction: Literal["forward", "backward"],
         features: tuple[str, ...] = (),
+        config: Config = (),
     ) -> tuple[Exclusion, ...]:
         """Every reason a case is outside what this declares; empty when it is inside.
 
@@ -133,7 +146,9 @@ class Capabilities:
         options, in a fixed order), then "backward pass not declared" for a backward
         call, then the shape constraints of ``direction`` (``Exclusion.constraint`` set;
         ``Exclusion.raises`` for basis ``raises``). ``features`` are the case's
-        (``Case.features``), for constraints that concern some features only.
+        (``Case.features``), for constraints that concern some features only. ``config``
+        is the case's (``Case.config``): a config outside the declared tunables is a
+        declared-capability exclusion; the constraints see its resolved values.
 
         ``shape_or_inputs``: inputs (real, or a skeleton such as ``Case.skeleton()``) are
         judged fully; a bare shape cannot show segment ids, lengths, a mask or a bias, so
@@ -187,10 +202,16 @@ class Capabilities:
             (direction == "backward" and not self.backward, "backward pass not declared"),
         ]
         declared = [Exclusion(text) for failed, text in checks if failed]
+        illegal = self.tunables.problems(config) if config else ()
+        declared += [Exclusion(f"config: {problem}") for problem in illegal]
+        blocks = self.tunables.resolved(config) if not illegal else {}
         constraints = [
             Exclusion(f"{c.name}: {c.reason}", c)
             for c in self.constraints
-            if c.applies_to in (direction, "both") and c.concerns(features) and not c.holds(shape, spec)
+            if c.applies_to in (direction, "both")
+            and c.concerns(features)
+            and not (illegal and c.sees_config)
+            and not c.satisfied(shape, spec, blocks)
         ]
         return (*declared, *constraints)
 

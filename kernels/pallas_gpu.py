@@ -41,6 +41,7 @@ from kernels.jax_runtime import (
     unavailable_because,
 )
 from kernels.standalone import StandaloneCall, source_of
+from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.gpu.attention"
@@ -53,9 +54,30 @@ BLOCK = 128  # default forward block_q = block_k = 128 (clipped to the lengths)
 #   length and checks neither Sq == Sk nor, in its backward, equal block counts;
 # * from 0.6.2 lengths that the (clipped) 128-blocks do not divide raise ValueError;
 #   before, nothing checks them (those cases run; see kernels/known_issues.toml);
-# * return_residuals= (the lse) exists from 0.6 on.
+# * return_residuals= (the lse) exists from 0.6 on;
+# * tunables: before 0.5.1 mha takes block_q= and block_k=, which size the backward too;
+#   from 0.5.1 it takes block_sizes=BlockSizes(block_q, block_k, block_q_dkv,
+#   block_kv_dkv, block_q_dq, block_kv_dq) (defaults read from get_default()). Triton
+#   blocks are powers of two of at least 16 (tl.dot's smallest tile); the kernel clips
+#   each block to its length, so a block longer than the sequence is legal.
 
 RAISES_ON_NON_MULTIPLE_SINCE = (0, 6, 2)
+FORWARD_BLOCKS = ("block_q", "block_k")
+BACKWARD_BLOCKS = ("block_q_dkv", "block_kv_dkv", "block_q_dq", "block_kv_dq")
+
+
+def _triton_block(name: str, default: int) -> Tunable:
+    axis = "q" if name.startswith("block_q") else "kv"
+    return Tunable(name, default, axis, name in BACKWARD_BLOCKS, minimum=16, power_of_two=True)
+
+
+def _tunables(module: Any) -> Tunables:
+    """The installed kernel's tunables, with its own defaults."""
+    if not hasattr(module, "BlockSizes"):
+        return Tunables(tuple(_triton_block(name, BLOCK) for name in FORWARD_BLOCKS))
+    default = module.BlockSizes.get_default()
+    names = FORWARD_BLOCKS + BACKWARD_BLOCKS
+    return Tunables(tuple(_triton_block(name, getattr(default, name)) for name in names))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +87,8 @@ class _Api:
     has_block_sizes: bool
     backward_block: int | None  # BlockSizes.get_default()'s dq/dkv blocks: 128 before 0.6.2, then 32
     raises_on_non_multiple: bool
+    tunables: Tunables = Tunables()
+    block_sizes: Any = None  # the BlockSizes class (None before 0.5.1)
 
 
 def _load_api() -> _Api:
@@ -78,6 +102,8 @@ def _load_api() -> _Api:
         has_block_sizes=hasattr(module, "BlockSizes"),
         backward_block=module.BlockSizes.get_default().block_q_dq if hasattr(module, "BlockSizes") else None,
         raises_on_non_multiple=jax_version() >= RAISES_ON_NON_MULTIPLE_SINCE,
+        tunables=_tunables(module),
+        block_sizes=getattr(module, "BlockSizes", None),
     )
 
 
@@ -86,19 +112,21 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
     0.5.1) Sq == Sk: those cases run and are judged like any other (a wrong answer there is a
     finding for the known-issue ledger, not something to declare away)."""
 
-    def divides(length: int) -> bool:
-        return length % min(BLOCK, length) == 0
+    def divides(block: int, length: int) -> bool:
+        return length % min(block, length) == 0
 
     constraints = []
     if api.raises_on_non_multiple:
         constraints.append(
             ShapeConstraint(
                 name="lengths_multiple_of_block",
-                reason=(
-                    "the forward blocks min(128, length) must divide q_len and kv_len (ValueError otherwise)"
+                reason="the forward blocks min(block_q, q_len) and min(block_k, kv_len) (default 128) "
+                "must divide q_len and kv_len (ValueError otherwise)",
+                holds=lambda shape, spec, b: (
+                    divides(b["block_q"], shape.q_len) and divides(b["block_k"], shape.kv_len)
                 ),
-                holds=lambda shape, spec: divides(shape.q_len) and divides(shape.kv_len),
                 basis="raises",
+                sees_config=True,
             )
         )
     if api.backward_block is not None:
@@ -106,13 +134,16 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
         constraints.append(
             ShapeConstraint(
                 name="backward_same_block_count",
-                reason=f"the fused backward needs q_len and kv_len split into the same number of "
-                f"min({block}, length) blocks (ValueError otherwise)",
-                holds=lambda shape, spec: (
-                    shape.q_len // min(block, shape.q_len) == shape.kv_len // min(block, shape.kv_len)
+                reason="the fused backward needs q_len split into as many min(block_q_dq, q_len) "
+                "blocks as kv_len into min(block_kv_dkv, kv_len) blocks "
+                f"(default {block}; ValueError otherwise)",
+                holds=lambda shape, spec, b: (
+                    shape.q_len // min(b["block_q_dq"], shape.q_len)
+                    == shape.kv_len // min(b["block_kv_dkv"], shape.kv_len)
                 ),
                 basis="raises",
                 applies_to="backward",
+                sees_config=True,
             )
         )
     return tuple(constraints)
@@ -125,9 +156,24 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
 class PallasGpuAdapter:
     """Pallas Triton flash attention; canonical ``[B, H, S, D]`` in and out."""
 
+    config: Config = ()  # the case's tunables (_tunables); () = the kernel's defaults
     name: str = "pallas_gpu"
     description: str = "Pallas GPU (Triton) flash attention (jax.experimental.pallas.ops.gpu.attention)"
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
+
+    def configured(self, config: Config) -> PallasGpuAdapter:
+        """A copy that calls the kernel with ``config``'s blocks (and its own compile cache)."""
+        return dataclasses.replace(
+            self, config=_load_api().tunables.normalized(config), _cache=CompiledCache()
+        )
+
+    def _blocks(self, api: _Api) -> dict[str, int] | None:
+        """Every block under this adapter's config (defaults filled in), or None for the
+        kernel's own defaults (the empty config)."""
+        return api.tunables.resolved(self.config) if self.config else None
+
+    def _block_kwargs(self, api: _Api) -> dict[str, Any]:
+        return mha_block_kwargs(api.block_sizes, self._blocks(api))
 
     def _native(self) -> bool:
         return default_backend() == "gpu"
@@ -149,7 +195,7 @@ class PallasGpuAdapter:
         try:
             api = _load_api()
         except Exception:
-            api = _Api(None, False, True, True)
+            api = _Api(None, False, True, None, True)
         return Capabilities(
             jax_runtime=True,
             dtypes=("float32", "bfloat16", "float16"),
@@ -158,6 +204,7 @@ class PallasGpuAdapter:
             lse=api.has_lse,
             fully_masked_rows="unspecified",
             constraints=_constraints(api),
+            tunables=api.tunables,
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
@@ -168,7 +215,13 @@ class PallasGpuAdapter:
         scale = spec.resolved_scale(inputs.q.shape[-1])
         arrays = (inputs.q, inputs.k, inputs.v)
         args = tuple(to_jax(a) for a in arrays)
-        options = dict(scale=scale, causal=spec.causal, interpret=not self._native(), with_lse=api.has_lse)
+        options = dict(
+            scale=scale,
+            causal=spec.causal,
+            interpret=not self._native(),
+            with_lse=api.has_lse,
+            block_kwargs=self._block_kwargs(api),
+        )
 
         def build() -> Compiled:
             forward = functools.partial(mha_forward, api.mha, **options)
@@ -186,7 +239,12 @@ class PallasGpuAdapter:
         scale = spec.resolved_scale(inputs.q.shape[-1])
         arrays = (inputs.q, inputs.k, inputs.v)
         args = (*(to_jax(a) for a in arrays), to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
-        options = dict(scale=scale, causal=spec.causal, interpret=not self._native())
+        options = dict(
+            scale=scale,
+            causal=spec.causal,
+            interpret=not self._native(),
+            block_kwargs=self._block_kwargs(api),
+        )
 
         def build() -> Compiled:
             grads = functools.partial(mha_gradients, api.mha, **options)
@@ -198,18 +256,33 @@ class PallasGpuAdapter:
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """This adapter's calls as standalone script text (``kernels.standalone``)."""
+        api = _load_api()
         scale = spec.resolved_scale(inputs.shape.head_dim)
         options = f"scale={scale!r}, causal={spec.causal!r}, interpret=interpret"
+        setup = (
+            f"from {MODULE} import mha\n"
+            "interpret = jax.default_backend() != 'gpu'  # native Triton on a GPU, else the interpreter\n"
+        )
+        if self.config:  # the case's block sizes, exactly as the suite passed them
+            options += ", block_kwargs=block_kwargs"
+            setup += (
+                f"kernel = importlib.import_module({MODULE!r})\n"
+                "BlockSizes = getattr(kernel, 'BlockSizes', None)  # from JAX 0.5.1\n"
+                f"block_kwargs = mha_block_kwargs(BlockSizes, {self._blocks(api)!r})\n"
+            )
         return StandaloneCall(
-            imports=("import functools", "import math", "import jax", "import jax.numpy as jnp"),
-            definitions=source_of(_to_bshd, _from_bshd, mha_forward, mha_gradients),
-            setup=(
-                f"from {MODULE} import mha\n"
-                "interpret = jax.default_backend() != 'gpu'  # native Triton on a GPU, else the interpreter\n"
+            imports=(
+                "import functools",
+                "import importlib",
+                "import math",
+                "import jax",
+                "import jax.numpy as jnp",
             ),
+            definitions=source_of(_to_bshd, _from_bshd, mha_block_kwargs, mha_forward, mha_gradients),
+            setup=setup,
             forward=(
                 f"attention = jax.jit(functools.partial(mha_forward, mha, {options}, "
-                f"with_lse={_load_api().has_lse!r}))\n"
+                f"with_lse={api.has_lse!r}))\n"
                 "out, lse = attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))\n"
                 "out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
             ),
@@ -219,7 +292,8 @@ class PallasGpuAdapter:
                 "dq, dk, dv = (np.asarray(g) for g in grads)\n"
                 "dbias = None\n"
             ),
-            note=f"{self.description}; off GPU: Pallas generic interpreter (interpret=True)",
+            note=f"{self.description}; off GPU: Pallas generic interpreter (interpret=True)"
+            + (f"; block sizes {dict(self.config)}" if self.config else ""),
         )
 
     def _ran(self, fn: Any, args: tuple) -> str:
@@ -244,9 +318,20 @@ def _from_bshd(x: Any) -> Any:
 # --- the translation: pure functions of JAX arrays, embedded verbatim in standalone repros --
 
 
-def mha_forward(mha, q, k, v, *, scale, causal, interpret, with_lse):
+def mha_block_kwargs(block_sizes_class, blocks):
+    """``mha``'s keywords for ``blocks`` (every block by name; None: the kernel's defaults). From
+    JAX 0.5.1 mha takes ``block_sizes=BlockSizes(...)``; before, ``block_q=`` and ``block_k=``."""
+    if blocks is None:
+        return {}
+    if block_sizes_class is None:
+        return dict(blocks)
+    return {"block_sizes": block_sizes_class(**blocks)}
+
+
+def mha_forward(mha, q, k, v, *, scale, causal, interpret, with_lse, block_kwargs=None):
     """(out ``[B, H, Sq, D]``, lse ``[B, H, Sq]`` or None) from the kernel's ``mha``. The kernel keeps
-    its softmax in base 2, so its lse is log2 of the denominator: times ln 2 gives the natural log."""
+    its softmax in base 2, so its lse is log2 of the denominator: times ln 2 gives the natural log.
+    ``block_kwargs``: ``mha_block_kwargs``'s keywords (None: the kernel's default blocks)."""
     import jax.numpy as jnp
 
     result = mha(
@@ -255,6 +340,7 @@ def mha_forward(mha, q, k, v, *, scale, causal, interpret, with_lse):
         sm_scale=scale,
         causal=causal,
         interpret=interpret,
+        **(block_kwargs or {}),
         **({"return_residuals": True} if with_lse else {}),
     )
     if not with_lse:
@@ -263,12 +349,21 @@ def mha_forward(mha, q, k, v, *, scale, causal, interpret, with_lse):
     return _from_bshd(out), lse_base2 * jnp.float32(math.log(2.0))
 
 
-def mha_gradients(mha, q, k, v, dout, *, scale, causal, interpret):
-    """(dq, dk, dv) of ``sum(out * dout)`` through the kernel's custom VJP."""
+def mha_gradients(mha, q, k, v, dout, *, scale, causal, interpret, block_kwargs=None):
+    """(dq, dk, dv) of ``sum(out * dout)`` through the kernel's custom VJP (its backward blocks
+    come from ``block_kwargs`` too)."""
     import jax
 
     def attention(q, k, v):
-        return _from_bshd(mha(*_to_bshd(q, k, v), None, sm_scale=scale, causal=causal, interpret=interpret))
+        out = mha(
+            *_to_bshd(q, k, v),
+            None,
+            sm_scale=scale,
+            causal=causal,
+            interpret=interpret,
+            **(block_kwargs or {}),
+        )
+        return _from_bshd(out)
 
     _, vjp = jax.vjp(attention, q, k, v)
     return vjp(dout)

@@ -47,23 +47,48 @@ from kernels.tpu_interpret import (
     pallas_ran,
     pallas_tpu_availability,
 )
+from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.splash_attention"
 BLOCK = 128  # BlockSizes.get_default(): every block 128
 
+
+def _divides(block: int, length: int) -> bool:
+    return block <= length and length % block == 0
+
+
+# Each constraint reads the case's blocks (its config, defaults filled in).
 CONSTRAINTS = (
     ShapeConstraint(
-        name="q_len_multiple_of_128",
-        reason="the default block_q = 128 must divide q_len (mask processing raises ValueError)",
-        holds=lambda shape, spec: shape.q_len % BLOCK == 0,
+        name="q_len_multiple_of_block_q",
+        reason="block_q (default 128) must divide q_len (mask processing raises ValueError)",
+        holds=lambda shape, spec, b: _divides(b["block_q"], shape.q_len),
         basis="raises",
+        sees_config=True,
     ),
     ShapeConstraint(
-        name="kv_len_multiple_of_128",
-        reason="the default block_kv = 128 must divide kv_len (mask processing raises ValueError)",
-        holds=lambda shape, spec: shape.kv_len % BLOCK == 0,
+        name="kv_len_multiple_of_block_kv",
+        reason="block_kv (default 128) must divide kv_len (mask processing raises ValueError)",
+        holds=lambda shape, spec, b: _divides(b["block_kv"], shape.kv_len),
         basis="raises",
+        sees_config=True,
+    ),
+    ShapeConstraint(
+        name="backward_blocks_divide_lengths",
+        reason="the backward blocks (block_q_dkv, block_q_dq on q; block_kv_dkv, block_kv_dq on kv; "
+        "default 128) must divide the lengths (mask processing raises ValueError)",
+        holds=lambda shape, spec, b: (
+            _divides(b["block_q_dkv"], shape.q_len)
+            and _divides(b["block_kv_dkv"], shape.kv_len)
+            and (
+                b["use_fused_bwd_kernel"]
+                or (_divides(b["block_q_dq"], shape.q_len) and _divides(b["block_kv_dq"], shape.kv_len))
+            )
+        ),
+        basis="raises",
+        applies_to="backward",
+        sees_config=True,
     ),
 )
 
@@ -79,6 +104,38 @@ CONSTRAINTS = (
 ANY_HEAD_DIM_SINCE = (0, 5, 3)
 ANY_V_HEAD_DIM_SINCE = (0, 7, 2)
 
+# Tunables: BlockSizes has the same fields, defaults (every block 128, the unfused
+# backward) and checks from 0.4.35 to 0.10.2. kv blocks and their compute blocks are
+# multiples of 128 (ValueError / NotImplementedError otherwise), a compute block divides
+# its block; q blocks are multiples of 8 (a TPU sublane tile). The fused backward has no
+# dq kernel: its dq blocks must be unset (BlockSizes raises), so the adapter drops them.
+
+
+def _block(name: str, axis: str, backward: bool = False, divides: str | None = None) -> Tunable:
+    return Tunable(name, BLOCK, axis, backward, multiple_of=8 if axis == "q" else BLOCK, divides=divides)
+
+
+TUNABLES = Tunables(
+    (
+        _block("block_q", "q"),
+        _block("block_kv", "kv"),
+        _block("block_kv_compute", "kv", divides="block_kv"),
+        _block("block_q_dkv", "q", backward=True),
+        _block("block_kv_dkv", "kv", backward=True),
+        _block("block_kv_dkv_compute", "kv", backward=True, divides="block_kv_dkv"),
+        _block("block_q_dq", "q", backward=True),
+        _block("block_kv_dq", "kv", backward=True),
+        Tunable("use_fused_bwd_kernel", False, "flag", backward=True),
+    )
+)
+
+
+def _block_sizes(api: _Api, config: Config) -> Any:
+    values = TUNABLES.resolved(config)
+    if values["use_fused_bwd_kernel"]:
+        del values["block_q_dq"], values["block_kv_dq"]
+    return api.block_sizes(**values)
+
 
 @dataclasses.dataclass(frozen=True)
 class _Api:
@@ -86,6 +143,7 @@ class _Api:
     masks: Any  # the module exporting CausalMask, LocalMask, NumpyMask, MultiHeadMask, FullMask
     segment_ids: Any
     shard_kwargs: tuple[tuple[str, int], ...]
+    block_sizes: Any
 
 
 def _load_api() -> _Api:
@@ -96,7 +154,7 @@ def _load_api() -> _Api:
     if "interpret" not in params:
         raise TypeError("make_splash_mha has no interpret= argument on this version")
     shards = tuple((name, 1) for name in ("head_shards", "q_seq_shards") if name in params)
-    return _Api(splash.make_splash_mha, splash, splash.SegmentIds, shards)
+    return _Api(splash.make_splash_mha, splash, splash.SegmentIds, shards, splash.BlockSizes)
 
 
 def _head_dim_constraints() -> tuple[tuple[ShapeConstraint, ...], bool]:
@@ -184,7 +242,7 @@ def _splash_mask(api: _Api, plan: _MaskPlan, hq: int, sq: int, sk: int, batch: i
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SplashAdapter:
-    """Splash attention with default block sizes. Canonical ``[B, H, S, D]`` in and out.
+    """Splash attention at its default block sizes or a config's. Canonical ``[B, H, S, D]`` in and out.
 
     interpreter: ``"generic"`` (every JAX version) or ``"tpu"`` (JAX >= 0.7.0); native on a TPU.
     """
@@ -192,12 +250,17 @@ class SplashAdapter:
     # What ``--impl "NAME[interpreter=tpu]"`` may set (kernels/subject_spec.py).
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"interpreter": INTERPRETERS}
     interpreter: Interpreter = "generic"
+    config: Config = ()  # the case's tunables (TUNABLES); () = BlockSizes.get_default()
     name: str = "splash"
     description: str = "Pallas TPU splash attention (jax.experimental.pallas.ops.tpu.splash_attention)"
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
     def availability(self) -> Availability:
         return pallas_tpu_availability(self.interpreter, MODULE, lambda execution: _load_api())
+
+    def configured(self, config: Config) -> SplashAdapter:
+        """A copy that builds its kernels with ``config``'s blocks (and its own compile cache)."""
+        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
 
     def capabilities(self) -> Capabilities:
         head_dim_constraints, distinct_v_dim = _head_dim_constraints()
@@ -215,6 +278,7 @@ class SplashAdapter:
             lse=True,
             fully_masked_rows="unspecified",
             constraints=CONSTRAINTS + head_dim_constraints,
+            tunables=TUNABLES,
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
@@ -272,6 +336,7 @@ class SplashAdapter:
                 _splash_mask(api, plan, hq, sq, sk, i),
                 save_residuals=save,
                 attn_logits_soft_cap=softcap,
+                block_sizes=_block_sizes(api, self.config),
                 interpret=execution.mode != "native",
                 **dict(api.shard_kwargs),
             )

@@ -56,43 +56,70 @@ from kernels.tpu_interpret import (
     pallas_tpu_availability,
     standalone_shim,
 )
+from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.flash_attention"
 # The kernel's default BlockSizes.get_default(): every block is 128 (one TPU lane width).
 BLOCK = 128
 
+
+def _divides(block: int, length: int) -> bool:
+    return block <= length and length % block == 0
+
+
+# Each constraint reads the case's blocks (its config with the defaults filled in); the
+# reasons name the default 128 because that is what most cases run with.
 CONSTRAINTS = (
     ShapeConstraint(
-        name="kv_len_multiple_of_128",
-        reason="the default block_k_major = block_k = 128 must divide kv_len "
+        name="kv_len_multiple_of_block_k",
+        reason="block_k_major and block_k (default 128) must divide kv_len "
         "(_verify_block raises ValueError otherwise)",
-        holds=lambda shape, spec: shape.kv_len % BLOCK == 0,
+        holds=lambda shape, spec, b: (
+            _divides(b["block_k_major"], shape.kv_len) and _divides(b["block_k"], shape.kv_len)
+        ),
         basis="raises",
+        sees_config=True,
     ),
     ShapeConstraint(
-        name="q_len_at_least_128",
-        reason="the default block_q = 128 must not exceed q_len (_verify_block raises ValueError)",
-        holds=lambda shape, spec: shape.q_len >= BLOCK,
+        name="q_len_at_least_block_q",
+        reason="block_q (default 128) must not exceed q_len (_verify_block raises ValueError)",
+        holds=lambda shape, spec, b: shape.q_len >= b["block_q"],
         basis="raises",
+        sees_config=True,
+    ),
+    ShapeConstraint(
+        name="batch_at_least_block_b",
+        reason="block_b (default 1) must not exceed the batch (_verify_block raises ValueError)",
+        holds=lambda shape, spec, b: shape.batch >= b["block_b"],
+        basis="raises",
+        sees_config=True,
     ),
     ShapeConstraint(
         name="head_dim_lane_multiple",
         reason="with more than one kv block the kernel tiles its softmax statistics over D in "
         "lanes of 128, so D above 128 must be a multiple of 128 (NotImplementedError otherwise)",
-        holds=lambda shape, spec: (
-            shape.kv_len <= BLOCK or shape.head_dim <= BLOCK or shape.head_dim % BLOCK == 0
+        holds=lambda shape, spec, b: (
+            shape.kv_len <= b["block_k_major"] or shape.head_dim <= BLOCK or shape.head_dim % BLOCK == 0
         ),
         basis="raises",
         applies_to="forward",
+        sees_config=True,
     ),
     ShapeConstraint(
-        name="backward_q_len_multiple_of_128",
-        reason="the backward kernels' block_q_major_dkv = block_q_dq = 128 must divide q_len "
-        "(_verify_block raises ValueError)",
-        holds=lambda shape, spec: shape.q_len % BLOCK == 0,
+        name="backward_blocks_divide_lengths",
+        reason="the backward kernels' q blocks (block_q_major_dkv, block_q_dkv, block_q_dq) must "
+        "divide q_len and their kv blocks kv_len (default 128; _verify_block raises ValueError)",
+        holds=lambda shape, spec, b: (
+            all(_divides(b[n], shape.q_len) for n in ("block_q_major_dkv", "block_q_dkv", "block_q_dq"))
+            and all(
+                _divides(b[n], shape.kv_len)
+                for n in ("block_k_major_dkv", "block_k_dkv", "block_k_major_dq", "block_k_dq")
+            )
+        ),
         basis="raises",
         applies_to="backward",
+        sees_config=True,
     ),
 )
 
@@ -101,6 +128,35 @@ CONSTRAINTS = (
 # The kernel's API is the same from 0.4.35 to 0.10.2; what differs is how it can be
 # interpreted on CPU (kernels/tpu_interpret.py) and whether the private
 # _flash_attention_impl keeps the signature we call for lse.
+# Tunables: BlockSizes has the same eleven fields, defaults (all 128, block_b 1) and
+# checks at every version from 0.4.35 to 0.10.2. Minor blocks must divide their major
+# (BlockSizes.__post_init__); kv blocks are multiples of 128 (the kernels tile kv in
+# lanes: NotImplementedError otherwise); q blocks multiples of 8 (a TPU sublane tile).
+
+
+def _q_block(name: str, backward: bool = False, divides: str | None = None) -> Tunable:
+    return Tunable(name, BLOCK, "q", backward, multiple_of=8, divides=divides)
+
+
+def _kv_block(name: str, backward: bool = False, divides: str | None = None) -> Tunable:
+    return Tunable(name, BLOCK, "kv", backward, multiple_of=BLOCK, divides=divides)
+
+
+TUNABLES = Tunables(
+    (
+        _q_block("block_q"),
+        _kv_block("block_k_major"),
+        _kv_block("block_k", divides="block_k_major"),
+        Tunable("block_b", 1, "batch"),
+        _q_block("block_q_major_dkv", backward=True),
+        _q_block("block_q_dkv", backward=True, divides="block_q_major_dkv"),
+        _kv_block("block_k_major_dkv", backward=True),
+        _kv_block("block_k_dkv", backward=True, divides="block_k_major_dkv"),
+        _kv_block("block_k_major_dq", backward=True),
+        _kv_block("block_k_dq", backward=True, divides="block_k_major_dq"),
+        _q_block("block_q_dq", backward=True),
+    )
+)
 
 _IMPL_PARAMS = (
     "q",
@@ -151,12 +207,22 @@ class TpuFlashAdapter:
     # What ``--impl "NAME[interpreter=tpu]"`` may set (kernels/subject_spec.py).
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"interpreter": INTERPRETERS}
     interpreter: Interpreter = "generic"
+    config: Config = ()  # the case's tunables (TUNABLES); () = BlockSizes.get_default()
     name: str = "tpu_flash"
     description: str = "Pallas TPU flash attention (jax.experimental.pallas.ops.tpu.flash_attention)"
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
     def availability(self) -> Availability:
         return pallas_tpu_availability(self.interpreter, MODULE, _load_api)
+
+    def configured(self, config: Config) -> TpuFlashAdapter:
+        """A copy that calls the kernel with ``config``'s blocks (and its own compile cache)."""
+        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
+
+    def _blocks(self) -> dict[str, int] | None:
+        """Every ``BlockSizes`` field under this adapter's config (all set, so the backward
+        runs), or None for the kernel's own defaults (the empty config)."""
+        return TUNABLES.resolved(self.config) if self.config else None
 
     def capabilities(self) -> Capabilities:
         try:
@@ -175,6 +241,7 @@ class TpuFlashAdapter:
             lse=has_lse,
             fully_masked_rows="unspecified",
             constraints=CONSTRAINTS,
+            tunables=TUNABLES,
         )
 
     # -- forward ---------------------------------------------------------------------
@@ -197,7 +264,7 @@ class TpuFlashAdapter:
 
         api = _load_api(execution)
         forward = functools.partial(
-            flash_forward, api.module, scale=scale, causal=causal, with_lse=api.has_lse
+            flash_forward, api.module, scale=scale, causal=causal, with_lse=api.has_lse, blocks=self._blocks()
         )
         return Compiled(jax.jit(forward), _ran(forward, args, execution))
 
@@ -222,7 +289,9 @@ class TpuFlashAdapter:
         import jax
         import jax.numpy as jnp
 
-        grads = functools.partial(flash_gradients, _load_api(execution).module, scale=scale, causal=causal)
+        grads = functools.partial(
+            flash_gradients, _load_api(execution).module, scale=scale, causal=causal, blocks=self._blocks()
+        )
         dout = jnp.zeros(args[0].shape, args[0].dtype)
         return Compiled(jax.jit(grads), _ran(grads, (*args, dout), execution))
 
@@ -233,6 +302,8 @@ class TpuFlashAdapter:
         execution = choose_execution(self.interpreter)
         shim_imports, shim, int_indexer_shim = standalone_shim()
         options = f"scale={spec.resolved_scale(inputs.shape.head_dim)!r}, causal={spec.causal!r}"
+        if self.config:  # the case's block sizes, exactly as the suite passed them
+            options += f", blocks={self._blocks()!r}"
         arrays = "(q, k, v, bias, q_segment_ids, kv_segment_ids)"
         # TPU interpret mode is a tracing-time setting: it wraps tracing and execution alike.
         tpu_mode = execution.mode == "tpu"
@@ -271,7 +342,8 @@ class TpuFlashAdapter:
                 "    grads = gradients(*args, jnp.asarray(dout))\n"
                 "    dq, dk, dv, dbias = (None if g is None else np.asarray(g) for g in grads)\n"
             ),
-            note=f"{self.description}; off TPU: {execution.description}",
+            note=f"{self.description}; off TPU: {execution.description}"
+            + (f"; block sizes {dict(self.config)}" if self.config else ""),
         )
 
 
@@ -290,20 +362,25 @@ def kernel_bias(bias: Any, q: Any, k: Any, scale: float) -> Any:
     return jnp.broadcast_to(bias.astype(jnp.float32) / jnp.float32(scale), full)
 
 
-def flash_forward(module, q, k, v, bias, q_seg, kv_seg, *, scale, causal, with_lse):
+def flash_forward(module, q, k, v, bias, q_seg, kv_seg, *, scale, causal, with_lse, blocks=None):
     """(out ``[B, H, Sq, D]``, lse ``[B, H, Sq]`` or None) from the kernel ``module``. With lse it
     calls ``_flash_attention_impl(..., save_residuals=True)``, the function the public
-    ``flash_attention`` wraps, so out and the softmax statistics come from one pallas_call."""
+    ``flash_attention`` wraps, so out and the softmax statistics come from one pallas_call.
+    ``blocks``: every ``BlockSizes`` field by name, or None for the kernel's defaults."""
     import jax.numpy as jnp
 
     ab = kernel_bias(bias, q, k, scale)
     segment_ids = (
         None if q_seg is None else module.SegmentIds(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
     )
+    sizes = None if blocks is None else module.BlockSizes(**blocks)
     if not with_lse:
-        return module.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale), None
-    b, h, sq, d = q.shape
-    blocks = module.BlockSizes.get_default(b, h, sq, k.shape[2], d)
+        return module.flash_attention(
+            q, k, v, ab, segment_ids, causal=causal, sm_scale=scale, block_sizes=sizes
+        ), None
+    if sizes is None:
+        b, h, sq, d = q.shape
+        sizes = module.BlockSizes.get_default(b, h, sq, k.shape[2], d)
     out, denominator, row_max = module._flash_attention_impl(
         q,
         k,
@@ -313,27 +390,32 @@ def flash_forward(module, q, k, v, bias, q_seg, kv_seg, *, scale, causal, with_l
         True,  # save_residuals
         causal,
         scale,
-        blocks.block_b,
-        blocks.block_q,
-        blocks.block_k_major,
-        blocks.block_k,
+        sizes.block_b,
+        sizes.block_q,
+        sizes.block_k_major,
+        sizes.block_k,
         False,  # debug
     )
     return out, row_max + jnp.log(denominator)
 
 
-def flash_gradients(module, q, k, v, bias, q_seg, kv_seg, dout, *, scale, causal):
+def flash_gradients(module, q, k, v, bias, q_seg, kv_seg, dout, *, scale, causal, blocks=None):
     """(dq, dk, dv, dbias or None) of ``sum(out * dout)`` through the public ``flash_attention``'s
-    custom VJP; JAX's autodiff sums dbias back over the bias's broadcast axes."""
+    custom VJP; JAX's autodiff sums dbias back over the bias's broadcast axes. ``blocks``: every
+    ``BlockSizes`` field by name (the backward's too), or None for the kernel's defaults."""
     import jax
     import jax.numpy as jnp
+
+    sizes = None if blocks is None else module.BlockSizes(**blocks)
 
     def attention(q, k, v, bias):
         segment_ids = (
             None if q_seg is None else module.SegmentIds(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
         )
         ab = kernel_bias(bias, q, k, scale)
-        return module.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale)
+        return module.flash_attention(
+            q, k, v, ab, segment_ids, causal=causal, sm_scale=scale, block_sizes=sizes
+        )
 
     if bias is None:
         _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, None), q, k, v)

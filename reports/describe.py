@@ -44,6 +44,8 @@ def describe_case(case: CaseDescription) -> str:
         parts.append(f"scale {case.scale:g}")
     parts.append(f"{case.input_kind.replace('_', ' ')} inputs")
     parts.append(f"seed {case.seed}")
+    if case.config:
+        parts.append("config " + " ".join(f"{name}={value}" for name, value in case.config))
     return ", ".join(parts)
 
 

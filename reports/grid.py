@@ -46,6 +46,7 @@ MASK_KINDS = (
     "mqa",
     "dv_ne_d",
     "sq_ne_sk",
+    "config",
     "fully_masked",
 )
 GROUPS = ("checks", "masks and options", "dtypes")
@@ -59,6 +60,7 @@ LABELS = {
     "mqa": "MQA",
     "dv_ne_d": "Dv ≠ D",
     "sq_ne_sk": "Sq ≠ Sk",
+    "config": "non-default config",  # kernel tunables (block sizes) other than the defaults
     "fully_masked": "fully-masked rows",  # the feature of a case, named like the check
     **CHECK_LABELS,
 }

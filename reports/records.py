@@ -76,6 +76,7 @@ class CaseDescription:
     bias_shape: tuple[int, ...] | None = None
     input_kind: str = "normal"
     seed: int = 0
+    config: tuple[tuple[str, int | bool], ...] = ()  # the kernel tunables set; () = its defaults
 
 
 @dataclasses.dataclass(frozen=True)

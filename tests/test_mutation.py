@@ -51,6 +51,7 @@ SMOKE: tuple[str, ...] = (
     "bias_bhqk",  # bias
     "lenq256.100.0",  # padding and fully masked rows (normal and NaN-padded)
     "nan_padding",  # NaN written into padding
+    "cfg",  # edge configs of a subject's tunables (block sizes other than the defaults)
 )
 
 

@@ -1,7 +1,7 @@
 """What the checks of one case share: inputs, reference, baseline, and the subject's calls.
 
 ``Oracle`` holds the subject-independent part (inputs, float64 reference, baseline),
-keyed by ``Case.semantic_id`` so two subjects on the same case share one reference.
+keyed by ``Case.data_id`` so two subjects (or configs) on the same case share one reference.
 ``SubjectRun`` holds one subject's calls on one case. Each is computed once, on first
 use, and kept in a small LRU owned by the session (``ArtifactStore``): checks of a
 case run back to back, so a handful of entries is enough.
@@ -204,7 +204,7 @@ class ArtifactStore:
         return table[key]
 
     def oracle(self, case: Case) -> Oracle:
-        return self._lru(self._oracles, case.semantic_id, lambda: Oracle(case))
+        return self._lru(self._oracles, case.data_id, lambda: Oracle(case))
 
     def run(self, case: Case, adapter: Adapter) -> SubjectRun:
         return self._lru(self._runs, case.case_id, lambda: SubjectRun(case, adapter, self.oracle(case)))

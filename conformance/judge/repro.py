@@ -28,11 +28,12 @@ _FORWARD = """from conformance.judge import baseline
 from conformance.judge.inputs import build_inputs
 from conformance.judge.tolerance import judge
 from kernels.registry import resolve
+from kernels.tunables import configured
 from reference import attention_forward
 
 case = {case!r}
 inputs = build_inputs(case)  # q, k, v, bias already in {dtype}; masks as arrays
-got = resolve({impl!r}).forward(inputs, case.spec)
+got = configured(resolve({impl!r}), case.config).forward(inputs, case.spec)  # case.config: tunables
 ref = attention_forward(inputs, case.spec)  # float64 reference on the same values
 base = baseline.forward(inputs, case.spec)  # plain one-pass attention at {dtype} precision
 valid = ~ref.fully_masked  # rows that see at least one key
@@ -43,13 +44,14 @@ _BACKWARD = """from conformance.judge import baseline
 from conformance.judge.inputs import build_dout, build_inputs
 from conformance.judge.tolerance import judge
 from kernels.registry import resolve
+from kernels.tunables import configured
 from reference import attention_backward, attention_forward
 
 case = {case!r}
 inputs = build_inputs(case)  # q, k, v, bias already in {dtype}
 ref_out = attention_forward(inputs, case.spec)
 dout = build_dout(case, ref_out.fully_masked)  # zero on fully masked rows
-got = resolve({impl!r}).gradients(inputs, case.spec, dout)
+got = configured(resolve({impl!r}), case.config).gradients(inputs, case.spec, dout)
 ref = attention_backward(inputs, dout, case.spec, ref_out)  # float64
 base = baseline.gradients(inputs, case.spec, dout)  # plain attention's gradients at {dtype} precision
 for name in ("dq", "dk", "dv", "dbias"):

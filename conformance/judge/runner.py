@@ -54,6 +54,7 @@ def case_description(case: Case) -> CaseDescription:
         bias_shape=case.bias_shape,
         input_kind=case.input_kind,
         seed=case.seed,
+        config=case.config,
     )
 
 
@@ -81,10 +82,10 @@ class Runner:
         subject = self.subjects[case.subject]
         return CheckContext(
             case=case,
-            adapter=subject.adapter,
+            adapter=subject.adapter_for(case.config),
             capabilities=subject.capabilities,
             oracle=self.store.oracle(case),
-            run=self.store.run(case, subject.adapter),
+            run=self.store.run(case, subject.adapter_for(case.config)),
             profile=self.profile,
             direction=planned.direction,
             backward=planned.backward,
@@ -114,7 +115,7 @@ class Runner:
         start = time.perf_counter()
         verdict, result = self.outcome(planned)
         elapsed = time.perf_counter() - start
-        run = self.store.run(case, subject.adapter)
+        run = self.store.run(case, subject.adapter_for(case.config))
         timings = {**run.timings(), "check_s": elapsed}
         forward = run.__dict__.get("forward_call")
         ran = getattr(forward.value, "ran", "") if forward is not None and forward.value is not None else ""
@@ -153,7 +154,7 @@ class Runner:
             planned.case,
             declaration(planned.check),
             subject.impl,
-            adapter=subject.adapter,
+            adapter=subject.adapter_for(planned.case.config),  # the case's blocks, as it ran
             recorded=metrics,
             reason=reason,
             versions=versions,

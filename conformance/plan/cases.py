@@ -5,10 +5,11 @@ arrays. Its id reads like a sentence and is unique:
 
     tpu_flash-bfloat16-causal_tl-B2-Hq4-Hkv4-Sq128-Sk256-D128
     xla-float32-seg3x-lenq100.128-B2-Hq2-Hkv1-Sq128-Sk128-D64-nan_padding
+    tpu_flash-float32-causal_tl-B1-Hq1-Hkv1-Sq256-Sk256-D64-cfg-bk256-bq8
 
-The random seed is derived from the id *without* the subject, so every subject
-sees bit-identical inputs for the same case, and a case rebuilt from its fields
-(e.g. in a repro script) gets the same data.
+The random seed is derived from the id *without* the subject and the config, so every
+subject and every config sees bit-identical inputs for the same case, and a case
+rebuilt from its fields (e.g. in a repro script) gets the same data.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from kernels.tunables import Config, config_token, normalize
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 InputKind = Literal["normal", "large", "integers", "nan_padding"]
@@ -35,6 +37,9 @@ class Case:
     q_lengths, kv_lengths: per-batch valid lengths (``len == batch``), or None.
     bias, mask:     broadcast pattern over ``bhqk`` such as ``"1h1k"`` (``1`` = size-1 axis), or None.
     input_kind:     how values are drawn (``conformance.judge.inputs``).
+    config:         the subject's tunables this case sets (``kernels.tunables``), as sorted
+                    (name, value) pairs; () is the implementation's default. A mapping given
+                    here is stored sorted.
     """
 
     subject: str
@@ -58,8 +63,15 @@ class Case:
     bias: str | None = None
     mask: str | None = None
     input_kind: str = "normal"
+    config: Config = ()
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "config", normalize(self.config))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"config {self.config!r} must be name -> value pairs, e.g. {{'block_q': 64}}"
+            ) from None
         if self.input_kind not in INPUT_KINDS:
             raise ValueError(f"unknown input kind {self.input_kind!r}; choose from {INPUT_KINDS}")
         for name in ("bias", "mask"):
@@ -134,12 +146,20 @@ class Case:
             out.append("dv_ne_d")
         if self.q_len != self.kv_len:
             out.append("sq_ne_sk")
+        if self.config:
+            out.append("config")
         return tuple(out)
 
     # -- naming ------------------------------------------------------------------------
     @property
     def semantic_id(self) -> str:
-        """The id without the subject: the same data for every subject."""
+        """The id without the subject."""
+        token = config_token(self.config)
+        return f"{self.data_id}-{token}" if token else self.data_id
+
+    @property
+    def data_id(self) -> str:
+        """The id without the subject and the config: the same data for every subject and config."""
         parts = [self.dtype]
         parts += _feature_tokens(self) or ["full"]
         parts += [
@@ -170,7 +190,7 @@ class Case:
     @property
     def seed(self) -> int:
         """A stable 32-bit seed (``zlib.crc32``; Python's ``hash`` is salted per process)."""
-        return zlib.crc32(self.semantic_id.encode())
+        return zlib.crc32(self.data_id.encode())
 
     def skeleton(self) -> AttentionInputs:
         """Zero-cost stand-in inputs with the right shapes and which-fields-are-set, for
@@ -200,7 +220,9 @@ class Case:
             f"Sk={self.kv_len} D={self.head_dim} Dv={self.v_head_dim}"
         )
         feats = ", ".join(_feature_tokens(self)) or "no mask"
-        return f"{self.subject} {self.dtype} {shape}; {feats}; {self.input_kind} inputs"
+        config = ", ".join(f"{k}={v}" for k, v in self.config)
+        tuned = f"; config {config}" if config else ""
+        return f"{self.subject} {self.dtype} {shape}; {feats}; {self.input_kind} inputs{tuned}"
 
 
 def _is_pattern(pattern: str) -> bool:

@@ -90,13 +90,20 @@ def _small_heads(inputs: AttentionInputs) -> AttentionInputs:
 
 
 def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case, ...]:
-    """The curated matrix in each declared dtype, then drawn cases; no duplicates."""
+    """The curated matrix in each declared dtype, its edge configs, then drawn cases; no duplicates."""
     caps = subject.capabilities
     dtypes = tuple(d for d in DTYPE_NAMES if d in caps.dtypes)
     curated = [
         edge_matrix.instantiate(t, subject.name, d)
         for t in edge_matrix.edge_cases(profile.edge_level)
         for d in dtypes
+    ]
+    # Edge configs of its tunables: the first dtype only where the shape says so (they test
+    # blocking, which is the same in every dtype, and interpret-mode calls are slow).
+    curated += [
+        edge_matrix.instantiate(t, subject.name, d)
+        for t, every_dtype in edge_matrix.config_cases(caps.tunables, profile.edge_level)
+        for d in (dtypes if every_dtype else dtypes[:1])
     ]
     drawn = strategies.draw_cases(
         strategies.cases(subject.name, caps, profile), profile.drawn_cases, draw_seed
@@ -122,9 +129,11 @@ def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities
     """The case against the subject's declared capabilities and constraints, before the
     check's own needs (``_with_needs``): sampled checks pick their cases first."""
     skeleton = case.skeleton()
-    outside = caps.admits(skeleton, case.spec, case.dtype, "forward", case.features)
+    outside = caps.admits(skeleton, case.spec, case.dtype, "forward", case.features, case.config)
     outside_bwd = (
-        caps.admits(skeleton, case.spec, case.dtype, "backward", case.features) if caps.backward else ()
+        caps.admits(skeleton, case.spec, case.dtype, "backward", case.features, case.config)
+        if caps.backward
+        else ()
     )
     reason = next((e.text for e in outside if e.constraint is None), None)
     fwd = tuple(e.constraint for e in outside if e.constraint is not None)

@@ -5,6 +5,12 @@ Each entry is a template (no subject, no dtype) with the level that first runs i
 expands each template over every subject and every dtype the subject declares,
 then files it as runnable, unsupported, or must-raise per the subject's
 Capabilities and ShapeConstraints.
+
+A subject that declares tunables (``Capabilities.tunables``) also gets edge *configs*
+(``config_cases``), derived from its declaration alone: the smallest legal blocks,
+block_q < block_k and the reverse, a minor block smaller than its major, backward blocks
+unlike the forward ones, blocks as long as the whole sequence, and each flag flipped.
+They ride on a few small shapes only (interpret-mode kernels are slow).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from conformance.plan.cases import Case
+from kernels.tunables import Config, Tunable, Tunables
 
 CURATED_LENGTHS = (1, 7, 113, 127, 128, 129, 1000, 1023)
 
@@ -145,3 +152,60 @@ def edge_cases(level: int) -> tuple[Case, ...]:
 
 def instantiate(template: Case, subject: str, dtype: str) -> Case:
     return dataclasses.replace(template, subject=subject, dtype=dtype)
+
+
+# Shapes that carry the edge configs: (level, template, every dtype?). D = 128 fits splash
+# before JAX 0.5 (D % 128 == 0 there). Lengths of 256 hold
+# two default blocks and are a power of two, so every declared block family fits them.
+CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
+    (0, _t(q_len=256, kv_len=256, causal=True, head_dim=128, v_head_dim=128), False),
+    (1, _t(q_len=256, kv_len=256, batch=2, q_heads=2, kv_heads=2), True),
+    (2, _t(q_len=512, kv_len=256, causal=True, head_dim=128, v_head_dim=128), True),
+)
+
+
+def edge_configs(tunables: Tunables, q_len: int, kv_len: int, batch: int) -> tuple[tuple[str, Config], ...]:
+    """(label, config) pairs for a shape: the block edges where kernel bugs live, legal under
+    the declaration and fitting the lengths; without duplicates or the default config."""
+    blocks = [p for p in tunables.params if p.axis != "flag"]
+    limits = {"q": q_len, "kv": kv_len, "batch": batch}
+
+    def large(p: Tunable) -> int:
+        return max(p.candidates(limits[p.axis]), default=p.smallest)
+
+    fwd = [p for p in blocks if not p.backward and p.axis in ("q", "kv")]
+    bwd = [p for p in blocks if p.backward]
+    by_name = {p.name: p for p in blocks}
+    raw: list[tuple[str, dict]] = [
+        ("smallest", {p.name: p.smallest for p in blocks}),
+        ("block_q<block_k", {p.name: p.smallest if p.axis == "q" else large(p) for p in fwd}),
+        ("block_q>block_k", {p.name: large(p) if p.axis == "q" else p.smallest for p in fwd}),
+        ("whole_sequence", {p.name: limits[p.axis] for p in fwd}),
+        ("backward_ne_forward", {p.name: p.smallest for p in bwd}),
+        ("backward_ne_forward_large", {p.name: large(p) for p in bwd}),
+    ]
+    for p in blocks:
+        if p.divides is not None:
+            raw.append((f"{p.name}<{p.divides}", {p.divides: large(by_name[p.divides]), p.name: p.smallest}))
+    raw += [
+        (f"{p.name}={not p.default}", {p.name: not p.default}) for p in tunables.params if p.axis == "flag"
+    ]
+    out: dict[Config, str] = {}
+    for label, config in raw:
+        normal = tunables.normalized(config)
+        if normal and not tunables.problems(normal) and normal not in out:
+            out[normal] = label
+    return tuple((label, config) for config, label in out.items())
+
+
+def config_cases(tunables: Tunables, level: int) -> tuple[tuple[Case, bool], ...]:
+    """(template with a config, in every dtype?) for each edge config on each config shape up to
+    ``level``; empty for a subject without tunables."""
+    if not tunables:
+        return ()
+    out = []
+    for lvl, shape, every_dtype in CONFIG_SHAPES:
+        if lvl <= level:
+            for _, config in edge_configs(tunables, shape.q_len, shape.kv_len, shape.batch):
+                out.append((dataclasses.replace(shape, config=config), every_dtype))
+    return tuple(out)

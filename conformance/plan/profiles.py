@@ -35,6 +35,9 @@ class Profile:
     # Variants ``--impl all`` adds in this profile: costly ones (TPU interpret mode runs a kernel
     # several times slower than the generic interpreter) only where there is time for them.
     all_variants: tuple[str, ...] = ()
+    # Drawn cases also draw a config of the subject's tunables (``ci`` keeps the defaults
+    # for its draws: its edge configs come from the curated matrix).
+    draw_configs: bool = False
 
 
 PROFILES: dict[str, Profile] = {
@@ -53,6 +56,7 @@ PROFILES: dict[str, Profile] = {
             20,
             300.0,
             False,
+            draw_configs=True,
         ),
         Profile(
             "thorough",
@@ -67,6 +71,7 @@ PROFILES: dict[str, Profile] = {
             1800.0,
             False,
             ("tpu_flash[interpreter=tpu]", "splash[interpreter=tpu]"),
+            draw_configs=True,
         ),
     )
 }

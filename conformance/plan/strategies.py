@@ -18,6 +18,7 @@ from conformance.judge.dtypes import DTYPE_NAMES
 from conformance.plan.cases import Case
 from conformance.plan.profiles import Profile
 from kernels.base import Capabilities
+from kernels.tunables import Config, Tunables
 from reference.spec import AttentionShape, AttentionSpec
 
 SOFTCAPS = (1.0, 5.0, 30.0)
@@ -28,7 +29,9 @@ def runnable(case: Case, caps: Capabilities) -> bool:
     """Inside the declared capabilities and every shape constraint of the directions it has."""
     directions = ("forward", "backward") if caps.backward else ("forward",)
     skeleton = case.skeleton()
-    return not any(caps.admits(skeleton, case.spec, case.dtype, d, case.features) for d in directions)
+    return not any(
+        caps.admits(skeleton, case.spec, case.dtype, d, case.features, case.config) for d in directions
+    )
 
 
 def _admissible_lengths(caps: Capabilities, lengths: tuple[int, ...], head_dim: int) -> tuple[int, ...]:
@@ -59,6 +62,27 @@ def _admissible_dims(caps: Capabilities, dims: tuple[int, ...], length: int) -> 
 @st.composite
 def _lengths(draw: st.DrawFn, batch: int, full: int) -> tuple[int, ...]:
     return tuple(draw(st.integers(0, full)) for _ in range(batch))
+
+
+@st.composite
+def _config(draw: st.DrawFn, tunables: Tunables, q_len: int, kv_len: int, batch: int) -> Config:
+    """A legal config whose blocks divide the lengths: each parameter keeps its default or takes
+    a drawn legal value; a minor block that no longer divides its major keeps its default."""
+    limits = {"q": q_len, "kv": kv_len, "batch": batch}
+    values: dict[str, object] = {}
+    for p in tunables.params:
+        if p.axis == "flag":
+            choice = draw(st.booleans())
+        else:
+            fitting = [
+                v for v in p.candidates(limits[p.axis]) if limits[p.axis] % v == 0 or p.axis == "batch"
+            ]
+            choice = draw(st.sampled_from([p.default, *fitting]))
+        values[p.name] = choice
+    for p in tunables.params:
+        if p.divides is not None and tunables.problems({**values, p.name: values[p.name]}):
+            values[p.name] = p.default
+    return () if tunables.problems(values) else tunables.normalized(values)
 
 
 @st.composite
@@ -108,6 +132,9 @@ def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -
         bias=bias,
         mask=draw(st.none() | st.sampled_from(BIAS_PATTERNS)) if caps.bool_mask else None,
         input_kind=draw(st.sampled_from(kinds)),
+        config=draw(_config(caps.tunables, q_len, kv_len, batch))
+        if profile.draw_configs and caps.tunables
+        else (),
     )
 
 
@@ -178,6 +205,7 @@ def within(case: Case, caps: Capabilities) -> st.SearchStrategy[Case]:
             q_lengths=None,
             kv_lengths=None,
             orphan_segment=False,
+            config=draw(st.sampled_from(((), case.config))) if case.config else (),
         )
         q_lengths, kv_lengths = lengths(case.q_lengths), lengths(case.kv_lengths)
         keeps_padding = case.input_kind != "nan_padding" or q_lengths or kv_lengths or candidate.segments

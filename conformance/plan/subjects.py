@@ -12,6 +12,7 @@ import dataclasses
 from kernels.base import Adapter, Availability, Capabilities
 from kernels.registry import UnknownSubjectError, resolve, subject_names
 from kernels.subject_spec import SubjectSyntaxError, split_subjects
+from kernels.tunables import Config, configured
 
 PRIMARY_SUBJECT = "tpu_flash"
 
@@ -25,6 +26,14 @@ class Subject:
     adapter: Adapter
     availability: Availability
     capabilities: Capabilities | None
+    _configured: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def adapter_for(self, config: Config) -> Adapter:
+        """The adapter set to a case's config (one instance per config, so each keeps its
+        compiled functions); the adapter itself for the default config."""
+        if config not in self._configured:
+            self._configured[config] = configured(self.adapter, config)
+        return self._configured[config]
 
     @property
     def available(self) -> bool:

@@ -26,6 +26,8 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
+from kernels import pallas_gpu
+from kernels.jax_runtime import jax_version
 from kernels.registry import resolve
 from reference import attention_backward, attention_forward
 from reports.records import CaseResult
@@ -210,6 +212,92 @@ def test_tpu_flash_raises_check_is_observed_standalone(tmp_path):
     text = standalone.script(case, declaration("raises"), resolve("tpu_flash"), reason="kv_len 100")
     done = run_isolated(text, tmp_path)
     assert done.returncode == 0 and "the call raised ValueError" in done.stdout, done.stdout + done.stderr
+
+
+# --- a non-default config (kernel tunables): the script calls the kernel with the case's blocks ---
+
+
+def _configured(impl: str, case: Case):
+    (subject,) = resolve_subjects(impl)
+    return subject, subject.adapter_for(case.config)
+
+
+def test_tpu_flash_config_case_passes_standalone_with_its_block_sizes(tmp_path):
+    config = {"block_q": 64, "block_k_major": 256, "block_k": 128}  # q != k, minor != major
+    case = Case("tpu_flash", "float32", q_len=128, kv_len=256, head_dim=64, v_head_dim=64, causal=True,
+                config=config)  # fmt: skip
+    result = record(case, "forward", "tpu_flash")
+    assert result.verdict == "pass", result.reason
+    _, adapter = _configured("tpu_flash", case)
+    text = standalone.script(case, declaration("forward"), adapter, result.metrics)
+    call = re.search(r"functools\.partial\(flash_forward, module, [^\n]*blocks=(\{[^}]*\})", text)
+    assert call is not None, text[text.index("# --- the subject") :]
+    blocks = eval(call.group(1))  # noqa: S307 - the dict literal we just generated
+    assert {k: blocks[k] for k in config} == config and len(blocks) == 11  # every BlockSizes field
+    assert "config block_k=128, block_k_major=256, block_q=64" in text  # the case, in words
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+@pytest.mark.parametrize(
+    ("impl", "fields", "config"),
+    [
+        ("tpu_flash", dict(q_len=128, kv_len=128, head_dim=64), {"block_k_major": 256}),
+        ("pallas_gpu", dict(q_len=96, kv_len=96, head_dim=32), {"block_q": 64}),
+    ],
+)
+def test_the_config_reaches_the_kernel_in_the_script(tmp_path, impl, fields, config):
+    """Blocks that do not divide the length make the kernel raise; at the default blocks the
+    same shape runs. So the script raising proves the config's blocks reached the call."""
+    if impl == "pallas_gpu" and jax_version() < pallas_gpu.RAISES_ON_NON_MULTIPLE_SINCE:
+        pytest.skip("before JAX 0.6.2 pallas_gpu does not check that its blocks divide the lengths")
+    fields = dict(fields, v_head_dim=fields["head_dim"])
+    plain, tuned = Case(impl, "float32", **fields), Case(impl, "float32", config=config, **fields)
+    for case, raised in ((tuned, True), (plain, False)):
+        _, adapter = _configured(impl, case)
+        text = standalone.script(case, declaration("raises"), adapter, reason="blocks")
+        done = run_isolated(text, tmp_path)
+        assert done.returncode == (0 if raised else 1), done.stdout + done.stderr[-3000:]
+        assert ("the call raised ValueError" in done.stdout) == raised, done.stdout
+
+
+def test_pallas_gpu_backward_config_reproduces_standalone_with_its_block_sizes(tmp_path):
+    """From JAX 0.5.1 the case passes and so does its script. Before, mha(block_q=, block_k=)
+    sizes the backward too and gives NaN dq when they differ (the ledger's
+    pallas-gpu-unequal-blocks-backward-nan-before-block-sizes): the recorded repro exits 1 there."""
+    (subject,) = resolve_subjects("pallas_gpu")
+    names = subject.capabilities.tunables.names
+    config = {"block_q": 32, "block_k": 64}  # block_q != block_k
+    buggy = "block_q_dq" not in names
+    if not buggy:  # the backward has its own blocks: unlike the forward's
+        config |= {"block_q_dkv": 64, "block_kv_dkv": 32, "block_q_dq": 32, "block_kv_dq": 64}
+    case = Case("pallas_gpu", "float32", q_len=128, kv_len=128, head_dim=32, v_head_dim=32, causal=True,
+                config=config)  # fmt: skip
+    result = record(case, "backward", "pallas_gpu")
+    assert result.verdict == ("fail" if buggy else "pass"), result.reason
+    adapter = subject.adapter_for(case.config)
+    text = (
+        standalone_text(result)
+        if buggy
+        else standalone.script(case, declaration("backward"), adapter, result.metrics)
+    )
+    blocks = re.search(r"block_kwargs = mha_block_kwargs\(BlockSizes, (\{[^}]*\})\)", text)
+    assert blocks is not None and eval(blocks.group(1)) == config  # noqa: S307 - the literal we generated
+    assert "functools.partial(mha_gradients, mha, " in text and "block_kwargs=block_kwargs" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == (1 if buggy else 0), done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+def test_a_failing_config_cases_recorded_repro_is_standalone_at_its_config():
+    """The runner writes a failure's repro with the adapter set to the case's config."""
+    config = {"block_q": 64, "block_k_major": 256}
+    case = Case("tpu_flash", "float32", q_len=128, kv_len=256, head_dim=64, v_head_dim=64, config=config)
+    (subject,) = resolve_subjects("tpu_flash")
+    planned = classify("forward", case, subject.capabilities)
+    text = Runner((subject,), get("ci"), shrink=False)._repro(planned, subject, (), "failed", None)
+    assert text.startswith('"""Standalone repro') and "'block_k_major': 256, 'block_k': 128" in text
 
 
 # --- a user's function: the suite's record, then the script ---------------------------------

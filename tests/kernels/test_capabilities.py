@@ -26,7 +26,10 @@ def test_declarations_are_well_formed(name):
         assert constraint.reason.strip() and len(constraint.reason.split()) >= 5, constraint.name
         # holds() must answer for any shape, without raising.
         for shape in (AttentionShape(1, 1, 1, 1, 1, 8, 8), AttentionShape(2, 4, 2, 256, 384, 128, 64)):
-            assert isinstance(constraint.holds(shape, AttentionSpec(causal=True)), bool)
+            assert isinstance(
+                constraint.satisfied(shape, AttentionSpec(causal=True), capabilities.tunables.resolved(())),
+                bool,
+            )
 
 
 def test_window_alignment_must_be_declared_when_it_matters():

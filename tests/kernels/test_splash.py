@@ -69,7 +69,7 @@ def test_bfloat16_forward(adapter):
 
 
 @pytest.mark.parametrize(
-    "name, sq, sk", [("q_len_multiple_of_128", 192, 128), ("kv_len_multiple_of_128", 128, 192)]
+    "name, sq, sk", [("q_len_multiple_of_block_q", 192, 128), ("kv_len_multiple_of_block_kv", 128, 192)]
 )
 def test_declared_raising_constraints_really_raise(adapter, name, sq, sk):
     inputs = make_inputs(5, b=1, hq=1, hkv=1, sq=sq, sk=sk, d=128)

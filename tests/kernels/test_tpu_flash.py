@@ -71,10 +71,10 @@ def test_compiled_functions_are_reused(adapter):
 @pytest.mark.parametrize(
     "name, shape, direction, error",
     [
-        ("kv_len_multiple_of_128", dict(sq=128, sk=192, d=128), "forward", ValueError),
-        ("q_len_at_least_128", dict(sq=64, sk=128, d=128), "forward", ValueError),
+        ("kv_len_multiple_of_block_k", dict(sq=128, sk=192, d=128), "forward", ValueError),
+        ("q_len_at_least_block_q", dict(sq=64, sk=128, d=128), "forward", ValueError),
         ("head_dim_lane_multiple", dict(sq=128, sk=256, d=192), "forward", NotImplementedError),
-        ("backward_q_len_multiple_of_128", dict(sq=192, sk=128, d=128), "backward", ValueError),
+        ("backward_blocks_divide_lengths", dict(sq=192, sk=128, d=128), "backward", ValueError),
     ],
 )
 def test_declared_raising_constraints_really_raise(adapter, name, shape, direction, error):

@@ -190,6 +190,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "NaN padding",
         "additive -inf padding mask: NaN padded keys poison valid rows",
     ),
+    _m(
+        "rescale_square_tiles_only",
+        "tuned:RescaleSquareOnly",
+        "forward",
+        "non-default config",
+        "online softmax rescaled only when block_q == block_k (right at the default blocks)",
+    ),
+    _m(
+        "backward_drops_tail_at_other_block",
+        "tuned:BackwardDropsTail",
+        "backward",
+        "non-default config",
+        "backward walks the forward's block count of backward blocks: a smaller one drops a tail",
+    ),
 )
 
 
@@ -206,6 +220,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.correct:attention", (*RUNS_EVERYWHERE, "lse", "fully_masked")),
     Control(f"{PACKAGE}.correct:CorrectAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
     Control("xla", (*RUNS_EVERYWHERE, "backward")),
+    # Correct at every edge config its tunables get (the mutants' own blocks).
+    Control(f"{PACKAGE}.tuned:TunedAdapter", (*RUNS_EVERYWHERE, "backward", "raises")),
 )
 
 

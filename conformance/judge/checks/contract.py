@@ -58,7 +58,7 @@ def raises(ctx: CheckContext) -> Outcome:
     if call.error is not None:
         return passed(f"{ctx.direction} raised {type(call.error).__name__}: {str(call.error)[:200]}")
     outside = ctx.capabilities.admits(
-        ctx.case.skeleton(), ctx.case.spec, ctx.case.dtype, ctx.direction, ctx.case.features
+        ctx.case.skeleton(), ctx.case.spec, ctx.case.dtype, ctx.direction, ctx.case.features, ctx.case.config
     )
     violated = [e.constraint.name for e in outside if e.raises]
     return failed(

@@ -1,0 +1,169 @@
+"""Kernel tunables: the parameters a user may set that should not change the answer.
+
+An adapter declares them in ``Capabilities.tunables`` (block sizes, a fused-backward flag)
+with their legal space; a case carries a ``config`` (name -> value), and the empty config
+is the implementation's own default. Legality here is what the API accepts regardless of
+the shape; what the shape demands of the blocks (a block must divide the length, ...) is a
+``ShapeConstraint`` that sees the config (``ShapeConstraint.sees_config``).
+
+Stdlib only: the planner, the report and repro scripts all read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
+
+Value = int | bool
+Config = tuple[tuple[str, Value], ...]  # sorted (name, value) pairs, defaults left out: hashable
+Axis = Literal["q", "kv", "batch", "flag"]
+AXES: tuple[str, ...] = ("q", "kv", "batch", "flag")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tunable:
+    """One parameter. A block is legal when it is a positive multiple of ``multiple_of``, at
+    least ``minimum``, a power of two when ``power_of_two``, and divides the value of the
+    block named by ``divides`` (a minor block inside its major one). A flag is True or False.
+
+    axis: what the block tiles (``q``/``kv`` sequence, ``batch``), or ``flag``.
+    backward: it sizes a backward kernel only (forward calls ignore it).
+    """
+
+    name: str
+    default: Value
+    axis: Axis
+    backward: bool = False
+    multiple_of: int = 1
+    minimum: int = 1
+    power_of_two: bool = False
+    divides: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.axis not in AXES:
+            raise ValueError(f"tunable {self.name!r}: axis {self.axis!r} is not one of {AXES}")
+
+    @property
+    def smallest(self) -> int:
+        if self.axis == "flag":
+            raise ValueError(f"{self.name} is a flag")
+        value = max(self.minimum, self.multiple_of)
+        while not self.legal_alone(value):
+            value += 1
+        return value
+
+    def legal_alone(self, value: Any) -> bool:
+        """Legal on its own (ignoring ``divides``)."""
+        if self.axis == "flag":
+            return isinstance(value, bool)
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum or value <= 0:
+            return False
+        if value % self.multiple_of:
+            return False
+        return not self.power_of_two or value & (value - 1) == 0
+
+    def candidates(self, limit: int) -> tuple[int, ...]:
+        """Legal values up to ``limit``: the smallest times powers of two, and ``limit`` itself
+        when legal (a block as long as the whole sequence)."""
+        out, value = [], self.smallest
+        while value <= limit:
+            out.append(value)
+            value *= 2
+        if self.legal_alone(limit):
+            out.append(limit)
+        return tuple(sorted(set(out)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Tunables:
+    """What an implementation lets a user tune, and the legal space of each parameter."""
+
+    params: tuple[Tunable, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.params)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def get(self, name: str) -> Tunable:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"no tunable {name!r}; declared: {self.names}")
+
+    def value(self, config: Mapping[str, Value] | Config, name: str) -> Value:
+        """The value ``config`` gives ``name``, or its default."""
+        return dict(config).get(name, self.get(name).default)
+
+    def resolved(self, config: Mapping[str, Value] | Config) -> dict[str, Value]:
+        """Every parameter's value under ``config`` (defaults filled in)."""
+        given = dict(config)
+        return {p.name: given.get(p.name, p.default) for p in self.params}
+
+    def problems(self, config: Mapping[str, Value] | Config) -> tuple[str, ...]:
+        """Why ``config`` is outside the declared space; empty when it is legal."""
+        given = dict(config)
+        unknown = sorted(set(given) - set(self.names))
+        if unknown:
+            return (f"config names {unknown}, which this subject does not declare (tunables: {self.names})",)
+        values = self.resolved(given)
+        out = []
+        for p in self.params:
+            value = values[p.name]
+            if not p.legal_alone(value):
+                out.append(f"{p.name}={value!r} is not legal ({_space(p)})")
+            elif p.divides is not None and values[p.divides] % value:
+                out.append(f"{p.name}={value} must divide {p.divides}={values[p.divides]}")
+        return tuple(out)
+
+    def normalized(self, config: Mapping[str, Value] | Config) -> Config:
+        """``config`` as sorted pairs without the entries equal to their default."""
+        return normalize({k: v for k, v in dict(config).items() if self.get(k).default != v})
+
+
+def normalize(config: Mapping[str, Value] | Config) -> Config:
+    return tuple(sorted(dict(config).items()))
+
+
+def _space(p: Tunable) -> str:
+    if p.axis == "flag":
+        return "True or False"
+    words = [f"a multiple of {p.multiple_of}"] if p.multiple_of > 1 else ["a positive integer"]
+    if p.minimum > 1:
+        words.append(f"at least {p.minimum}")
+    if p.power_of_two:
+        words.append("a power of two")
+    return ", ".join(words)
+
+
+def config_token(config: Config) -> str:
+    """The case-id token of a config: ``cfg-bq64-bk128``; empty for the default config."""
+    if not config:
+        return ""
+    return "-".join(["cfg", *(_param_token(name, value) for name, value in config)])
+
+
+_ABBREVIATIONS = {"block": "b", "major": "maj", "compute": "c", "use": "", "kernel": ""}
+
+
+def _param_token(name: str, value: Value) -> str:
+    short = "".join(_ABBREVIATIONS.get(part, part) for part in name.split("_"))
+    if isinstance(value, bool):
+        return short if value else f"no{short}"
+    return f"{short}{value}"
+
+
+def configured(adapter: Any, config: Config) -> Any:
+    """``adapter`` set to ``config`` (the adapter itself for the default config)."""
+    if not config:
+        return adapter
+    configure = getattr(adapter, "configured", None)
+    if configure is None:
+        raise TypeError(
+            f"{adapter.name} declares tunables but has no configured(config) method; add one "
+            "that returns a copy of the adapter using those values"
+        )
+    return configure(config)
