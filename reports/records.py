@@ -76,6 +76,7 @@ class CaseDescription:
     bias_shape: tuple[int, ...] | None = None
     input_kind: str = "normal"
     seed: int = 0
+    sinks: str | None = None  # how the per-head sink logits were drawn, or None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,6 +51,7 @@ SMOKE: tuple[str, ...] = (
     "bias_bhqk",  # bias
     "lenq256.100.0",  # padding and fully masked rows (normal and NaN-padded)
     "nan_padding",  # NaN written into padding
+    "sink",  # attention sinks: extreme values, causal, GQA, rows that see no key
 )
 
 

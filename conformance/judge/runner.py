@@ -54,6 +54,7 @@ def case_description(case: Case) -> CaseDescription:
         bias_shape=case.bias_shape,
         input_kind=case.input_kind,
         seed=case.seed,
+        sinks=case.sinks,
     )
 
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from conformance.judge.dtypes import DTYPE_NAMES
-from conformance.plan.cases import Case
+from conformance.plan.cases import SINK_KINDS, Case
 from conformance.plan.profiles import Profile
 from kernels.base import Capabilities
 from reference.spec import AttentionShape, AttentionSpec
@@ -108,6 +108,7 @@ def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -
         bias=bias,
         mask=draw(st.none() | st.sampled_from(BIAS_PATTERNS)) if caps.bool_mask else None,
         input_kind=draw(st.sampled_from(kinds)),
+        sinks=draw(st.none() | st.sampled_from(SINK_KINDS)) if caps.sinks else None,
     )
 
 
@@ -175,6 +176,7 @@ def within(case: Case, caps: Capabilities) -> st.SearchStrategy[Case]:
             segments=case.segments and draw(st.sampled_from((0, case.segments))),
             bias=maybe(case.bias),
             mask=maybe(case.mask),
+            sinks=maybe(case.sinks),
             q_lengths=None,
             kv_lengths=None,
             orphan_segment=False,
