@@ -107,3 +107,15 @@ def test_the_backward_check_judges_dsinks_where_declared_and_says_when_it_cannot
     unobserved = _backward(case, dataclasses.replace(FULL, sinks=True), -1.0)
     assert unobserved.verdict == "pass" and "dsinks not observed" in unobserved.reason
     assert [m.tensor for m in unobserved.metrics] == ["dq", "dk", "dv"]
+
+
+def test_a_sink_case_gets_the_checkout_repro_which_draws_sinks_as_the_suite_does():
+    from conformance.judge import repro
+    from conformance.judge.checks.registry import declaration
+    from kernels.function_adapter import FunctionAdapter
+    from tests.mutants import correct
+
+    impl = "tests.mutants.correct:attention"
+    adapter = FunctionAdapter.wrap(correct.attention, impl)
+    text = repro.script(EXTREME, declaration("forward"), impl, adapter=adapter)
+    assert "standalone scripts do not draw sinks yet" in text and "sinks='extreme'" in text
