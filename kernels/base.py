@@ -112,6 +112,10 @@ class Capabilities:
     bias: bool = False
     bias_broadcast: bool = False
     softcap: bool = False
+    # Attention sinks (one logit per query head in the denominator, docs/semantics.md);
+    # sinks_grad: the backward pass returns d(sinks) too (otherwise it is not observed).
+    sinks: bool = False
+    sinks_grad: bool = False
     distinct_v_dim: bool = False
     backward: bool = False
     bias_grad: bool = False
@@ -198,6 +202,10 @@ class Capabilities:
                 "broadcast bias not supported (needs full [B, Hq, Sq, Sk])",
             ),
             (spec.softcap is not None and not self.softcap, "softcap not supported"),
+            (
+                inputs is not None and inputs.sinks is not None and not self.sinks,
+                "attention sinks not supported",
+            ),
             (shape.v_head_dim != shape.head_dim and not self.distinct_v_dim, "Dv != D not supported"),
             (direction == "backward" and not self.backward, "backward pass not declared"),
         ]
@@ -281,12 +289,14 @@ class SubjectOutput:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SubjectGrads:
-    """Gradients of sum(out * dout), converted to NumPy, in canonical layout."""
+    """Gradients of sum(out * dout), converted to NumPy, in canonical layout.
+    dsinks: [Hq] where ``Capabilities.sinks_grad`` (summed over batch and query rows)."""
 
     dq: np.ndarray
     dk: np.ndarray
     dv: np.ndarray
     dbias: np.ndarray | None = None
+    dsinks: np.ndarray | None = None
 
 
 @runtime_checkable

@@ -5,7 +5,7 @@ adapter code. It must look like this::
 
     def attention(q, k, v, *, scale, causal=False, alignment="top_left", window=None,
                   softcap=None, bias=None, mask=None, q_segment_ids=None,
-                  kv_segment_ids=None, q_lengths=None, kv_lengths=None):
+                  kv_segment_ids=None, q_lengths=None, kv_lengths=None, sinks=None):
         ...
         return out            # or (out, lse)
 
@@ -15,6 +15,7 @@ adapter code. It must look like this::
   say (``docs/semantics.md``). ``scale`` always arrives resolved (a float, never None);
   every other keyword is passed only when the case uses it, so a function need only
   accept the keywords of the features it declares (or ``**kwargs``).
+* ``sinks: [Hq]`` (when declared): one logit per query head in the softmax denominator.
 * Returns ``out: [B, Hq, Sq, Dv]`` (array-like), or ``(out, lse)`` with ``lse: [B, Hq, Sq]``
   when it declares ``lse=True``.
 
@@ -63,6 +64,7 @@ def required_keywords(capabilities: Capabilities) -> tuple[str, ...]:
         (capabilities.bool_mask, ("mask",)),
         (capabilities.segment_ids, ("q_segment_ids", "kv_segment_ids")),
         (capabilities.lengths, ("q_lengths", "kv_lengths")),
+        (capabilities.sinks, ("sinks",)),
     ]
     for declared, names in features:
         if declared:
@@ -113,7 +115,7 @@ def declared_capabilities(fn: Callable[..., Any], where: str) -> Capabilities:
             f"{where}: {CAPABILITIES_ATTRIBUTE} must be a kernels.base.Capabilities, "
             f"got {type(declared).__name__}"
         )
-    if declared.backward or declared.bias_grad:
+    if declared.backward or declared.bias_grad or declared.sinks_grad:
         raise PluginSignatureError(
             f"{where}: plain functions are forward-only; set backward=False, or write an adapter "
             f"with gradients() and register it in the 'attention_conformance.adapters' entry-point group"
@@ -130,7 +132,7 @@ def canonical_keywords(inputs: AttentionInputs, spec: AttentionSpec) -> dict[str
         kwargs["window"] = spec.window
     if spec.softcap is not None:
         kwargs["softcap"] = spec.softcap
-    for name in ("bias", "mask", "q_segment_ids", "kv_segment_ids", "q_lengths", "kv_lengths"):
+    for name in ("bias", "mask", "q_segment_ids", "kv_segment_ids", "q_lengths", "kv_lengths", "sinks"):
         value = getattr(inputs, name)
         if value is not None:
             kwargs[name] = value

@@ -14,6 +14,10 @@ Translation from canonical semantics (``docs/semantics.md``):
   per batch element.
 * Segment ids map to ``SegmentIds(q, kv)``; softcap to ``attn_logits_soft_cap``
   (applied to the scaled logits, as canonical). There is no bias and no lengths.
+* Sinks (JAX >= 0.7.1) map to the kernel's ``sinks: [Hq]`` argument, shared by every batch
+  row (unbatched under the ``vmap``, so their gradient is summed over the batch). The kernel
+  caps only ``q.k`` and starts each row's max at the sink, as canonical; its backward
+  returns d(sinks), computed outside the Pallas kernels from ``out``, ``dout`` and ``lse``.
 * ``lse`` comes from a second kernel built with ``save_residuals=True`` (a kernel that
   saves residuals has no VJP, so gradients use the plain one).
 * Masked logits become ``mask_value`` and whole masked blocks are skipped: a row that
@@ -96,6 +100,9 @@ CONSTRAINTS = (
 # --- version compatibility: everything that differs between JAX versions --------------
 # * make_splash_mha gained keyword arguments over time; the sharding ones are passed
 #   only where they exist.
+# * Sinks: ``_splash_attention`` (what a kernel object's call forwards to) has a ``sinks``
+#   argument from 0.7.1; it is looked for there, and sinks are unsupported (with the reason)
+#   where it is missing.
 # * Head dims: up to 0.4.38 the forward kernel needs D % 128 == 0 and has no separate
 #   Dv; 0.5.3 and 0.6.2 allow Dv != D but need Dv % 128 == 0; from 0.7.2 neither limit
 #   exists (NotImplementedError where they do). Thresholds are the first versions
@@ -144,6 +151,7 @@ class _Api:
     segment_ids: Any
     shard_kwargs: tuple[tuple[str, int], ...]
     block_sizes: Any
+    sinks: bool  # the kernel takes sinks=[Hq]
 
 
 def _load_api() -> _Api:
@@ -154,7 +162,24 @@ def _load_api() -> _Api:
     if "interpret" not in params:
         raise TypeError("make_splash_mha has no interpret= argument on this version")
     shards = tuple((name, 1) for name in ("head_shards", "q_seq_shards") if name in params)
-    return _Api(splash.make_splash_mha, splash, splash.SegmentIds, shards, splash.BlockSizes)
+    return _Api(splash.make_splash_mha, splash, splash.SegmentIds, shards, splash.BlockSizes, _takes_sinks())
+
+
+def _takes_sinks() -> bool:
+    import importlib
+
+    kernel = importlib.import_module(MODULE + ".splash_attention_kernel")
+    call = getattr(kernel, "_splash_attention", None)
+    if call is None:
+        return False
+    call = getattr(call, "__wrapped__", call)  # under jax.jit
+    try:
+        return "sinks" in inspect.signature(call).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+SINKS_REASON = "attention sinks not supported: splash takes sinks from JAX 0.7.1"
 
 
 def _head_dim_constraints() -> tuple[tuple[ShapeConstraint, ...], bool]:
@@ -264,6 +289,7 @@ class SplashAdapter:
 
     def capabilities(self) -> Capabilities:
         head_dim_constraints, distinct_v_dim = _head_dim_constraints()
+        sinks = self._sinks_supported()
         return Capabilities(
             jax_runtime=True,
             dtypes=("float32", "bfloat16"),
@@ -273,6 +299,8 @@ class SplashAdapter:
             bool_mask=True,
             gqa=True,
             softcap=True,
+            sinks=sinks,
+            sinks_grad=sinks,
             distinct_v_dim=distinct_v_dim,
             backward=True,
             lse=True,
@@ -281,6 +309,12 @@ class SplashAdapter:
             tunables=TUNABLES,
         )
 
+    def _sinks_supported(self) -> bool:
+        try:
+            return _load_api().sinks
+        except Exception:  # noqa: BLE001 - unavailable: availability() says why
+            return False
+
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32."""
         compiled, args = self._compiled("forward", inputs, spec)
@@ -288,11 +322,17 @@ class SplashAdapter:
         return SubjectOutput(out=to_numpy(out), lse=to_numpy(lse), ran=compiled.ran)
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
-        """Gradients of ``sum(out * dout)`` through splash's custom VJP; q's includes the scale."""
+        """Gradients of ``sum(out * dout)`` through splash's custom VJP; q's includes the scale;
+        ``dsinks: [Hq]`` with sinks."""
         dout = np.asarray(dout, dtype=inputs.q.dtype)
         compiled, args = self._compiled("backward", inputs, spec, dout)
-        dq, dk, dv = compiled.fn(*args)
-        return SubjectGrads(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv))
+        dq, dk, dv, dsinks = compiled.fn(*args)
+        return SubjectGrads(
+            dq=to_numpy(dq),
+            dk=to_numpy(dk),
+            dv=to_numpy(dv),
+            dsinks=None if dsinks is None else to_numpy(dsinks),
+        )
 
     def _compiled(
         self, direction: str, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
@@ -300,7 +340,17 @@ class SplashAdapter:
         execution = choose_execution(self.interpreter)
         plan = _plan(inputs, spec)
         scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q, inputs.k, inputs.v, inputs.q_segment_ids, inputs.kv_segment_ids, dout)
+        if inputs.sinks is not None and not _load_api().sinks:
+            raise NotImplementedError(SINKS_REASON)
+        arrays = (
+            inputs.q,
+            inputs.k,
+            inputs.v,
+            inputs.q_segment_ids,
+            inputs.kv_segment_ids,
+            inputs.sinks,
+            dout,
+        )
         key = (direction, execution.mode, plan.key, array_key(*arrays), scale, spec.softcap)
         with execution.context():
             args = tuple(to_jax(a) for a in arrays if a is not None)
@@ -348,10 +398,11 @@ class SplashAdapter:
             q, k, v = flat.pop(0), flat.pop(0), flat.pop(0)
             q_seg = flat.pop(0) if present[3] else None
             kv_seg = flat.pop(0) if present[4] else None
-            dout = flat.pop(0) if present[5] else None
-            return q, k, v, q_seg, kv_seg, dout
+            sinks = flat.pop(0) if present[5] else None
+            dout = flat.pop(0) if present[6] else None
+            return q, k, v, q_seg, kv_seg, sinks, dout
 
-        def attention(q, k, v, q_seg, kv_seg):
+        def attention(q, k, v, q_seg, kv_seg, sinks):
             """[B, H, S, D] -> out [B, Hq, Sq, Dv] (and lse [B, Hq, Sq] when saving residuals)."""
             q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
 
@@ -361,7 +412,10 @@ class SplashAdapter:
                     if q_seg is None
                     else api.segment_ids(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
                 )
-                result = kernel(q, k, v, segments)
+                # sinks only where given: a kernel from before 0.7.1 takes no such argument.
+                result = (
+                    kernel(q, k, v, segments) if sinks is None else kernel(q, k, v, segments, sinks=sinks)
+                )
                 if save:
                     out, (lse,) = result
                     return out, lse
@@ -389,13 +443,16 @@ class SplashAdapter:
         if direction == "forward":
 
             def fn(*flat):
-                q, k, v, q_seg, kv_seg, _ = unpack(flat)
-                return attention(q, k, v, q_seg, kv_seg)
+                q, k, v, q_seg, kv_seg, sinks, _ = unpack(flat)
+                return attention(q, k, v, q_seg, kv_seg, sinks)
         else:
 
             def fn(*flat):
-                q, k, v, q_seg, kv_seg, dout = unpack(flat)
-                _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, q_seg, kv_seg), q, k, v)
+                q, k, v, q_seg, kv_seg, sinks, dout = unpack(flat)
+                if sinks is None:
+                    _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, q_seg, kv_seg, None), q, k, v)
+                    return (*vjp(dout), None)
+                _, vjp = jax.vjp(lambda q, k, v, s: attention(q, k, v, q_seg, kv_seg, s), q, k, v, sinks)
                 return vjp(dout)
 
         return Compiled(jax.jit(fn), pallas_ran(fn, args, execution, fallback="fell back"))

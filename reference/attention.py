@@ -26,7 +26,9 @@ DEFAULT_SPEC = AttentionSpec()  # frozen, so sharing one instance is safe
 @dataclasses.dataclass(frozen=True, eq=False)
 class ReferenceOutput:
     """out: [B, Hq, Sq, Dv]; lse: [B, Hq, Sq] (-inf on fully masked rows);
-    fully_masked: [B, Hq, Sq] bool, rows that may attend to no key (out is 0 there)."""
+    fully_masked: [B, Hq, Sq] bool, rows whose softmax has no term: no visible key and no
+    sink (out is 0 there). A row that sees no key but has a sink is not fully masked: its
+    out is 0 and its lse the sink, by the formula."""
 
     out: np.ndarray
     lse: np.ndarray
@@ -36,12 +38,14 @@ class ReferenceOutput:
 @dataclasses.dataclass(frozen=True, eq=False)
 class ReferenceGrads:
     """Gradients of ``sum(out * dout)``. dk, dv are summed over each GQA group;
-    dbias has the bias's own (possibly broadcast) shape, or is None."""
+    dbias has the bias's own (possibly broadcast) shape, or is None; dsinks: [Hq],
+    summed over batch rows and query rows, or None without sinks."""
 
     dq: np.ndarray
     dk: np.ndarray
     dv: np.ndarray
     dbias: np.ndarray | None
+    dsinks: np.ndarray | None = None
 
 
 def _as64(x: np.ndarray | None) -> np.ndarray | None:
@@ -50,7 +54,12 @@ def _as64(x: np.ndarray | None) -> np.ndarray | None:
 
 def _upcast(inputs: AttentionInputs) -> AttentionInputs:
     return dataclasses.replace(
-        inputs, q=_as64(inputs.q), k=_as64(inputs.k), v=_as64(inputs.v), bias=_as64(inputs.bias)
+        inputs,
+        q=_as64(inputs.q),
+        k=_as64(inputs.k),
+        v=_as64(inputs.v),
+        bias=_as64(inputs.bias),
+        sinks=_as64(inputs.sinks),
     )
 
 
@@ -81,6 +90,8 @@ class _Blocks:
         self.q_raw = inputs.q[b, self.heads]
         self.k = inputs.k[b, hk]  # [Sk, D]
         self.v = inputs.v[b, hk]  # [Sk, Dv]
+        # [G, 1, 1]: this group's sink logits, used as given (not scaled, biased or capped).
+        self.sinks = None if inputs.sinks is None else inputs.sinks[self.heads][:, None, None]
 
     def logits(self, rows: slice) -> tuple[np.ndarray, np.ndarray | None]:
         """Masked logits [G, c, Sk] after scale, bias and softcap, plus tanh(z/c) for softcap's derivative."""
@@ -130,11 +141,15 @@ def attention_forward(inputs: AttentionInputs, spec: AttentionSpec = DEFAULT_SPE
             for rows in _row_chunks(shape):
                 s, _ = blocks.logits(rows)
                 m = s.max(axis=-1, keepdims=True)
+                if blocks.sinks is not None:
+                    m = np.maximum(m, blocks.sinks)  # the sink is one more term of the max
                 live = np.isfinite(m)
                 m = np.where(live, m, 0.0)
                 s -= m
                 np.exp(s, out=s)
                 denom = s.sum(axis=-1, keepdims=True)
+                if blocks.sinks is not None:
+                    denom = denom + np.exp(blocks.sinks - m)  # in the denominator only: no value
                 c = s.shape[1]
                 o = (s.reshape(g * c, -1) @ blocks.v).reshape(g, c, -1)
                 live &= denom > 0
@@ -170,6 +185,7 @@ def attention_backward(
     dv = np.zeros_like(inputs.v)
     bias = inputs.bias
     dbias = None if bias is None else np.zeros_like(bias)
+    dsinks = None if inputs.sinks is None else np.zeros_like(inputs.sinks)
     for b in range(shape.batch):
         for hk in range(shape.kv_heads):
             blocks = _Blocks(spec, inputs, b, hk)
@@ -187,6 +203,10 @@ def attention_backward(
                 dv[b, hk] += p2.T @ do2
                 dp = (do2 @ blocks.v.T).reshape(g, c, -1)
                 delta = np.sum(do * fwd.out[b, blocks.heads, rows], axis=-1, keepdims=True)
+                if dsinks is not None:
+                    # d out / d sink = -p_sink * out, with p_sink = exp(sink - lse).
+                    p_sink = np.exp(blocks.sinks - np.where(live, lse, 0.0)) * live
+                    dsinks[blocks.heads] -= (p_sink * delta).sum(axis=(1, 2))
                 dp -= delta
                 dp *= s  # d loss / d (capped logits)
                 if tanh is not None:
@@ -196,7 +216,7 @@ def attention_backward(
                 dk[b, hk] += (dz.T @ blocks.q_raw[:, rows].reshape(g * c, -1)) * blocks.scale
                 if dbias is not None:
                     _accumulate_bias_grad(dbias, dp, b, blocks.heads, rows)
-    return ReferenceGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
+    return ReferenceGrads(dq=dq, dk=dk, dv=dv, dbias=dbias, dsinks=dsinks)
 
 
 def _accumulate_bias_grad(dbias: np.ndarray, dz: np.ndarray, b: int, heads: slice, rows: slice) -> None:

@@ -70,6 +70,9 @@ class AttentionInputs:
         padded keys are never visible; padded query rows see nothing.
     mask: bool, broadcastable to [B, Hq, Sq, Sk]; True means "may attend".
     All masks combine by AND.
+    sinks: [Hq] float, one logit per query head (the same for every batch row) that
+        joins the softmax denominator and attends to no value. It is used as given: not
+        scaled, biased, capped or masked (docs/semantics.md, "Attention sinks").
     """
 
     q: np.ndarray
@@ -81,6 +84,7 @@ class AttentionInputs:
     q_lengths: np.ndarray | None = None
     kv_lengths: np.ndarray | None = None
     mask: np.ndarray | None = None
+    sinks: np.ndarray | None = None
 
     @property
     def shape(self) -> AttentionShape:
@@ -156,6 +160,16 @@ def validate(inputs: AttentionInputs) -> AttentionShape:
                 raise ValueError(f"{name} must be [B]={(b,)}, got {arr.shape}")
             if np.any(arr < 0) or np.any(arr > limit):
                 raise ValueError(f"{name} must lie in [0, {limit}], got {arr.tolist()}")
+    if inputs.sinks is not None:
+        if np.shape(inputs.sinks) != (hq,):
+            raise ValueError(
+                f"sinks must be [Hq]={(hq,)}, one logit per query head, got {np.shape(inputs.sinks)}"
+            )
+        if (
+            np.isnan(np.asarray(inputs.sinks, dtype=np.float64)).any()
+            or np.isposinf(np.asarray(inputs.sinks, dtype=np.float64)).any()
+        ):
+            raise ValueError("sinks must be finite or -inf (-inf: no sink for that head); got NaN or +inf")
     if inputs.mask is not None and inputs.mask.dtype != np.bool_:
         raise ValueError(f"mask must be boolean (True = may attend), got dtype {inputs.mask.dtype}")
     return inputs.shape

@@ -42,6 +42,8 @@ def describe_case(case: CaseDescription) -> str:
         parts.append(f"softcap {case.softcap:g}")
     if case.scale is not None:
         parts.append(f"scale {case.scale:g}")
+    if case.sinks is not None:
+        parts.append(f"{case.sinks} sinks")
     parts.append(f"{case.input_kind.replace('_', ' ')} inputs")
     parts.append(f"seed {case.seed}")
     if case.config:

@@ -42,6 +42,7 @@ MASK_KINDS = (
     "bool_mask",
     "bias",
     "softcap",
+    "sinks",
     "gqa",
     "mqa",
     "dv_ne_d",

@@ -77,6 +77,7 @@ class CaseDescription:
     input_kind: str = "normal"
     seed: int = 0
     config: tuple[tuple[str, int | bool], ...] = ()  # the kernel tunables set; () = its defaults
+    sinks: str | None = None  # how the per-head sink logits were drawn, or None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,6 +52,7 @@ SMOKE: tuple[str, ...] = (
     "lenq256.100.0",  # padding and fully masked rows (normal and NaN-padded)
     "nan_padding",  # NaN written into padding
     "cfg",  # edge configs of a subject's tunables (block sizes other than the defaults)
+    "sink",  # attention sinks: extreme values, causal, GQA, rows that see no key
 )
 
 

@@ -30,7 +30,18 @@ from kernels.base import Adapter, SubjectGrads, SubjectOutput
 from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
 from reference.spec import AttentionInputs
 
-INPUT_FIELDS = ("q", "k", "v", "bias", "q_segment_ids", "kv_segment_ids", "q_lengths", "kv_lengths", "mask")
+INPUT_FIELDS = (
+    "q",
+    "k",
+    "v",
+    "bias",
+    "q_segment_ids",
+    "kv_segment_ids",
+    "q_lengths",
+    "kv_lengths",
+    "mask",
+    "sinks",
+)
 
 
 class SubjectError(Exception):

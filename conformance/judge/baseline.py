@@ -1,7 +1,8 @@
 """The baseline of the tolerance policy: plain one-pass attention at the subject's precision.
 
 This is the attention a user would write (``einsum`` logits, scale, bias, softcap,
-``where`` masking with the dtype's most negative value, softmax, ``einsum`` with v),
+``where`` masking with the dtype's most negative value, softmax with the sink as one more
+column, ``einsum`` with v),
 computed the way XLA computes it for that dtype: every intermediate rounded to the
 dtype, matmuls and reductions accumulating in float32 (float64 for float64). Its
 error against the float64 reference is the yardstick: a subject may be at most k
@@ -35,18 +36,21 @@ class BaselineOutput:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class BaselineGrads:
-    """dq, dk, dv in the inputs' shapes and dtype; dbias in the bias's shape, or None.
+    """dq, dk, dv in the inputs' shapes and dtype; dbias in the bias's shape, or None; dsinks
+    [Hq], or None.
 
     cancellation: per tensor (dq, dk, dbias), the largest magnitude of the terms that
     ``ds = p * (dp - delta)`` cancels, carried through to that tensor: scale * |delta| * |k|
     for dq, scale * max_j sum_i p_ij |delta_i| * |q| for dk, sum of p |delta| over the bias's
-    broadcast axes for dbias. The tolerance's floor uses it where the reference is zero.
+    broadcast axes for dbias, max_h sum_i p_sink |delta_i| for dsinks. The tolerance's floor
+    uses it where the reference is zero.
     """
 
     dq: np.ndarray
     dk: np.ndarray
     dv: np.ndarray
     dbias: np.ndarray | None
+    dsinks: np.ndarray | None = None
     cancellation: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
@@ -72,6 +76,7 @@ class _Forward:
     """Intermediates the backward pass reuses. All [B, Hq, Sq, Sk] unless noted."""
 
     p: np.ndarray
+    p_sink: np.ndarray | None  # [B, Hq, Sq, 1]: the sink's share of each row, or None
     tanh: np.ndarray | None
     out: np.ndarray  # [B, Hq, Sq, Dv]
     lse: np.ndarray  # [B, Hq, Sq]
@@ -109,14 +114,23 @@ def _forward(inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision) -> _F
     vis = _visible(inputs, spec)
     if vis is not None:
         s = np.where(vis, s, w.type(dtypes.max_value(dtypes.name_of(pr.dtype)) * -1))
+    # The sink is one more column of the logits, in every row, that attends to no value.
+    sink = None if inputs.sinks is None else inputs.sinks.astype(w)[None, :, None, None]
     m = s.max(axis=-1, keepdims=True)
+    if sink is not None:
+        m = np.maximum(m, sink)
+    p_sink = None
     with np.errstate(over="ignore", invalid="ignore"):
         e = r(np.exp(r(s - m)))
         denom = r(e.sum(axis=-1, keepdims=True))
+        if sink is not None:
+            e_sink = r(np.exp(r(sink - m)))
+            denom = r(denom + e_sink)
+            p_sink = r(e_sink / denom)
         p = r(e / denom)
         lse = r(m + r(np.log(denom)))[..., 0]
     out = r(p @ v)
-    return _Forward(p=p, tanh=tanh, out=out, lse=lse, k=k, v=v, scale=scale)
+    return _Forward(p=p, p_sink=p_sink, tanh=tanh, out=out, lse=lse, k=k, v=v, scale=scale)
 
 
 def _sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -148,6 +162,9 @@ def gradients(inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) ->
     dv = r(_group_sum(r(fwd.p.swapaxes(-1, -2) @ do), kv_heads))
     dp = r(do @ fwd.v.swapaxes(-1, -2))
     delta = r((r(do * fwd.out)).sum(axis=-1, keepdims=True))
+    dsinks = None
+    if fwd.p_sink is not None:
+        dsinks = r(-(r(fwd.p_sink * delta)).sum(axis=(0, 2, 3))).astype(pr.dtype)
     ds = r(fwd.p * r(dp - delta))  # d loss / d (capped, biased, scaled logits)
     if fwd.tanh is not None:
         ds = r(ds * r(1 - r(fwd.tanh * fwd.tanh)))
@@ -163,6 +180,7 @@ def gradients(inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) ->
         dk=dk.astype(pr.dtype),
         dv=dv.astype(pr.dtype),
         dbias=dbias,
+        dsinks=dsinks,
         cancellation=_cancellation(fwd, delta, q, inputs.bias),
     )
 
@@ -181,4 +199,7 @@ def _cancellation(
         }
         if bias is not None:
             out["dbias"] = float(_sum_to(p * weight, bias.shape).max(initial=0.0))
+        if fwd.p_sink is not None:
+            per_head = (np.nan_to_num(fwd.p_sink.astype(np.float64)) * weight).sum(axis=(0, 2, 3))
+            out["dsinks"] = float(per_head.max(initial=0.0))
     return out

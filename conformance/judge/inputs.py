@@ -30,8 +30,17 @@ from reference.masks import full_visibility
 from reference.spec import AttentionInputs
 
 # Stream tags for np.random.default_rng([seed, tag]): fixed forever, or old repros change.
-_Q, _K, _V, _BIAS, _SEG, _MASK, _DOUT, _FRESH = range(8)
-STREAMS = {"q": _Q, "k": _K, "v": _V, "bias": _BIAS, "segment_ids": _SEG, "mask": _MASK, "dout": _DOUT}
+_Q, _K, _V, _BIAS, _SEG, _MASK, _DOUT, _FRESH, _SINKS = range(9)
+STREAMS = {
+    "q": _Q,
+    "k": _K,
+    "v": _V,
+    "bias": _BIAS,
+    "segment_ids": _SEG,
+    "mask": _MASK,
+    "dout": _DOUT,
+    "sinks": _SINKS,
+}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -76,6 +85,21 @@ def draw_segment_ids(seed: int, stream: int, batch: int, q_len: int, kv_len: int
     q_ids = np.stack([segment_runs(rng, q_len, runs, 0) for _ in range(batch)])
     kv_ids = np.stack([segment_runs(rng, kv_len, runs, kv_first) for _ in range(batch)])
     return q_ids, kv_ids
+
+
+def draw_sinks(seed: int, stream: int, salt: int, q_heads: int, kv_len: int, extreme: bool):
+    """[Hq] float64 sink logits: N(log(Sk) + 2, 2^2), near the lse of a row of N(0, 2^2) logits
+    over Sk keys, so the sink takes a real share of it. ``extreme``: heads 0, 1, 2, 3, ... get
+    +30, -1e4, the draw, +30, ...: a sink that dominates every row's denominator, and one that
+    vanishes from it (its exp underflows to 0 in float32 too; a row that sees no key has
+    exactly it as lse)."""
+    rng = np.random.default_rng([seed, stream, salt])
+    sinks = np.log(kv_len) + 2.0 + 2.0 * rng.standard_normal(q_heads)
+    if extreme:
+        for h in range(q_heads):
+            if h % 3 < 2:
+                sinks[h] = (30.0, -1e4)[h % 3]
+    return sinks
 
 
 def draw_mask(seed: int, stream: int, shape: tuple[int, ...]):
@@ -160,13 +184,17 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
 
     ``salt`` != 0 gives fresh values with the same shapes and masks (used by the
     recompilation and determinism checks).
-    q: [B, Hq, Sq, D]; k: [B, Hkv, Sk, D]; v: [B, Hkv, Sk, Dv]; bias: case.bias_shape.
+    q: [B, Hq, Sq, D]; k: [B, Hkv, Sk, D]; v: [B, Hkv, Sk, Dv]; bias: case.bias_shape;
+    sinks: [Hq].
     """
     b = case.batch
     q = _values(case, _Q, (b, case.q_heads, case.q_len, case.head_dim), q_std(case), salt)
     k = _values(case, _K, (b, case.kv_heads, case.kv_len, case.head_dim), 1.0, salt)
     v = _values(case, _V, (b, case.kv_heads, case.kv_len, case.v_head_dim), 1.0, salt)
     bias = None if case.bias is None else _values(case, _BIAS, case.bias_shape, 1.0, salt)
+    sinks = None
+    if case.sinks is not None:
+        sinks = draw_sinks(case.seed, _SINKS, salt, case.q_heads, case.kv_len, case.sinks == "extreme")
     masks = mask_arrays(case)
     if case.input_kind == "nan_padding":
         dead_rows, dead_keys = padding(case, masks)
@@ -179,6 +207,7 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
         k=cast(k),
         v=cast(v),
         bias=cast(bias),
+        sinks=cast(sinks),
         q_segment_ids=masks.q_segment_ids,
         kv_segment_ids=masks.kv_segment_ids,
         q_lengths=masks.q_lengths,

@@ -54,7 +54,7 @@ dout = build_dout(case, ref_out.fully_masked)  # zero on fully masked rows
 got = configured(resolve({impl!r}), case.config).gradients(inputs, case.spec, dout)
 ref = attention_backward(inputs, dout, case.spec, ref_out)  # float64
 base = baseline.gradients(inputs, case.spec, dout)  # plain attention's gradients at {dtype} precision
-for name in ("dq", "dk", "dv", "dbias"):
+for name in ("dq", "dk", "dv", "dbias", "dsinks"):
     if getattr(ref, name) is not None and getattr(got, name) is not None:
         print(judge(name, getattr(got, name), getattr(ref, name), getattr(base, name), case.dtype,
                     cancellation=base.cancellation.get(name, 0.0)).explain())

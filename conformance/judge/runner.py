@@ -55,6 +55,7 @@ def case_description(case: Case) -> CaseDescription:
         input_kind=case.input_kind,
         seed=case.seed,
         config=case.config,
+        sinks=case.sinks,
     )
 
 

@@ -372,6 +372,9 @@ def script(
     ``gradients``: the case's backward pass ran, so a verdict check looked at it too."""
     if not supports(check, adapter):
         raise ValueError(f"no standalone repro for the {check.name} check of {adapter.name}")
+    if case.sinks is not None:
+        # repro.script catches this and writes the checkout script, which draws sinks as the suite does.
+        raise ValueError("standalone scripts do not draw sinks yet")
     skeleton = case.skeleton()
     call: StandaloneCall = adapter.standalone(skeleton, case.spec)
     gradients = gradients and check.name in ("finite", "shape_dtype") and call.gradients is not None

@@ -1,6 +1,6 @@
 """The tolerance policy: a subject may be at most k times as wrong as plain attention.
 
-For every tensor (out, lse, dq, dk, dv, dbias), with errors measured against the
+For every tensor (out, lse, dq, dk, dv, dbias, dsinks), with errors measured against the
 float64 reference on the same quantised inputs:
 
     max_abs(subject)  <= k      * max_abs(baseline)  + floor_max
@@ -84,6 +84,16 @@ TOLERANCES: dict[str, TensorTolerance] = {
             5.0,
             4.0,
             "dbias is ds itself, summed over the bias's broadcast axes: dq's error before its matmul.",
+        ),
+        TensorTolerance(
+            "dsinks",
+            6.0,
+            4.0,
+            "d(sinks) = -sum over rows of p_sink (dout . out): out's and lse's errors summed over "
+            "every query row of a head and the batch. One element per head, each a long sum whose "
+            "rounding errors partly cancel, so the ratio of two such sums spreads wider than for "
+            "a large tensor: splash float32 ratios 0.3 to 4.4 (mean 0.4 to 2.9) over 17 cases. "
+            "A wrong d(sinks) (sign, missing exp, a row dropped) is off by O(1).",
         ),
     )
 }

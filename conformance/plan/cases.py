@@ -25,6 +25,10 @@ from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 InputKind = Literal["normal", "large", "integers", "nan_padding"]
 INPUT_KINDS: tuple[str, ...] = ("normal", "large", "integers", "nan_padding")
+# How sink logits are drawn (conformance.judge.inputs.draw_sinks): ``normal`` near a row's
+# lse, so the sink takes a real share of the denominator; ``extreme`` gives the heads in
+# turn +30 (the sink dominates), -1e4 (it vanishes) and a normal draw.
+SINK_KINDS: tuple[str, ...] = ("normal", "extreme")
 BIAS_AXES = "bhqk"  # a broadcast pattern names the full axes; "1" marks a broadcast (size-1) axis
 
 
@@ -40,6 +44,7 @@ class Case:
     config:         the subject's tunables this case sets (``kernels.tunables``), as sorted
                     (name, value) pairs; () is the implementation's default. A mapping given
                     here is stored sorted.
+    sinks:          None, or how the per-head sink logits are drawn (``SINK_KINDS``).
     """
 
     subject: str
@@ -64,6 +69,7 @@ class Case:
     mask: str | None = None
     input_kind: str = "normal"
     config: Config = ()
+    sinks: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -74,6 +80,8 @@ class Case:
             ) from None
         if self.input_kind not in INPUT_KINDS:
             raise ValueError(f"unknown input kind {self.input_kind!r}; choose from {INPUT_KINDS}")
+        if self.sinks is not None and self.sinks not in SINK_KINDS:
+            raise ValueError(f"unknown sink kind {self.sinks!r}; choose from {SINK_KINDS} (or None)")
         for name in ("bias", "mask"):
             pattern = getattr(self, name)
             if pattern is not None and not _is_pattern(pattern):
@@ -138,6 +146,8 @@ class Case:
             out.append("bias")
         if self.softcap is not None:
             out.append("softcap")
+        if self.sinks is not None:
+            out.append("sinks")
         if self.kv_heads == 1 and self.q_heads > 1:
             out.append("mqa")
         elif self.kv_heads != self.q_heads:
@@ -211,6 +221,7 @@ class Case:
             q_lengths=None if self.q_lengths is None else np.asarray(self.q_lengths),
             kv_lengths=None if self.kv_lengths is None else np.asarray(self.kv_lengths),
             mask=None if self.mask is None else np.broadcast_to(np.ones((), bool), self.mask_shape),
+            sinks=None if self.sinks is None else np.broadcast_to(zero, (self.q_heads,)),
         )
 
     def summary(self) -> str:
@@ -255,4 +266,6 @@ def _feature_tokens(case: Case) -> list[str]:
         tokens.append(f"cap{case.softcap:g}")
     if case.scale is not None:
         tokens.append(f"scale{case.scale:g}")
+    if case.sinks is not None:
+        tokens.append("sink" if case.sinks == "normal" else f"sink_{case.sinks}")
     return tokens

@@ -67,7 +67,11 @@ def unavailable_case(subject: str) -> Case:
 
 
 def has_fully_masked_rows(case: Case) -> bool:
-    """Whether some query row may attend to no key (computed from the masks, no values)."""
+    """Whether some query row may attend to no key (computed from the masks, no values).
+    Never with sinks: such a row keeps its sink, so its out (0) and lse (the sink) are
+    defined by the formula and judged by forward and lse, not by a convention."""
+    if case.sinks is not None:
+        return False
     masks = mask_arrays(case)
     skeleton = dataclasses.replace(
         case.skeleton(),

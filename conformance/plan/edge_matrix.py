@@ -134,6 +134,14 @@ def _levelled() -> list[tuple[int, Case]]:
     add(0, mask="b1qk", batch=2, q_heads=2, kv_heads=2)
     add(1, mask="1hqk", q_heads=2, kv_heads=2, causal=True)
 
+    # Attention sinks (one logit per query head in the denominator): extreme values (+30
+    # dominates, -1e4 vanishes), with causal, with GQA, and with rows that see no key (only
+    # the sink remains: out = 0, lse = sink). Small: they add interpret-mode calls.
+    add(0, sinks="extreme", q_heads=3, kv_heads=3)
+    add(0, sinks="normal", causal=True, q_heads=2, kv_heads=2)
+    add(0, sinks="normal", causal=True, q_heads=4, kv_heads=2)
+    add(0, sinks="extreme", segments=3, orphan_segment=True, batch=2, q_heads=2, kv_heads=2)
+
     # Longer sequences: several blocks in each direction.
     add(1, q_len=512, kv_len=512, causal=True, head_dim=128, v_head_dim=128, batch=2, q_heads=2, kv_heads=2)
     add(2, q_len=2048, kv_len=2048, causal=True, head_dim=128, v_head_dim=128)

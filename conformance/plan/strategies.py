@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from conformance.judge.dtypes import DTYPE_NAMES
-from conformance.plan.cases import Case
+from conformance.plan.cases import SINK_KINDS, Case
 from conformance.plan.profiles import Profile
 from kernels.base import Capabilities
 from kernels.tunables import Config, Tunables
@@ -135,6 +135,7 @@ def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -
         config=draw(_config(caps.tunables, q_len, kv_len, batch))
         if profile.draw_configs and caps.tunables
         else (),
+        sinks=draw(st.none() | st.sampled_from(SINK_KINDS)) if caps.sinks else None,
     )
 
 
@@ -202,6 +203,7 @@ def within(case: Case, caps: Capabilities) -> st.SearchStrategy[Case]:
             segments=case.segments and draw(st.sampled_from((0, case.segments))),
             bias=maybe(case.bias),
             mask=maybe(case.mask),
+            sinks=maybe(case.sinks),
             q_lengths=None,
             kv_lengths=None,
             orphan_segment=False,

@@ -8,7 +8,8 @@ Keys (all optional; defaults are ``conformance.plan.cases.Case``'s):
 ``align`` = top_left | bottom_right); ``softcap``, ``scale`` numbers; ``bias``,
 ``mask`` broadcast patterns over ``bhqk`` such as ``1h1k``; ``segments`` count;
 ``q_lengths``, ``kv_lengths`` one length per batch row, ``/``-separated (``100/128``);
-``input`` = normal | large | integers | nan_padding.
+``input`` = normal | large | integers | nan_padding; ``sinks`` = normal | extreme | no
+(one sink logit per query head, drawn as ``conformance.judge.inputs.draw_sinks`` says).
 
 A case is parsed and validated here, once, with ``reference.spec.validate``: a case that
 cannot exist (Hq not a multiple of Hkv, a mask that does not broadcast, a length past
@@ -23,7 +24,7 @@ import dataclasses
 from typing import Any
 
 from conformance.judge.checks.registry import REGISTRY
-from conformance.plan.cases import Case
+from conformance.plan.cases import SINK_KINDS, Case
 from conformance.plan.catalogue import Planned, classify
 from conformance.plan.subjects import Subject
 from reference.spec import validate
@@ -89,6 +90,11 @@ def _fields(text: str) -> dict[str, Any]:
             fields[key] = tuple(_number(key, n) for n in value.split("/"))
         elif key == "input":
             fields["input_kind"] = value
+        elif key == "sinks":
+            if value in SINK_KINDS:
+                fields["sinks"] = value
+            elif value not in ("no", "false", "0"):
+                raise CaseSyntaxError(f"sinks={value!r}: use {', '.join(SINK_KINDS)} or no")
         else:
             known = [
                 *_SIZES,
@@ -103,6 +109,7 @@ def _fields(text: str) -> dict[str, Any]:
                 "q_lengths",
                 "kv_lengths",
                 "input",
+                "sinks",
             ]
             raise CaseSyntaxError(f"unknown key {key!r}; keys are {', '.join(known)}")
     if align is not None:

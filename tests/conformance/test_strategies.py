@@ -24,6 +24,7 @@ FLAGS = (
     "bias",
     "bias_broadcast",
     "softcap",
+    "sinks",
     "distinct_v_dim",
     "backward",
 )

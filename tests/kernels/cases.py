@@ -86,7 +86,7 @@ def check_forward(adapter: Adapter, inputs: AttentionInputs, spec: AttentionSpec
 
 
 def check_gradients(adapter: Adapter, inputs: AttentionInputs, spec: AttentionSpec, dtype: str) -> None:
-    """Compare dq, dk, dv (and dbias) with the reference, with dout zero on fully masked rows.
+    """Compare dq, dk, dv (and dbias, dsinks) with the reference, with dout zero on fully masked rows.
 
     Rows that see no key have no canonical output (``docs/semantics.md``); a kernel
     that returns mean(V) there passes gradient through them, so they carry no dout here.
@@ -101,6 +101,8 @@ def check_gradients(adapter: Adapter, inputs: AttentionInputs, spec: AttentionSp
     pairs = [("dq", grads.dq, expected.dq), ("dk", grads.dk, expected.dk), ("dv", grads.dv, expected.dv)]
     if inputs.bias is not None and adapter.capabilities().bias_grad:
         pairs.append(("dbias", grads.dbias, expected.dbias))
+    if inputs.sinks is not None and adapter.capabilities().sinks_grad:
+        pairs.append(("dsinks", grads.dsinks, expected.dsinks))
     for name, actual, want in pairs:
         assert actual is not None and actual.shape == want.shape, f"{adapter.name} {name} shape"
         err = max_error(actual, want)

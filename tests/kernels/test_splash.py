@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -77,3 +79,21 @@ def test_declared_raising_constraints_really_raise(adapter, name, sq, sk):
     assert [c.name for c in violated] == [name] and violated[0].raises
     with pytest.raises(ValueError):
         adapter.forward(inputs, AttentionSpec())
+
+
+def test_sinks_are_declared_from_jax_0_7_1(adapter):
+    from kernels.jax_runtime import jax_version
+
+    assert adapter.capabilities().sinks == (jax_version() >= (0, 7, 1))
+    assert adapter.capabilities().sinks_grad == adapter.capabilities().sinks
+
+
+def test_sinks_forward_and_gradients_including_dsinks(adapter):
+    """GQA with causal and softcap: the kernel caps q.k only and starts each row's max at the sink."""
+    if not adapter.capabilities().sinks:
+        pytest.skip("splash takes no sinks before JAX 0.7.1")
+    inputs = make_inputs(7, b=2, hq=4, hkv=2, sq=128, sk=128, d=64)
+    inputs = dataclasses.replace(inputs, sinks=np.array([30.0, -1e4, 2.0, 6.0], dtype=np.float32))
+    spec = AttentionSpec(causal=True, softcap=5.0)
+    check_forward(adapter, inputs, spec, "float32")
+    check_gradients(adapter, inputs, spec, "float32")

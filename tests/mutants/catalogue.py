@@ -184,6 +184,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "declares Sk % 128 != 0 raises, never checks it",
     ),
     _m(
+        "sinks_in_numerator",
+        "sinks:sinks_in_numerator",
+        "forward",
+        "attention sinks",
+        "the sink attends to mean(v): it joins the numerator, not only the denominator",
+    ),
+    _m(
+        "sinks_ignored",
+        "sinks:sinks_ignored",
+        ("forward", "lse"),
+        "attention sinks",
+        "accepts sinks and drops them: plain softmax over the keys",
+    ),
+    _m(
         "nan_padding_leak",
         "padding:nan_padding_leak",
         ("finite", "forward"),

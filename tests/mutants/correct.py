@@ -33,6 +33,7 @@ FULL = Capabilities(
     bias=True,
     bias_broadcast=True,
     softcap=True,
+    sinks=True,
     distinct_v_dim=True,
     lse=True,
     fully_masked_rows="zeros",

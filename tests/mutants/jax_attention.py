@@ -119,14 +119,23 @@ def logits(
     return s, bias_mask
 
 
-def softmax_attend(s: jax.Array, keep: jax.Array | None, v: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(out [B, Hq, Sq, Dv], lse [B, Hq, Sq]), float32; rows with no visible key: out 0, lse -inf."""
+def softmax_attend(
+    s: jax.Array, keep: jax.Array | None, v: jax.Array, sinks: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """(out [B, Hq, Sq, Dv], lse [B, Hq, Sq]), float32; rows with no visible key: out 0, lse -inf
+    (lse = the sink with sinks [Hq]: one more logit in each row's denominator, no value)."""
     if keep is not None:
         s = jnp.where(keep, s, -jnp.inf)
-    m = jax.lax.stop_gradient(s.max(axis=-1, keepdims=True))
+    m = s.max(axis=-1, keepdims=True)
+    sink = None if sinks is None else sinks.astype(jnp.float32)[None, :, None, None]
+    if sink is not None:
+        m = jnp.maximum(m, sink)
+    m = jax.lax.stop_gradient(m)
     m = jnp.where(jnp.isfinite(m), m, 0.0)  # a fully masked row: exp(-inf - 0) = 0, no NaN
     e = jnp.exp(s - m)
     denom = e.sum(axis=-1, keepdims=True)
+    if sink is not None:
+        denom = denom + jnp.exp(sink - m)
     empty = denom == 0
     p = e / jnp.where(empty, 1.0, denom)
     out = jnp.einsum("bhqk,bhkd->bhqd", p, group(v, s.shape[1]).astype(jnp.float32), precision=HIGHEST)
@@ -148,6 +157,7 @@ def attention(
     kv_segment_ids: jax.Array | None = None,
     q_lengths: jax.Array | None = None,
     kv_lengths: jax.Array | None = None,
+    sinks: jax.Array | None = None,
     *,
     scale: float,
     causal: bool = False,
@@ -155,7 +165,7 @@ def attention(
     window: Window = None,
     softcap: float | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """Correct attention: (out [B, Hq, Sq, Dv], lse [B, Hq, Sq]) in float32."""
+    """Correct attention: (out [B, Hq, Sq, Dv], lse [B, Hq, Sq]) in float32; sinks: [Hq]."""
     s, bias_mask = logits(q, k, scale, bias, softcap)
     keep = visibility(
         q.shape[2],
@@ -171,7 +181,7 @@ def attention(
     )
     if bias_mask is not None:
         keep = keep & bias_mask
-    return softmax_attend(s, keep, v)
+    return softmax_attend(s, keep, v, sinks)
 
 
 def call(fn: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, **keywords: Any) -> Any:

@@ -1,9 +1,10 @@
 """Attention in mpmath at 40 significant digits, written from docs/semantics.md alone.
 
 Shares no code with ``reference/attention.py``: loops over every (b, h, i) row, the
-logits in the documented order (scale, bias, softcap, mask), the softmax in
-arbitrary precision, and the backward pass from the textbook softmax Jacobian
-written element by element. The visibility comes from ``prose_masks``.
+logits in the documented order (scale, bias, softcap, mask), the sink (one more
+logit per query head, in the denominator only), the softmax in arbitrary precision,
+and the backward pass from the textbook softmax Jacobian written element by element.
+The visibility comes from ``prose_masks``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class MpResult:
     dk: np.ndarray | None = None
     dv: np.ndarray | None = None
     dbias: np.ndarray | None = None
+    dsinks: np.ndarray | None = None
 
 
 def to_mp(x: np.ndarray) -> np.ndarray:
@@ -58,7 +60,7 @@ def attention(
 ) -> MpResult:
     """Forward (and, given ``dout``, backward) in mpmath.
 
-    ``values`` may replace q, k, v or bias with mpf object arrays of the same shape
+    ``values`` may replace q, k, v, bias or sinks with mpf object arrays of the same shape
     (for numerical differentiation); the visibility always comes from ``inputs``.
     """
     with mpmath.workdps(DIGITS):
@@ -79,6 +81,7 @@ def _attention(
     if inputs.bias is not None:
         bias = to_mp(values.get("bias", inputs.bias))
     scale = 1 / mpmath.sqrt(n_d) if spec.scale is None else mpmath.mpf(float(spec.scale))
+    sinks = None if inputs.sinks is None else to_mp(values.get("sinks", inputs.sinks))
     cap = None if spec.softcap is None else mpmath.mpf(float(spec.softcap))
     vis = visibility(spec, inputs)
     d_out = None if dout is None else to_mp(dout)
@@ -87,11 +90,14 @@ def _attention(
     lse = np.full((n_b, n_hq, n_sq), mpmath.mpf("-inf"), dtype=object)
     dq, dk, dv = _zeros(q.shape), _zeros(k.shape), _zeros(v.shape)
     dbias = None if bias is None else _zeros(bias.shape)
+    dsinks = None if sinks is None else _zeros(sinks.shape)
 
     for b, h, i in itertools.product(range(n_b), range(n_hq), range(n_sq)):
         kvh = h // group  # consecutive query heads share a kv head
         keys = [j for j in range(n_sk) if vis[b, h, i, j]]
-        if not keys:
+        # The sink: a logit used as given (no scale, bias, cap or mask) that attends to no value.
+        sink = None if sinks is None or mpmath.isinf(sinks[h]) else sinks[h]
+        if not keys and sink is None:
             continue
         pre: dict[int, mpmath.mpf] = {}  # biased logits, before softcap
         s: dict[int, mpmath.mpf] = {}
@@ -101,14 +107,19 @@ def _attention(
                 z += bias[_bias_index(bias.shape, (b, h, i, j), full)]
             pre[j] = z
             s[j] = z if cap is None else cap * mpmath.tanh(z / cap)
-        top = max(s.values())
-        denom = mpmath.fsum(mpmath.exp(s[j] - top) for j in keys)
+        terms = [s[j] for j in keys] + ([] if sink is None else [sink])
+        top = max(terms)
+        denom = mpmath.fsum(mpmath.exp(t - top) for t in terms)
         lse[b, h, i] = top + mpmath.log(denom)
         p = {j: mpmath.exp(s[j] - lse[b, h, i]) for j in keys}
         for e in range(n_dv):
             out[b, h, i, e] = mpmath.fsum(p[j] * v[b, kvh, j, e] for j in keys)
         if d_out is None:
             continue
+        if sink is not None:
+            # d out[e] / d sink = -p_sink * out[e]
+            p_sink = mpmath.exp(sink - lse[b, h, i])
+            dsinks[h] -= p_sink * mpmath.fsum(d_out[b, h, i, e] * out[b, h, i, e] for e in range(n_dv))
         dp = {j: mpmath.fsum(d_out[b, h, i, e] * v[b, kvh, j, e] for e in range(n_dv)) for j in keys}
         expected_dp = mpmath.fsum(p[j] * dp[j] for j in keys)
         for j in keys:
@@ -121,10 +132,12 @@ def _attention(
                 dv[b, kvh, j, e] += p[j] * d_out[b, h, i, e]
             if dbias is not None:
                 dbias[_bias_index(dbias.shape, (b, h, i, j), full)] += dz
-    fully_masked = ~vis.any(axis=-1)
+    fully_masked = np.vectorize(mpmath.isinf, otypes=[bool])(lse)  # no key and no sink
     if d_out is None:
         return MpResult(out=out, lse=lse, fully_masked=fully_masked)
-    return MpResult(out=out, lse=lse, fully_masked=fully_masked, dq=dq, dk=dk, dv=dv, dbias=dbias)
+    return MpResult(
+        out=out, lse=lse, fully_masked=fully_masked, dq=dq, dk=dk, dv=dv, dbias=dbias, dsinks=dsinks
+    )
 
 
 def _bias_index(shape: tuple[int, ...], index: tuple[int, ...], full: tuple[int, ...]) -> tuple[int, ...]:

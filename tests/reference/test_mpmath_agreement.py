@@ -38,6 +38,7 @@ class Recipe:
     kv_lengths: tuple[int, ...] | None = None
     mask: tuple[int, int, int, int] | None = None
     mask_density: float = 0.6
+    sinks: tuple[float | None, ...] | None = None  # per query head; None = a N(1, 2^2) draw
 
     def build(self) -> Case:
         b, hq, hkv, sq, sk, d, dv = self.shape
@@ -63,6 +64,11 @@ class Recipe:
             fields["kv_lengths"] = np.array(self.kv_lengths)
         if self.mask is not None:
             fields["mask"] = rng.random(_resolve(self.mask, full)) < self.mask_density
+        if self.sinks is not None:
+            drawn = 1.0 + 2.0 * rng.standard_normal(hq)
+            fields["sinks"] = np.array(
+                [d if x is None else x for x, d in zip(self.sinks, drawn, strict=True)]
+            )
         return Case(self.spec, AttentionInputs(**fields), rng.standard_normal((b, hq, sq, dv)))
 
 
@@ -117,6 +123,17 @@ RECIPES = [
     Recipe("dv>d", shape=(2, 2, 1, 3, 4, 2, 5)),
     Recipe("dv<d", shape=(2, 2, 2, 3, 4, 5, 1)),
     Recipe("custom-scale", AttentionSpec(scale=0.7), kind="wide"),
+    # Sinks: drawn near the logits, dominant (+30), vanishing (-1e4) and absent (-inf) per head.
+    Recipe("sinks", sinks=(None, None)),
+    Recipe("sinks-extreme-gqa", shape=(2, 4, 2, 3, 4, 3, 2), sinks=(30.0, -1e4, None, -np.inf)),
+    # Rows that see no key: only the sink remains, out = 0 and lse = sink.
+    Recipe(
+        "sinks-padding-causal-br",
+        AttentionSpec(causal=True, alignment=BR),
+        q_lengths=(2, 0),
+        sinks=(None, 30.0),
+    ),
+    Recipe("sinks-softcap-wide-logits", AttentionSpec(softcap=0.5), kind="wide", sinks=(3.0, None)),
     Recipe(
         "combination-gqa-causal-br-window-segments-padding-mask-bias-softcap",
         AttentionSpec(causal=True, alignment=BR, window=(3, 1), softcap=2.5),
@@ -148,10 +165,10 @@ def test_forward_and_backward_match_mpmath(case: Case) -> None:
     np.testing.assert_array_equal(fwd.fully_masked, exact.fully_masked, err_msg="fully_masked")
     assert_close(fwd.out, exact.out, RTOL, "out")
     assert_close(fwd.lse, exact.lse, RTOL, "lse")
-    for name in ("dq", "dk", "dv", "dbias"):
+    for name in ("dq", "dk", "dv", "dbias", "dsinks"):
         expected = getattr(exact, name)
         if expected is None:
-            assert getattr(grads, name) is None, f"{name} given without a bias"
+            assert getattr(grads, name) is None, f"{name} given without its input"
         else:
             assert_close(getattr(grads, name), expected, RTOL, name)
 
@@ -197,6 +214,13 @@ DIFF_RECIPES = [
         bias=(F, 1, 1, F),
         q_lengths=(2, 3),
     ),
+    Recipe(
+        "diff-sinks-gqa-softcap-fully-masked-rows",
+        AttentionSpec(softcap=2.0, causal=True, alignment=BR),
+        shape=(2, 2, 1, 3, 2, 2, 2),
+        q_lengths=(2, 3),
+        sinks=(None, 1.5),
+    ),
 ]
 
 
@@ -205,6 +229,8 @@ def test_mpmath_analytic_backward_matches_mpmath_diff(recipe: Recipe) -> None:
     """The oracle's own backward is a formula; check it against numerical differentiation."""
     case = recipe.build()
     exact = mp_oracle.attention(case.spec, case.inputs, case.dout)
-    for name in ("q", "k", "v", "bias"):
+    for name in ("q", "k", "v", "bias", "sinks"):
+        if getattr(case.inputs, name) is None:
+            continue
         numeric = mp_oracle.numerical_grad(case.spec, case.inputs, case.dout, name)
         assert_close(getattr(exact, "d" + name), numeric, 1e-30, f"d{name} (mpmath analytic vs diff)")

@@ -35,6 +35,8 @@ def shape_dtype(ctx: CheckContext) -> Outcome:
             problems.append(_expect(name, getattr(grads, name), source.shape, (c.dtype,)))
         if inputs.bias is not None and ctx.capabilities.bias_grad:
             problems.append(_expect("dbias", grads.dbias, inputs.bias.shape, (c.dtype,)))
+        if inputs.sinks is not None and ctx.capabilities.sinks_grad:
+            problems.append(_expect("dsinks", grads.dsinks, inputs.sinks.shape, (c.dtype,)))
     found = [p for p in problems if p]
     return failed("; ".join(found)) if found else passed()
 

@@ -125,8 +125,9 @@ def finite(ctx: CheckContext) -> Outcome:
         problems.append(_nonfinite("lse", got.lse, ref.lse, valid))
     if ctx.backward:
         grads, want = ctx.run.gradients, ctx.oracle.reference_grads
-        for name in ("dq", "dk", "dv", "dbias"):
-            if getattr(want, name) is not None and (name != "dbias" or ctx.capabilities.bias_grad):
+        declared = {"dbias": ctx.capabilities.bias_grad, "dsinks": ctx.capabilities.sinks_grad}
+        for name in ("dq", "dk", "dv", "dbias", "dsinks"):
+            if getattr(want, name) is not None and declared.get(name, True):
                 problems.append(_nonfinite(name, getattr(grads, name), getattr(want, name)))
     found = [p for p in problems if p]
     outcome = failed("\n".join(found)) if found else passed()

@@ -1,5 +1,5 @@
 """Numeric checks against the float64 reference under the tolerance policy:
-``forward`` (out), ``lse``, ``backward`` (dq, dk, dv, dbias).
+``forward`` (out), ``lse``, ``backward`` (dq, dk, dv, dbias, dsinks).
 
 Fully masked rows are left out here (their value is a convention, judged by
 ``fully_masked``); gradients use a dout that is zero on those rows.
@@ -7,10 +7,14 @@ Fully masked rows are left out here (their value is a convention, judged by
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements
 from conformance.judge.tolerance import judge
+
+UNOBSERVED_DSINKS = "dsinks not observed: the subject declares no d(sinks) (Capabilities.sinks_grad)"
 
 
 def _shape_mismatch(name: str, got: np.ndarray | None, want: np.ndarray) -> str | None:
@@ -42,15 +46,28 @@ def lse(ctx: CheckContext) -> Outcome:
 
 
 def backward(ctx: CheckContext) -> Outcome:
-    """dq, dk, dv (and dbias where declared) of sum(out * dout), every element."""
+    """dq, dk, dv (and dbias, dsinks where declared) of sum(out * dout), every element. A case
+    with sinks on a subject without d(sinks) still judges dq, dk, dv, and says d(sinks) was
+    not observed (in the reason, also when it passes)."""
     got, ref, base = ctx.run.gradients, ctx.oracle.reference_grads, ctx.oracle.baseline_grads
     tensors = [(n, getattr(got, n), getattr(ref, n), getattr(base, n)) for n in ("dq", "dk", "dv")]
     if ref.dbias is not None and ctx.capabilities.bias_grad:
         tensors.append(("dbias", got.dbias, ref.dbias, base.dbias))
+    unobserved = ""
+    if ref.dsinks is not None:
+        if ctx.capabilities.sinks_grad:
+            tensors.append(("dsinks", got.dsinks, ref.dsinks, base.dsinks))
+        else:
+            unobserved = UNOBSERVED_DSINKS
     problems = [p for p in (_shape_mismatch(n, g, r) for n, g, r, _ in tensors) if p]
     if problems:
-        return failed("; ".join(problems))
+        return failed("; ".join([*problems, unobserved] if unobserved else problems))
     cancel = base.cancellation
-    return from_judgements(
+    outcome = from_judgements(
         [judge(name, g, r, b, ctx.dtype, cancellation=cancel.get(name, 0.0)) for name, g, r, b in tensors]
     )
+    if unobserved:  # recorded with a pass too: the record says what the verdict did not cover
+        outcome = dataclasses.replace(
+            outcome, reason=(outcome.reason + "\n" if outcome.reason else "") + unobserved
+        )
+    return outcome
