@@ -26,7 +26,7 @@ from pathlib import Path
 
 from conformance.harness.launch import isolated_args
 from reports.bisect import Install, Observation
-from reports.records import ResultsFileError, read_results
+from reports.records import ResultsFileError, read_results, write_text_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_TIMEOUT_S = 3600
@@ -87,7 +87,7 @@ class NoxInstaller:
                 False, fresh, f"the install ran past {INSTALL_TIMEOUT_S} s", time.monotonic() - start
             )
         output = done.stdout + done.stderr
-        log.write_text(output, encoding="utf-8")
+        write_text_atomic(log, output)
         if done.returncode != 0:
             reasons = [m.group("reason") for m in map(_NOX_ABORT.search, output.splitlines()) if m]
             reason = reasons[-1] if reasons else f"nox exited {done.returncode}: {_tail(output)}"
@@ -167,7 +167,7 @@ class SuiteRunner:
         except subprocess.TimeoutExpired as exc:
             output = f"{exc.stdout or ''}{exc.stderr or ''}\nthe run passed {RUN_TIMEOUT_S} s"
         seconds = time.monotonic() - start
-        (logs / f"jax-{version}-run.log").write_text(output, encoding="utf-8")
+        write_text_atomic(logs / f"jax-{version}-run.log", output)
         return observe(report, self.case_id, self.check, output, seconds, self.describe(version))
 
     def describe(self, version: str) -> str:
