@@ -230,6 +230,11 @@ def _plan(inputs: AttentionInputs, spec: AttentionSpec) -> _MaskPlan:
     if spec.causal and window is not None:
         left, right = window
         window = (left, 0 if right is None else min(right, 0))
+    # A window with no bound on the left adds nothing to causal (right <= 0 here), and one with
+    # no bound on either side is no mask: name them CausalMask / FullMask, as a user would.
+    # (LocalMask((None, None)) itself fails in splash's kernel with "captures constants".)
+    if window in ((None, 0), (None, None)) and (spec.causal or window == (None, None)):
+        window = None
     kind = "local" if window is not None else "causal" if spec.causal else "full"
     planes = None
     digest = None

@@ -97,3 +97,10 @@ def test_sinks_forward_and_gradients_including_dsinks(adapter):
     spec = AttentionSpec(causal=True, softcap=5.0)
     check_forward(adapter, inputs, spec, "float32")
     check_gradients(adapter, inputs, spec, "float32")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_window_unbounded_on_both_sides_is_no_window(adapter, causal):
+    """(None, None) bounds nothing: the full (or causal) mask, not a LocalMask that splash rejects."""
+    inputs = make_inputs(2, b=1, hq=1, hkv=1, sq=128, sk=128, d=128)
+    check_forward(adapter, inputs, AttentionSpec(causal=causal, window=(None, None)), "float32")
