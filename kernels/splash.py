@@ -94,6 +94,16 @@ CONSTRAINTS = (
         applies_to="backward",
         sees_config=True,
     ),
+    ShapeConstraint(
+        name="segment_ids_block_q_dkv_multiple_of_128",
+        reason="with segment ids the dkv kernel lays q along the lanes: block_q_dkv must be a "
+        "multiple of 128 (NotImplementedError 'block_q must be a multiple of 128', every version)",
+        holds=lambda shape, spec, b: b["block_q_dkv"] % BLOCK == 0,
+        basis="raises",
+        applies_to="backward",
+        features=("segment_ids",),
+        sees_config=True,
+    ),
 )
 
 

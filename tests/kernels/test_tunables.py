@@ -113,6 +113,24 @@ def test_a_config_the_shape_rejects_is_planned_to_raise_and_the_kernel_does(subj
         adapter.forward(build_inputs(case), case.spec)
 
 
+def test_splash_segment_ids_need_a_lane_wide_dkv_q_block(subjects):
+    """Found by a dev draw at 0.7.2: with segment ids the dkv kernel puts q along the lanes, so a
+    block_q_dkv under 128 raises there; the declaration says so and the kernel agrees."""
+    import numpy as np
+
+    from conformance.judge.inputs import build_inputs
+
+    subject = subjects["splash"]
+    case = Case(subject="splash", dtype="float32", segments=2, config={"block_q_dkv": 64})
+    planned = classify("raises", case, subject.capabilities)
+    assert planned is not None and planned.status == "raises" and "block_q_dkv" in planned.reason
+    assert classify("forward", case, subject.capabilities).status == "run"  # the forward takes it
+    inputs = build_inputs(case)
+    dout = np.ones(inputs.q.shape[:3] + (case.v_head_dim,), inputs.q.dtype)
+    with pytest.raises(NotImplementedError, match="multiple of 128"):
+        subject.adapter_for(case.config).gradients(inputs, case.spec, dout)
+
+
 def test_configured_adapters_are_cached_per_config(subjects):
     subject = subjects["splash"]
     config = (("use_fused_bwd_kernel", True),)
