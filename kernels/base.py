@@ -107,6 +107,8 @@ class Capabilities:
     window: bool = False
     segment_ids: bool = False
     lengths: bool = False
+    # With ``lengths``: query lengths too. Decode kernels take kv lengths only (one query per row).
+    q_lengths: bool = True
     bool_mask: bool = False
     gqa: bool = False
     bias: bool = False
@@ -187,6 +189,10 @@ class Capabilities:
                 and (inputs.q_lengths is not None or inputs.kv_lengths is not None)
                 and not self.lengths,
                 "per-batch valid lengths not supported",
+            ),
+            (
+                inputs is not None and inputs.q_lengths is not None and self.lengths and not self.q_lengths,
+                "query valid lengths not supported (kv lengths only)",
             ),
             (
                 inputs is not None and inputs.mask is not None and not self.bool_mask,

@@ -42,6 +42,7 @@ BUILTIN: dict[str, str] = {
     "xla": "kernels.xla:XlaAdapter",
     "cudnn": "kernels.cudnn:CudnnAdapter",
     "torch_sdpa": "kernels.torch_sdpa:TorchSdpaAdapter",
+    "paged_attention": "kernels.paged_attention:PagedAttentionAdapter",
 }
 
 

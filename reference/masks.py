@@ -12,8 +12,19 @@ from reference.spec import AttentionInputs, AttentionSpec
 
 
 def diagonal(spec: AttentionSpec, q_len: int, kv_len: int) -> int:
-    """Offset of ``diag(i) - i``: 0 for top-left alignment, Sk - Sq for bottom-right."""
+    """Offset of ``diag(i) - i``: 0 for top-left alignment, ``kv_len - q_len`` otherwise (the
+    tensor lengths for bottom-right; pass a row's valid lengths for bottom-right-valid)."""
     return 0 if spec.alignment == "top_left" else kv_len - q_len
+
+
+def row_diagonal(spec: AttentionSpec, inputs: AttentionInputs, batch: int) -> int:
+    """``diag(i) - i`` for batch row ``batch``: bottom-right-valid reads that row's valid lengths."""
+    sq, sk = inputs.q.shape[2], inputs.k.shape[2]
+    if spec.alignment != "bottom_right_valid":
+        return diagonal(spec, sq, sk)
+    q_valid = sq if inputs.q_lengths is None else int(inputs.q_lengths[batch])
+    kv_valid = sk if inputs.kv_lengths is None else int(inputs.kv_lengths[batch])
+    return diagonal(spec, q_valid, kv_valid)
 
 
 def has_mask(spec: AttentionSpec, inputs: AttentionInputs) -> bool:
@@ -40,7 +51,7 @@ def visible(spec: AttentionSpec, inputs: AttentionInputs, batch: int, rows: slic
     i = np.arange(sq)[rows][:, None]
     j = np.arange(sk)[None, :]
     allowed = np.ones((1, i.shape[0], sk), dtype=bool)
-    diag = i + diagonal(spec, sq, sk)
+    diag = i + row_diagonal(spec, inputs, batch)
     if spec.causal:
         allowed &= (j <= diag)[None]
     if spec.window is not None:

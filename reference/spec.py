@@ -21,8 +21,8 @@ from typing import Literal
 
 import numpy as np
 
-Alignment = Literal["top_left", "bottom_right"]
-ALIGNMENTS: tuple[Alignment, ...] = ("top_left", "bottom_right")
+Alignment = Literal["top_left", "bottom_right", "bottom_right_valid"]
+ALIGNMENTS: tuple[Alignment, ...] = ("top_left", "bottom_right", "bottom_right_valid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +33,10 @@ class AttentionSpec:
     softcap:   ``c * tanh(x / c)`` applied to the scaled, biased logits; ``None`` = off.
     causal:    key ``j`` is visible from query ``i`` iff ``j <= diag(i)``.
     alignment: where ``diag(i)`` sits when Sq != Sk. ``top_left``: ``diag(i) = i``;
-               ``bottom_right``: ``diag(i) = i + Sk - Sq``. Used by causal and window.
+               ``bottom_right``: ``diag(i) = i + Sk - Sq`` (tensor lengths);
+               ``bottom_right_valid``: ``diag_b(i) = i + kv_len[b] - q_len[b]``, the valid
+               lengths of batch row ``b`` (the tensor lengths where none are given), as
+               serving kernels place it. Used by causal and window.
     window:    ``(left, right)``, inclusive, relative to ``diag(i)``: key ``j`` is
                visible iff ``diag(i) - left <= j <= diag(i) + right``. Either side
                may be ``None`` (unbounded).

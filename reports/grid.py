@@ -35,6 +35,7 @@ MASK_KINDS = (
     "causal",
     "causal_top_left",
     "causal_bottom_right",
+    "causal_bottom_right_valid",
     "window",
     "segment_ids",
     "lengths",
@@ -54,6 +55,7 @@ GROUPS = ("checks", "masks and options", "dtypes")
 LABELS = {
     "causal_top_left": "causal (top-left)",
     "causal_bottom_right": "causal (bottom-right)",
+    "causal_bottom_right_valid": "causal (bottom-right of valid lengths)",
     "segment_ids": "segment ids",
     "lengths": "valid lengths",
     "bool_mask": "boolean mask",

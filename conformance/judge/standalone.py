@@ -222,14 +222,26 @@ def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], s
 def _visibility(case: Case) -> tuple[list[Callable[..., Any]], str]:
     """(dense mask functions to embed, the statements that build ``visible`` [B, Hq, Sq, Sk])."""
     offset = 0 if case.alignment == "top_left" else case.kv_len - case.q_len
+    if case.alignment == "bottom_right_valid":  # one diagonal per batch row, at its valid lengths
+        q_valid = case.q_lengths or (case.q_len,) * case.batch
+        kv_valid = case.kv_lengths or (case.kv_len,) * case.batch
+        offsets = [kv - q for q, kv in zip(q_valid, kv_valid, strict=True)]
     functions: list[Callable[..., Any]] = []
     lines = ["visible = np.ones((1, 1, SQ, SK), dtype=bool)  # which keys each query may see"]
+
+    def per_row(call: str) -> str:
+        if case.alignment != "bottom_right_valid":
+            return call.format(offset=offset)
+        return f"np.stack([{call.format(offset='o')} for o in {offsets}])[:, None]"
+
     if case.causal:
         functions.append(dense.causal_visible)
-        lines.append(f"visible = visible & causal_visible(SQ, SK, {offset})  # {case.alignment}")
+        lines.append(f"visible = visible & {per_row('causal_visible(SQ, SK, {offset})')}  # {case.alignment}")
     if case.window is not None:
         functions.append(dense.window_visible)
-        lines.append(f"visible = visible & window_visible(SQ, SK, {offset}, *WINDOW)  # {case.alignment}")
+        lines.append(
+            f"visible = visible & {per_row('window_visible(SQ, SK, {offset}, *WINDOW)')}  # {case.alignment}"
+        )
     if case.segments:
         functions.append(dense.segment_visible)
         lines.append("visible = visible & segment_visible(q_segment_ids, kv_segment_ids)")

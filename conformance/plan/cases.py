@@ -246,7 +246,7 @@ def _edge(value: int | None) -> str:
 
 def _feature_tokens(case: Case) -> list[str]:
     tokens = []
-    align = "tl" if case.alignment == "top_left" else "br"
+    align = {"top_left": "tl", "bottom_right": "br", "bottom_right_valid": "brv"}[case.alignment]
     if case.causal:
         tokens.append(f"causal_{align}")
     if case.window is not None:

@@ -29,7 +29,7 @@ from conformance.plan.profiles import Profile
 from conformance.plan.subjects import Subject
 from kernels.base import Capabilities, ShapeConstraint
 from reference.masks import full_visibility, has_mask
-from reference.spec import AttentionInputs
+from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 Status = Literal["run", "unsupported", "raises", "unavailable"]
 
@@ -106,13 +106,20 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
     # blocking, which is the same in every dtype, and interpret-mode calls are slow).
     curated += [
         edge_matrix.instantiate(t, subject.name, d)
-        for t, every_dtype in edge_matrix.config_cases(caps.tunables, profile.edge_level)
+        for t, every_dtype in edge_matrix.config_cases(caps.tunables, profile.edge_level, _decode_only(caps))
         for d in (dtypes if every_dtype else dtypes[:1])
     ]
     drawn = strategies.draw_cases(
         strategies.cases(subject.name, caps, profile), profile.drawn_cases, draw_seed
     )
     return tuple(dict.fromkeys([*curated, *drawn]))
+
+
+def _decode_only(caps: Capabilities) -> bool:
+    """The subject's constraints admit one query token per row and nothing longer."""
+    probe = lambda sq: AttentionShape(1, 1, 1, sq, 256, 128, 128)  # noqa: E731
+    admitted = lambda sq: not caps.admits(probe(sq), AttentionSpec(), caps.dtypes[0], "forward")  # noqa: E731
+    return admitted(1) and not admitted(256)
 
 
 def _raising(constraints: tuple[ShapeConstraint, ...]) -> ShapeConstraint | None:

@@ -142,6 +142,16 @@ def _levelled() -> list[tuple[int, Case]]:
     add(0, sinks="normal", causal=True, q_heads=4, kv_heads=2)
     add(0, sinks="extreme", segments=3, orphan_segment=True, batch=2, q_heads=2, kv_heads=2)
 
+    # Decode (Sq = 1) against per-row kv lengths, as serving kernels run it. With 16-token
+    # pages and 4-page compute blocks (paged_attention's defaults here), the rows end inside a
+    # page (37), on a page edge (48), on a compute-block edge (128) and after one token.
+    add(0, q_len=1, kv_len=128, batch=4, q_heads=4, kv_heads=2, kv_lengths=(37, 48, 128, 1))
+    add(0, q_len=1, kv_len=256, batch=2, q_heads=8, kv_heads=1, kv_lengths=(200, 3))  # GQA 8:1
+    add(1, q_len=1, kv_len=1024, batch=3, q_heads=2, kv_heads=2, kv_lengths=(1000, 5, 513), softcap=30.0)
+    add(
+        1, q_len=1, kv_len=256, batch=2, q_heads=4, kv_heads=4, kv_lengths=(70, 256), input_kind="nan_padding"
+    )
+
     # Longer sequences: several blocks in each direction.
     add(1, q_len=512, kv_len=512, causal=True, head_dim=128, v_head_dim=128, batch=2, q_heads=2, kv_heads=2)
     add(2, q_len=2048, kv_len=2048, causal=True, head_dim=128, v_head_dim=128)
@@ -169,6 +179,11 @@ CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
     (0, _t(q_len=256, kv_len=256, causal=True, head_dim=128, v_head_dim=128), False),
     (1, _t(q_len=256, kv_len=256, batch=2, q_heads=2, kv_heads=2), True),
     (2, _t(q_len=512, kv_len=256, causal=True, head_dim=128, v_head_dim=128), True),
+)
+# The edge configs of a decode kernel (its constraints pin Sq to 1, so it runs none of the
+# shapes above): rows ending inside a page, on a compute-block edge, and after one token.
+DECODE_CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
+    (0, _t(q_len=1, kv_len=256, batch=3, q_heads=4, kv_heads=2, kv_lengths=(256, 77, 1)), True),
 )
 
 
@@ -206,13 +221,14 @@ def edge_configs(tunables: Tunables, q_len: int, kv_len: int, batch: int) -> tup
     return tuple((label, config) for config, label in out.items())
 
 
-def config_cases(tunables: Tunables, level: int) -> tuple[tuple[Case, bool], ...]:
+def config_cases(tunables: Tunables, level: int, decode: bool = False) -> tuple[tuple[Case, bool], ...]:
     """(template with a config, in every dtype?) for each edge config on each config shape up to
-    ``level``; empty for a subject without tunables."""
+    ``level``; empty for a subject without tunables. ``decode``: the subject takes one query
+    token per row (``DECODE_CONFIG_SHAPES``)."""
     if not tunables:
         return ()
     out = []
-    for lvl, shape, every_dtype in CONFIG_SHAPES:
+    for lvl, shape, every_dtype in DECODE_CONFIG_SHAPES if decode else CONFIG_SHAPES:
         if lvl <= level:
             for _, config in edge_configs(tunables, shape.q_len, shape.kv_len, shape.batch):
                 out.append((dataclasses.replace(shape, config=config), every_dtype))

@@ -34,20 +34,27 @@ def runnable(case: Case, caps: Capabilities) -> bool:
     )
 
 
-def _admissible_lengths(caps: Capabilities, lengths: tuple[int, ...], head_dim: int) -> tuple[int, ...]:
-    """Lengths that pass every constraint as both Sq and Sk of a plain probe shape, so
-    the joint filter rarely rejects (hypothesis gives up on filters that reject most draws)."""
+def _admissible_lengths(
+    caps: Capabilities, lengths: tuple[int, ...], head_dim: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(q lengths, kv lengths) that pass every constraint in some plain probe shape with a
+    length of the other side, so the joint filter rarely rejects (hypothesis gives up on
+    filters that reject most draws). Decode kernels (Sq must be 1) get q lengths (1,)."""
 
-    def ok(n: int) -> bool:
-        shape = AttentionShape(1, 1, 1, n, n, head_dim, head_dim)
+    def ok(sq: int, sk: int) -> bool:
+        shape = AttentionShape(1, 1, 1, sq, sk, head_dim, head_dim)
         return not any(
             caps.admits(shape, AttentionSpec(), caps.dtypes[0], d)
             for d in ("forward", "backward")
             if d == "forward" or caps.backward
         )
 
-    good = tuple(n for n in lengths if ok(n))
-    return good or lengths
+    same = tuple(n for n in lengths if ok(n, n))
+    if len(same) > 1:  # both sides free (one common length: a side is pinned, e.g. decode's Sq 1)
+        return same, same
+    q_good = tuple(n for n in lengths if any(ok(n, m) for m in lengths))
+    kv_good = tuple(m for m in lengths if any(ok(n, m) for n in lengths))
+    return q_good or lengths, kv_good or lengths
 
 
 def _admissible_dims(caps: Capabilities, dims: tuple[int, ...], length: int) -> tuple[int, ...]:
@@ -89,12 +96,12 @@ def _config(draw: st.DrawFn, tunables: Tunables, q_len: int, kv_len: int, batch:
 def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -> Case:
     dtypes = tuple(d for d in caps.dtypes if d in DTYPE_NAMES)
     head_dims = _admissible_dims(caps, profile.head_dims, 128)
-    lengths = _admissible_lengths(caps, profile.lengths, head_dims[0])
+    q_lengths_space, kv_lengths_space = _admissible_lengths(caps, profile.lengths, head_dims[0])
     batch = draw(st.integers(1, profile.max_batch))
     kv_heads = draw(st.integers(1, profile.max_kv_heads))
     group = draw(st.sampled_from((1, 2, 4, 8))) if caps.gqa else 1
     head_dim = draw(st.sampled_from(head_dims))
-    q_len, kv_len = draw(st.sampled_from(lengths)), draw(st.sampled_from(lengths))
+    q_len, kv_len = draw(st.sampled_from(q_lengths_space)), draw(st.sampled_from(kv_lengths_space))
     causal = bool(caps.causal_alignments) and draw(st.booleans())
     alignment = draw(st.sampled_from(caps.causal_alignments)) if caps.causal_alignments else "top_left"
     window = None
@@ -104,7 +111,7 @@ def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -
     segments = draw(st.integers(0, 4)) if caps.segment_ids else 0
     q_lengths = kv_lengths = None
     if caps.lengths and draw(st.booleans()):
-        q_lengths = draw(st.none() | _lengths(batch, q_len))
+        q_lengths = draw(st.none() | _lengths(batch, q_len)) if caps.q_lengths else None
         kv_lengths = draw(_lengths(batch, kv_len))
     padded = q_lengths is not None or kv_lengths is not None or segments > 0
     kinds = ["normal", "large", "integers"] + (["nan_padding"] if padded else [])

@@ -40,7 +40,7 @@ _SIZES = {
     "Dv": "v_head_dim",
     "segments": "segments",
 }
-_ALIGNMENTS = ("top_left", "bottom_right")
+_ALIGNMENTS = ("top_left", "bottom_right", "bottom_right_valid")
 # leak repeats calls many times and is planned for one small case per subject; not for these.
 USER_CHECKS = tuple(d.name for d in REGISTRY if d.on_user_cases)
 
@@ -114,7 +114,7 @@ def _fields(text: str) -> dict[str, Any]:
             raise CaseSyntaxError(f"unknown key {key!r}; keys are {', '.join(known)}")
     if align is not None:
         if align not in _ALIGNMENTS:
-            raise CaseSyntaxError(f"align={align!r}: use top_left or bottom_right")
+            raise CaseSyntaxError(f"align={align!r}: use top_left, bottom_right or bottom_right_valid")
         fields["alignment"] = align
     fields.setdefault("v_head_dim", fields.get("head_dim", 64))
     return fields

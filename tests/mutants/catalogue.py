@@ -205,6 +205,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "additive -inf padding mask: NaN padded keys poison valid rows",
     ),
     _m(
+        "page_table_off_by_one",
+        "paged:PageOffByOne",
+        "forward",
+        "paged KV cache",
+        "logical page j read from page table entry j + 1",
+    ),
+    _m(
+        "last_partial_page_dropped",
+        "paged:DropsLastPartialPage",
+        "forward",
+        "paged KV cache",
+        "the keys of a row's last, partly filled page are never read",
+    ),
+    _m(
         "rescale_square_tiles_only",
         "tuned:RescaleSquareOnly",
         "forward",
@@ -236,6 +250,8 @@ CONTROLS: tuple[Control, ...] = (
     Control("xla", (*RUNS_EVERYWHERE, "backward")),
     # Correct at every edge config its tunables get (the mutants' own blocks).
     Control(f"{PACKAGE}.tuned:TunedAdapter", (*RUNS_EVERYWHERE, "backward", "raises")),
+    # Paged decode over paged_attention's layout: right at every row length and edge config.
+    Control(f"{PACKAGE}.paged:PagedDecode", RUNS_EVERYWHERE),
 )
 
 

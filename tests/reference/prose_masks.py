@@ -13,7 +13,8 @@ from reference.spec import AttentionInputs, AttentionSpec
 
 
 def diag(spec: AttentionSpec, i: int, q_len: int, kv_len: int) -> int:
-    """``top_left``: diag(i) = i; ``bottom_right``: diag(i) = i + Sk - Sq (tensor lengths)."""
+    """``top_left``: diag(i) = i; ``bottom_right``: diag(i) = i + Sk - Sq (tensor lengths);
+    ``bottom_right_valid``: the same with the row's valid lengths (the caller passes those)."""
     return i if spec.alignment == "top_left" else i + kv_len - q_len
 
 
@@ -21,7 +22,13 @@ def may_attend(spec: AttentionSpec, inputs: AttentionInputs, b: int, h: int, i: 
     """Whether query ``i`` of head ``h`` in batch ``b`` may attend to key ``j``. Bias is not consulted."""
     _, hq, sq, _ = inputs.q.shape
     sk = inputs.k.shape[2]
-    d = diag(spec, i, sq, sk)
+    if spec.alignment == "bottom_right_valid":
+        # "the diagonal at the end of each row's valid lengths": a missing length is the tensor's.
+        q_valid = sq if inputs.q_lengths is None else inputs.q_lengths[b]
+        kv_valid = sk if inputs.kv_lengths is None else inputs.kv_lengths[b]
+        d = diag(spec, i, q_valid, kv_valid)
+    else:
+        d = diag(spec, i, sq, sk)
     if spec.causal and not j <= d:
         return False
     if spec.window is not None:

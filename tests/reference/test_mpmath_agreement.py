@@ -77,7 +77,7 @@ def _resolve(shape: tuple[int, ...], full: tuple[int, ...]) -> tuple[int, ...]:
 
 
 F = -1  # full size on that axis
-TL, BR = "top_left", "bottom_right"
+TL, BR, BRV = "top_left", "bottom_right", "bottom_right_valid"
 WIDE = (2, 2, 2, 5, 3, 3, 2)  # Sq > Sk
 MIXED = dict(
     bias=(1, F, F, F),
@@ -102,6 +102,22 @@ RECIPES = [
     Recipe("window-1-None", AttentionSpec(window=(1, None), alignment=TL), shape=WIDE),
     Recipe("window-None-None", AttentionSpec(window=(None, None))),
     Recipe("causal-and-window-2-None", AttentionSpec(causal=True, window=(2, None), alignment=BR)),
+    # Bottom-right of the valid lengths: each batch row's diagonal at kv_len[b] - q_len[b]
+    # (row 1 of the first has kv 2 < q 3: its first query sees no key).
+    Recipe(
+        "causal-bottom_right_valid-padding",
+        AttentionSpec(causal=True, alignment=BRV),
+        q_lengths=(2, 3),
+        kv_lengths=(5, 2),
+    ),
+    Recipe(
+        "window-1-0-bottom_right_valid-gqa",
+        AttentionSpec(window=(1, 0), alignment=BRV),
+        shape=(2, 4, 2, 3, 6, 3, 2),
+        q_lengths=(3, 1),
+        kv_lengths=(4, 6),
+    ),
+    Recipe("causal-bottom_right_valid-kv-only", AttentionSpec(causal=True, alignment=BRV), kv_lengths=(3, 5)),
     Recipe("segment-ids", segments=True),
     Recipe("padding-q-and-kv", q_lengths=(2, 0), kv_lengths=(4, 1)),
     Recipe("padding-kv-empty", kv_lengths=(0, 5)),

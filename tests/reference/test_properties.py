@@ -10,7 +10,7 @@ import dataclasses
 from random import Random
 
 import numpy as np
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
@@ -51,9 +51,11 @@ def full_bias(case: Case) -> np.ndarray:
 
 
 def bake_positional(case: Case) -> Case:
-    """Turn causal, window and kv_lengths (which depend on key positions) into a boolean mask."""
+    """Turn causal, window and kv_lengths (which depend on key positions) into a boolean mask.
+    q_lengths stay in the baked case and in the probe: bottom-right-valid places each row's
+    diagonal by them, and the rows past them are masked in both anyway."""
     positional_only = dataclasses.replace(
-        case.inputs, q_segment_ids=None, kv_segment_ids=None, q_lengths=None, mask=None, bias=None
+        case.inputs, q_segment_ids=None, kv_segment_ids=None, mask=None, bias=None
     )
     mask = visibility(case.spec, positional_only)
     if case.inputs.mask is not None:
@@ -196,8 +198,19 @@ def square_shapes(draw: st.DrawFn):
 @profiled(60)
 @given(cases(shape=square_shapes()))
 def test_top_left_equals_bottom_right_when_sq_equals_sk(case: Case) -> None:
+    assume(case.spec.alignment != "bottom_right_valid")  # its own property follows
     other = "top_left" if case.spec.alignment == "bottom_right" else "bottom_right"
     assert_same(case, case.replace(spec=dataclasses.replace(case.spec, alignment=other)))
+
+
+@profiled(60)
+@given(cases(positional=True))
+def test_bottom_right_valid_equals_bottom_right_at_the_tensor_lengths(case: Case) -> None:
+    """Valid lengths equal to the tensor lengths put every row's diagonal at Sk - Sq."""
+    s = case.shape
+    full = case.replace(q_lengths=np.full(s.batch, s.q_len), kv_lengths=np.full(s.batch, s.kv_len))
+    valid = full.replace(spec=dataclasses.replace(case.spec, alignment="bottom_right_valid"))
+    assert_same(full.replace(spec=dataclasses.replace(case.spec, alignment="bottom_right")), valid)
 
 
 @profiled(60)

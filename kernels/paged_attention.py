@@ -1,0 +1,200 @@
+"""Paged attention (``jax.experimental.pallas.ops.tpu.paged_attention``): decode over a paged
+KV cache, TPU, run on CPU through Pallas TPU interpret mode.
+
+Translation from canonical semantics (``docs/semantics.md``):
+
+* Decode: one query token per sequence. Canonical ``q: [B, Hq, 1, D]`` becomes the kernel's
+  ``q: [B, Hq, D]``; ``Sq > 1`` cannot be expressed (a declared ``api`` constraint).
+* The kernel applies no softmax scale: we pass ``q * scale``, computed in float32 and rounded
+  once to the subject dtype, as a user would (the same as splash).
+* The KV cache: canonical ``k, v: [B, Hkv, Sk, D]`` are cut into pages of ``PAGE_SIZE`` tokens
+  and scattered into ``k_pages, v_pages: [Hkv, P, PAGE_SIZE, D]`` under a random page
+  permutation (``page_table``), so the page table is not monotone and rows share no page.
+  Every page and slot no sequence owns holds finite garbage (``GARBAGE_STD``), which a correct
+  kernel never reads. Each row's table is padded with unused pages up to a multiple of
+  ``pages_per_compute_block`` (the kernel requires that of the table's width).
+* ``kv_lengths`` map to ``lengths`` (``Sk`` where a case has none). The kernel has no query
+  lengths, causal mask, window, segments, bias, lse or backward.
+* Softcap maps to ``attn_logits_soft_cap``, applied to the scaled logits, as canonical.
+* A row with kv length 0 sees no key; the kernel skips it and leaves its output unwritten
+  (``fully_masked_rows="unspecified"``).
+
+Found by this suite: without quantisation the kernel still "dequantizes" every K/V page to
+bfloat16 (``MultiPageAsyncCopyDescriptor._maybe_dequantize``'s default dtype), so float32
+caches lose 16 mantissa bits. The ledger tracks it (``kernels/known_issues.toml``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.jax_runtime import Compiled, CompiledCache, array_key, installed_jax_versions, to_jax, to_numpy
+from kernels.tpu_interpret import (
+    TpuExecution,
+    choose_execution,
+    pallas_ran,
+    pallas_tpu_availability,
+    tpu_interpret_mode_missing,
+)
+from kernels.tunables import Config, Tunable, Tunables
+from reference.spec import AttentionInputs, AttentionSpec
+
+MODULE = "jax.experimental.pallas.ops.tpu.paged_attention"
+PAGE_SIZE = 16  # tokens per page: a serving engine's choice, fixed here and named in "ran"
+SPARE_PAGES = 3  # pages no sequence owns: garbage the kernel must not read
+GARBAGE_STD = 4.0  # finite garbage in unowned pages and slots, larger than the data (std ~1)
+
+# --- version compatibility: everything that differs between JAX versions --------------
+# * The module and its signature (q, k_pages, v_pages, lengths, page_indices, *, mask_value,
+#   attn_logits_soft_cap, pages_per_compute_block, megacore_mode, inline_seq_dim) are the
+#   same from 0.4.35 to 0.10.2 (read in each installed version).
+# * It issues DMAs and waits on semaphores, which only TPU interpret mode models on CPU:
+#   from JAX 0.7.0 (kernels/tpu_interpret.py); before that the subject is unavailable.
+# * pages_per_compute_block has no default in any version; the table width must be a
+#   multiple of it (ValueError), which the adapter guarantees by padding the table.
+
+TUNABLES = Tunables(
+    (
+        # Counted in pages (the API's unit): smallest 1; a value past the sequence's pages
+        # makes one compute block cover the whole (padded) table.
+        Tunable("pages_per_compute_block", 4, "kv", power_of_two=True),
+    )
+)
+
+CONSTRAINTS = (
+    ShapeConstraint(
+        name="decode_one_query_token",
+        reason="paged_attention decodes one query token per sequence (q is [B, Hq, D]): Sq > 1 "
+        "cannot be expressed",
+        holds=lambda shape, spec: shape.q_len == 1,
+        basis="api",
+    ),
+)
+
+
+def pages_per_sequence(kv_len: int, pages_per_compute_block: int) -> int:
+    """The page table's width: enough pages for ``kv_len``, padded to a multiple of the compute block."""
+    needed = max(1, math.ceil(kv_len / PAGE_SIZE))
+    return math.ceil(needed / pages_per_compute_block) * pages_per_compute_block
+
+
+def page_table(batch: int, width: int, seed: int) -> tuple[np.ndarray, int]:
+    """(``page_indices [B, width]`` int32, total pages): a random permutation of the pages, so
+    consecutive pages of a row are not neighbours and ``SPARE_PAGES`` pages belong to no row."""
+    total = batch * width + SPARE_PAGES
+    order = np.random.default_rng(seed).permutation(total)[: batch * width]
+    return order.reshape(batch, width).astype(np.int32), total
+
+
+def scatter_pages(x: np.ndarray, table: np.ndarray, total: int, seed: int) -> np.ndarray:
+    """``x: [B, Hkv, Sk, D]`` -> pages ``[Hkv, total, PAGE_SIZE, D]``: token ``t`` of row ``b`` at
+    page ``table[b, t // PAGE_SIZE]``, slot ``t % PAGE_SIZE``; every other slot finite garbage."""
+    b, hkv, sk, d = x.shape
+    garbage = np.random.default_rng(seed).normal(0.0, GARBAGE_STD, (hkv, total, PAGE_SIZE, d))
+    pages = garbage.astype(x.dtype)
+    for row in range(b):
+        for t0 in range(0, sk, PAGE_SIZE):
+            chunk = x[row, :, t0 : t0 + PAGE_SIZE]
+            pages[:, table[row, t0 // PAGE_SIZE], : chunk.shape[1]] = chunk
+    return pages
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PagedAttentionAdapter:
+    """Paged attention at ``pages_per_compute_block`` 4 or a config's. Canonical layout in and out."""
+
+    OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {}
+    config: Config = ()
+    name: str = "paged_attention"
+    description: str = "Pallas TPU paged attention (jax.experimental.pallas.ops.tpu.paged_attention)"
+    _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
+
+    def availability(self) -> Availability:
+        if choose_execution("tpu").mode == "tpu" and tpu_interpret_mode_missing() is not None:
+            return Availability(
+                False,
+                "paged_attention issues DMAs and semaphore waits, which on CPU only Pallas TPU "
+                "interpret mode runs (JAX >= 0.7.0); use JAX >= 0.7.0 here, or a TPU",
+                installed_jax_versions(),
+            )
+        return pallas_tpu_availability("tpu", MODULE, lambda execution: _load())
+
+    def configured(self, config: Config) -> PagedAttentionAdapter:
+        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            jax_runtime=True,
+            dtypes=("float32", "bfloat16"),
+            lengths=True,
+            q_lengths=False,
+            gqa=True,
+            softcap=True,
+            fully_masked_rows="unspecified",
+            constraints=CONSTRAINTS,
+            tunables=TUNABLES,
+        )
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """``out: [B, Hq, 1, D]`` in the input dtype; no lse."""
+        execution = choose_execution("tpu")
+        b, hkv, sk, _ = inputs.k.shape
+        block = int(TUNABLES.value(self.config, "pages_per_compute_block"))
+        seed = _layout_seed(inputs)
+        table, total = page_table(b, pages_per_sequence(sk, block), seed)
+        k_pages = scatter_pages(inputs.k, table, total, seed + 1)
+        v_pages = scatter_pages(inputs.v, table, total, seed + 2)
+        lengths = (
+            np.full(b, sk, np.int32) if inputs.kv_lengths is None else inputs.kv_lengths.astype(np.int32)
+        )
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        arrays = (inputs.q[:, :, 0, :], k_pages, v_pages, lengths, table)
+        key = (execution.mode, array_key(*arrays), scale, spec.softcap)
+        with execution.context():
+            args = tuple(to_jax(a) for a in arrays)
+            compiled = self._cache.get(key, lambda: _build(execution, scale, spec.softcap, block, args))
+            out = compiled.fn(*args)
+        return SubjectOutput(out=to_numpy(out)[:, :, None, :], lse=None, ran=compiled.ran)
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        raise NotImplementedError("paged_attention is an inference kernel: it has no backward pass")
+
+
+def _layout_seed(inputs: AttentionInputs) -> int:
+    """The page permutation's seed: fixed by the shapes, so every call of a case sees one layout."""
+    return int(np.prod(inputs.k.shape)) % (2**31)
+
+
+def _load() -> Any:
+    import importlib
+
+    return importlib.import_module(MODULE).paged_attention
+
+
+def _build(execution: TpuExecution, scale: float, softcap: float | None, block: int, args: tuple) -> Compiled:
+    import jax
+    import jax.numpy as jnp
+
+    paged_attention = _load()
+
+    def fn(q, k_pages, v_pages, lengths, table):
+        q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
+        return paged_attention(
+            q,
+            k_pages,
+            v_pages,
+            lengths,
+            table,
+            attn_logits_soft_cap=softcap,
+            pages_per_compute_block=block,
+        )
+
+    ran = pallas_ran(fn, args, execution, fallback="no kernel")
+    return Compiled(
+        jax.jit(fn), f"{ran}; pages of {PAGE_SIZE} tokens, random page order, garbage in unowned slots"
+    )

@@ -1,0 +1,124 @@
+"""Paged decode in plain JAX, correct and with the paging bugs serving kernels have.
+
+``PagedDecode`` lays K/V out exactly as the paged_attention adapter does (``page_table``,
+``scatter_pages``: random page order, garbage in every page and slot no row owns), then reads
+them back through the page table and attends over each row's ``kv_len`` keys. It declares
+what paged_attention declares (one query token, kv lengths, GQA, softcap, its compute-block
+tunable), so the suite runs it on the same decode cases. The mutants break only the paging:
+
+* ``PageOffByOne``: logical page ``j`` of a row is read from ``table[b, j + 1]``: the next page
+  of the row, and past its last page one it does not own (garbage).
+* ``DropsLastPartialPage``: the keys of a row's last, partly filled page are never read
+  (lengths that end on a page edge come out right).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.paged_attention import (
+    CONSTRAINTS,
+    PAGE_SIZE,
+    TUNABLES,
+    page_table,
+    pages_per_sequence,
+    scatter_pages,
+)
+from kernels.tunables import Config
+from reference.spec import AttentionInputs, AttentionSpec
+from tests.mutants import jax_attention as core
+
+CAPS = Capabilities(
+    jax_runtime=True,
+    dtypes=("float32",),
+    lengths=True,
+    q_lengths=False,
+    gqa=True,
+    softcap=True,
+    fully_masked_rows="unspecified",
+    constraints=CONSTRAINTS,
+    tunables=TUNABLES,
+)
+
+
+@functools.partial(jax.jit, static_argnames=("scale", "softcap", "shift"))
+def _decode(q, k_pages, v_pages, lengths, table, *, scale, softcap, shift):
+    """q [B, Hq, 1, D], pages [Hkv, P, page, D] -> out [B, Hq, 1, D] (float32)."""
+    read = table
+    if shift:  # page j read from table[b, j + 1]; past the last, a page of another row or none
+        read = jnp.concatenate([table[:, 1:], jnp.full_like(table[:, :1], table.size)], axis=1)
+
+    def gather(pages):  # -> [B, Hkv, width * page, D]
+        g = pages[:, read]  # [Hkv, B, width, page, D]
+        return jnp.moveaxis(g, 0, 1).reshape(read.shape[0], pages.shape[0], -1, pages.shape[-1])
+
+    k, v = gather(k_pages), gather(v_pages)
+    s, _ = core.logits(q, k.astype(jnp.float32), scale, softcap=softcap)
+    keys = jnp.arange(k.shape[2])
+    s = jnp.where(keys[None, None, None, :] < lengths[:, None, None, None], s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1)
+    return jnp.einsum(
+        "bhqk,bhkd->bhqd", p, core.group(v, q.shape[1]).astype(jnp.float32), precision=core.HIGHEST
+    )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PagedDecode:
+    """Correct paged decode (float32) over the adapter's page layout."""
+
+    BUG: ClassVar[str] = ""
+    config: Config = ()
+    name: str = "mutants_paged_decode"
+    description: str = "plain-JAX paged decode over paged_attention's page layout"
+
+    def availability(self) -> Availability:
+        return Availability(True, "", (), "native", "JAX, in this process")
+
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    def configured(self, config: Config) -> PagedDecode:
+        return dataclasses.replace(self, config=TUNABLES.normalized(config))
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        b, _, sk, _ = inputs.k.shape
+        block = int(TUNABLES.value(self.config, "pages_per_compute_block"))
+        table, total = page_table(b, pages_per_sequence(sk, block), seed=sk)
+        k_pages = scatter_pages(inputs.k, table, total, seed=1)
+        v_pages = scatter_pages(inputs.v, table, total, seed=2)
+        lengths = np.full(b, sk) if inputs.kv_lengths is None else np.asarray(inputs.kv_lengths)
+        if self.BUG == "drops_last_partial_page":
+            lengths = lengths // PAGE_SIZE * PAGE_SIZE
+        out = _decode(
+            jnp.asarray(inputs.q),
+            jnp.asarray(k_pages),
+            jnp.asarray(v_pages),
+            jnp.asarray(lengths, jnp.int32),
+            jnp.asarray(table),
+            scale=spec.resolved_scale(inputs.q.shape[-1]),
+            softcap=spec.softcap,
+            shift=1 if self.BUG == "page_off_by_one" else 0,
+        )
+        return SubjectOutput(out=core.host(out, inputs.q.dtype), ran=self.name)
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        raise NotImplementedError("a decode kernel has no backward pass")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PageOffByOne(PagedDecode):
+    BUG: ClassVar[str] = "page_off_by_one"
+    name: str = "mutants_page_off_by_one"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DropsLastPartialPage(PagedDecode):
+    BUG: ClassVar[str] = "drops_last_partial_page"
+    name: str = "mutants_drops_last_partial_page"
