@@ -16,6 +16,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 from kernels.dtypes import DTYPES  # the one list, stdlib only so that reports reads it too
+from kernels.kv_storage import KV_STORAGES
 from kernels.tunables import Config, Tunables
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
 
@@ -130,11 +131,17 @@ class Capabilities:
     # Parameters a user may tune (block sizes, ...) and their legal space; a case's config
     # names values for some of them (kernels/tunables.py). Empty: nothing to tune.
     tunables: Tunables = Tunables()
+    # How the implementation stores K/V when narrower than the dtype (kernels/kv_storage.py,
+    # e.g. "int8"): every case of it carries this storage and its K/V are rounded to it, so
+    # the reference sees exactly the values the implementation computes with. None: the dtype.
+    kv_storage: str | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.dtypes) - set(DTYPES)
         if unknown:
             raise ValueError(f"unknown dtypes {sorted(unknown)}; choose from {DTYPES}")
+        if self.kv_storage is not None and self.kv_storage not in KV_STORAGES:
+            raise ValueError(f"unknown kv_storage {self.kv_storage!r}; choose from {KV_STORAGES} (or None)")
 
     def admits(
         self,

@@ -18,6 +18,15 @@ Translation from canonical semantics (``docs/semantics.md``):
 * Softcap maps to ``attn_logits_soft_cap``, applied to the scaled logits, as canonical.
 * A row with kv length 0 sees no key; the kernel skips it and leaves its output unwritten
   (``fully_masked_rows="unspecified"``).
+* ``[kv=int8]``: the pages hold int8 weights and a scale per token (``QuantizedTensor``); the
+  kernel dequantises ``w * scale / 127.5``. The subject declares ``kv_storage="int8"``, so its
+  cases' K/V are already on the int8 grid of ``kernels.kv_storage`` (``w * step``, ``step`` a
+  power of two) when the reference sees them; the adapter quantises them again, losslessly,
+  and passes ``scale = 127.5 * step``, which the kernel turns back into exactly those values.
+* ``megacore_mode`` (``none``, ``kv_head``, ``batch``) splits the grid over a chip's two
+  TensorCores. On one core the kernel waits forever on a DMA the other core's half issues,
+  so it runs only with two: TPU interpret mode simulates two cores for it; natively it is
+  declared only on the megacore chips (TPU v4, v5p).
 
 Found by this suite: without quantisation the kernel still "dequantizes" every K/V page to
 bfloat16 (``MultiPageAsyncCopyDescriptor._maybe_dequantize``'s default dtype), so float32
@@ -26,12 +35,15 @@ caches lose 16 mantissa bits. The ledger tracks it (``kernels/known_issues.toml`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
 
+from kernels import kv_storage
 from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.jax_runtime import Compiled, CompiledCache, array_key, installed_jax_versions, to_jax, to_numpy
 from kernels.tpu_interpret import (
@@ -45,6 +57,10 @@ from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.paged_attention"
+KV_FORMS = ("float", "int8")  # pages in the case dtype, or int8 with a scale per token
+INT8_SCALE_DIVISOR = 127.5  # the kernel's dequantisation: w * scale / 127.5 (quantization_utils)
+MEGACORE_MODES = ("none", "kv_head", "batch")  # "none" is the API's None
+MEGACORE_CHIPS = ("TPU v4", "TPU v5")  # device kinds with two TensorCores per chip (v5p is "TPU v5")
 PAGE_SIZE = 16  # tokens per page: a serving engine's choice, fixed here and named in "ran"
 SPARE_PAGES = 3  # pages no sequence owns: garbage the kernel must not read
 GARBAGE_STD = 4.0  # finite garbage in unowned pages and slots, larger than the data (std ~1)
@@ -57,14 +73,37 @@ GARBAGE_STD = 4.0  # finite garbage in unowned pages and slots, larger than the 
 #   from JAX 0.7.0 (kernels/tpu_interpret.py); before that the subject is unavailable.
 # * pages_per_compute_block has no default in any version; the table width must be a
 #   multiple of it (ValueError), which the adapter guarantees by padding the table.
+# * megacore_mode ("kv_head" needs an even Hkv, "batch" an even B: ValueError otherwise) and
+#   QuantizedTensor pages are in every version. TPU interpret mode names its simulated core
+#   count num_cores_per_device (0.7), num_cores_or_threads_per_device (0.8),
+#   num_cores_or_threads (0.9 on): _interpret_params.
+_CORE_COUNT_FIELDS = ("num_cores_or_threads", "num_cores_or_threads_per_device", "num_cores_per_device")
 
-TUNABLES = Tunables(
-    (
-        # Counted in pages (the API's unit): smallest 1; a value past the sequence's pages
-        # makes one compute block cover the whole (padded) table.
-        Tunable("pages_per_compute_block", 4, "kv", power_of_two=True),
+
+def _interpret_params(cores: int) -> Any:
+    """``pltpu.InterpretParams`` simulating ``cores`` TensorCores, under this version's field name."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    fields = {f.name for f in dataclasses.fields(pltpu.InterpretParams)}
+    name = next((f for f in _CORE_COUNT_FIELDS if f in fields), None)
+    if name is None:
+        raise TypeError(f"pltpu.InterpretParams has none of {_CORE_COUNT_FIELDS} on this JAX version")
+    return pltpu.InterpretParams(**{name: cores})
+
+
+def tunables(megacore: bool) -> Tunables:
+    """The declaration; ``megacore``: the chip (or the simulation) has two TensorCores."""
+    return Tunables(
+        (
+            # Counted in pages (the API's unit, ``unit=PAGE_SIZE``): smallest 1; a value past
+            # the sequence's pages makes one compute block cover the whole (padded) table.
+            Tunable("pages_per_compute_block", 4, "kv", power_of_two=True, unit=PAGE_SIZE),
+            Tunable("megacore_mode", "none", "choice", choices=MEGACORE_MODES if megacore else ("none",)),
+        )
     )
-)
+
+
+TUNABLES = tunables(megacore=True)
 
 CONSTRAINTS = (
     ShapeConstraint(
@@ -73,6 +112,20 @@ CONSTRAINTS = (
         "cannot be expressed",
         holds=lambda shape, spec: shape.q_len == 1,
         basis="api",
+    ),
+    ShapeConstraint(
+        name="megacore_kv_head_even_kv_heads",
+        reason="megacore_mode='kv_head' splits the KV heads over two cores: Hkv must be even (ValueError)",
+        holds=lambda shape, spec, blocks: blocks.get("megacore_mode") != "kv_head" or shape.kv_heads % 2 == 0,
+        basis="raises",
+        sees_config=True,
+    ),
+    ShapeConstraint(
+        name="megacore_batch_even_batch",
+        reason="megacore_mode='batch' splits the batch over two cores: B must be even (ValueError)",
+        holds=lambda shape, spec, blocks: blocks.get("megacore_mode") != "batch" or shape.batch % 2 == 0,
+        basis="raises",
+        sees_config=True,
     ),
 )
 
@@ -104,11 +157,32 @@ def scatter_pages(x: np.ndarray, table: np.ndarray, total: int, seed: int) -> np
     return pages
 
 
+def int8_pages(x: np.ndarray, table: np.ndarray, total: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``x: [B, Hkv, Sk, D]`` on the int8 grid (``kernels.kv_storage``) -> (int8 weight pages
+    ``[Hkv, total, PAGE_SIZE, D]``, scale pages ``[Hkv, total, PAGE_SIZE, 1]`` in ``x``'s dtype)
+    with ``x == w * scale / 127.5`` exactly; garbage in unowned slots of both. ValueError when
+    ``x`` is off the grid: the reference would then see values the kernel never gets."""
+    w, step = kv_storage.int8_quantize(x)
+    back = (w.astype(np.float64) * step).astype(x.dtype)
+    if not np.array_equal(back, x, equal_nan=True):
+        raise ValueError(
+            "K/V are not on the int8 grid: build the case with kv_storage='int8' (the subject "
+            "declares it), so the reference sees the values the int8 pages hold"
+        )
+    scales = (step * INT8_SCALE_DIVISOR).astype(x.dtype)  # 127.5 * 2^e: exact in every dtype
+    return scatter_pages(w, table, total, seed), scatter_pages(scales, table, total, seed + 1)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class PagedAttentionAdapter:
-    """Paged attention at ``pages_per_compute_block`` 4 or a config's. Canonical layout in and out."""
+    """Paged attention at ``pages_per_compute_block`` 4 or a config's. Canonical layout in and out.
 
-    OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {}
+    kv: ``"float"`` (pages in the case dtype) or ``"int8"`` (int8 pages with a scale per token).
+    """
+
+    # What ``--impl "paged_attention[kv=int8]"`` may set (kernels/subject_spec.py).
+    OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"kv": KV_FORMS}
+    kv: str = "float"
     config: Config = ()
     name: str = "paged_attention"
     description: str = "Pallas TPU paged attention (jax.experimental.pallas.ops.tpu.paged_attention)"
@@ -137,7 +211,8 @@ class PagedAttentionAdapter:
             softcap=True,
             fully_masked_rows="unspecified",
             constraints=CONSTRAINTS,
-            tunables=TUNABLES,
+            tunables=tunables(_two_cores(choose_execution("tpu"))),
+            kv_storage=None if self.kv == "float" else self.kv,
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
@@ -145,19 +220,29 @@ class PagedAttentionAdapter:
         execution = choose_execution("tpu")
         b, hkv, sk, _ = inputs.k.shape
         block = int(TUNABLES.value(self.config, "pages_per_compute_block"))
+        megacore = str(TUNABLES.value(self.config, "megacore_mode"))
         seed = _layout_seed(inputs)
         table, total = page_table(b, pages_per_sequence(sk, block), seed)
-        k_pages = scatter_pages(inputs.k, table, total, seed + 1)
-        v_pages = scatter_pages(inputs.v, table, total, seed + 2)
+        if self.kv == "int8":
+            k_pages, k_scales = int8_pages(inputs.k, table, total, seed + 1)
+            v_pages, v_scales = int8_pages(inputs.v, table, total, seed + 3)
+            kv = (k_pages, k_scales, v_pages, v_scales)
+        else:
+            kv = (
+                scatter_pages(inputs.k, table, total, seed + 1),
+                scatter_pages(inputs.v, table, total, seed + 2),
+            )
         lengths = (
             np.full(b, sk, np.int32) if inputs.kv_lengths is None else inputs.kv_lengths.astype(np.int32)
         )
         scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q[:, :, 0, :], k_pages, v_pages, lengths, table)
+        arrays = (inputs.q[:, :, 0, :], *kv, lengths, table)
         key = (execution.mode, array_key(*arrays), scale, spec.softcap)
-        with execution.context():
+        with _context(execution, megacore):
             args = tuple(to_jax(a) for a in arrays)
-            compiled = self._cache.get(key, lambda: _build(execution, scale, spec.softcap, block, args))
+            compiled = self._cache.get(
+                key, lambda: _build(execution, scale, spec.softcap, block, megacore, self.kv, args)
+            )
             out = compiled.fn(*args)
         return SubjectOutput(out=to_numpy(out)[:, :, None, :], lse=None, ran=compiled.ran)
 
@@ -170,19 +255,59 @@ def _layout_seed(inputs: AttentionInputs) -> int:
     return int(np.prod(inputs.k.shape)) % (2**31)
 
 
+def _two_cores(execution: TpuExecution) -> bool:
+    """Whether megacore modes can run: TPU interpret mode simulates two cores; natively, a megacore chip."""
+    if execution.mode != "native":
+        return True
+    import jax
+
+    return jax.devices()[0].device_kind in MEGACORE_CHIPS
+
+
+@contextlib.contextmanager
+def _context(execution: TpuExecution, megacore: str) -> Iterator[None]:
+    """The execution's context; under TPU interpret mode, two simulated cores for a megacore mode
+    (on one, the kernel waits forever on the other core's DMA)."""
+    if execution.mode != "tpu" or megacore == "none":
+        with execution.context():
+            yield
+        return
+    from jax.experimental.pallas import tpu as pltpu
+
+    with pltpu.force_tpu_interpret_mode(_interpret_params(2)):
+        yield
+
+
 def _load() -> Any:
     import importlib
 
     return importlib.import_module(MODULE).paged_attention
 
 
-def _build(execution: TpuExecution, scale: float, softcap: float | None, block: int, args: tuple) -> Compiled:
+def _build(
+    execution: TpuExecution,
+    scale: float,
+    softcap: float | None,
+    block: int,
+    megacore: str,
+    kv: str,
+    args: tuple,
+) -> Compiled:
+    import importlib
+
     import jax
     import jax.numpy as jnp
 
     paged_attention = _load()
+    quantized = importlib.import_module(MODULE + ".quantization_utils").QuantizedTensor
 
-    def fn(q, k_pages, v_pages, lengths, table):
+    def fn(q, *rest):
+        *pages, lengths, table = rest
+        if kv == "int8":
+            k_w, k_s, v_w, v_s = pages
+            k_pages, v_pages = quantized(weight=k_w, scales=k_s), quantized(weight=v_w, scales=v_s)
+        else:
+            k_pages, v_pages = pages
         q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
         return paged_attention(
             q,
@@ -192,9 +317,13 @@ def _build(execution: TpuExecution, scale: float, softcap: float | None, block: 
             table,
             attn_logits_soft_cap=softcap,
             pages_per_compute_block=block,
+            megacore_mode=None if megacore == "none" else megacore,
         )
 
     ran = pallas_ran(fn, args, execution, fallback="no kernel")
+    cores = "" if megacore == "none" else f", megacore {megacore} on 2 cores"
+    int8 = " (int8, a scale per token)" if kv == "int8" else ""
     return Compiled(
-        jax.jit(fn), f"{ran}; pages of {PAGE_SIZE} tokens, random page order, garbage in unowned slots"
+        jax.jit(fn),
+        f"{ran}; pages of {PAGE_SIZE} tokens{int8}, random page order, garbage in unowned slots{cores}",
     )

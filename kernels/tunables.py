@@ -15,20 +15,23 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
-Value = int | bool
+Value = int | bool | str
 Config = tuple[tuple[str, Value], ...]  # sorted (name, value) pairs, defaults left out: hashable
-Axis = Literal["q", "kv", "batch", "flag"]
-AXES: tuple[str, ...] = ("q", "kv", "batch", "flag")
+Axis = Literal["q", "kv", "batch", "flag", "choice"]
+AXES: tuple[str, ...] = ("q", "kv", "batch", "flag", "choice")
 
 
 @dataclasses.dataclass(frozen=True)
 class Tunable:
     """One parameter. A block is legal when it is a positive multiple of ``multiple_of``, at
     least ``minimum``, a power of two when ``power_of_two``, and divides the value of the
-    block named by ``divides`` (a minor block inside its major one). A flag is True or False.
+    block named by ``divides`` (a minor block inside its major one). A flag is True or False;
+    a choice is one of ``choices`` (names, e.g. a parallelisation mode).
 
-    axis: what the block tiles (``q``/``kv`` sequence, ``batch``), or ``flag``.
+    axis: what the block tiles (``q``/``kv`` sequence, ``batch``), ``flag`` or ``choice``.
     backward: it sizes a backward kernel only (forward calls ignore it).
+    unit: tokens per step of the value: 1 for a block counted in tokens, the page size for
+    one counted in pages (a sequence of ``n`` tokens then spans ``ceil(n / unit)`` of them).
     """
 
     name: str
@@ -39,15 +42,30 @@ class Tunable:
     minimum: int = 1
     power_of_two: bool = False
     divides: str | None = None
+    unit: int = 1
+    choices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.axis not in AXES:
             raise ValueError(f"tunable {self.name!r}: axis {self.axis!r} is not one of {AXES}")
+        if self.unit < 1:
+            raise ValueError(f"tunable {self.name!r}: unit {self.unit} must be a positive number of tokens")
+        if (self.axis == "choice") != bool(self.choices) or (
+            self.choices and self.default not in self.choices
+        ):
+            raise ValueError(
+                f"tunable {self.name!r}: a choice (and only a choice) lists choices, its default among them"
+            )
+
+    def span(self, length: int) -> int:
+        """How many of the value's units ``length`` (tokens, or the batch) takes: the value that
+        covers it whole."""
+        return length if self.axis == "batch" else max(1, -(-length // self.unit))
 
     @property
     def smallest(self) -> int:
-        if self.axis == "flag":
-            raise ValueError(f"{self.name} is a flag")
+        if self.axis in ("flag", "choice"):
+            raise ValueError(f"{self.name} is a {self.axis}")
         value = max(self.minimum, self.multiple_of)
         while not self.legal_alone(value):
             value += 1
@@ -57,6 +75,8 @@ class Tunable:
         """Legal on its own (ignoring ``divides``)."""
         if self.axis == "flag":
             return isinstance(value, bool)
+        if self.axis == "choice":
+            return isinstance(value, str) and value in self.choices
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum or value <= 0:
             return False
         if value % self.multiple_of:
@@ -131,6 +151,8 @@ def normalize(config: Mapping[str, Value] | Config) -> Config:
 def _space(p: Tunable) -> str:
     if p.axis == "flag":
         return "True or False"
+    if p.axis == "choice":
+        return "one of " + ", ".join(p.choices)
     words = [f"a multiple of {p.multiple_of}"] if p.multiple_of > 1 else ["a positive integer"]
     if p.minimum > 1:
         words.append(f"at least {p.minimum}")
@@ -146,7 +168,7 @@ def config_token(config: Config) -> str:
     return "-".join(["cfg", *(_param_token(name, value) for name, value in config)])
 
 
-_ABBREVIATIONS = {"block": "b", "major": "maj", "compute": "c", "use": "", "kernel": ""}
+_ABBREVIATIONS = {"block": "b", "major": "maj", "compute": "c", "use": "", "kernel": "", "mode": ""}
 
 
 def _param_token(name: str, value: Value) -> str:

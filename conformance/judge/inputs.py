@@ -2,7 +2,8 @@
 
 Everything is drawn in float64 from ``np.random.default_rng([case.seed, stream])``
 (one stream per tensor, so adding a bias never changes q) and then rounded to the
-subject's dtype. The reference sees exactly those rounded values, up-cast.
+subject's dtype, and K/V then to its K/V storage where it declares one (``int8``:
+``kernels.kv_storage``). The reference sees exactly those rounded values, up-cast.
 
 Input kinds (only uniform [0, 1) inputs would let wrong kernels pass as mean(V)):
   * ``normal``: q ~ N(0, 2^2), k, v ~ N(0, 1): logits of std ~2, a peaked softmax.
@@ -26,6 +27,7 @@ import numpy as np
 
 from conformance.judge import dtypes
 from conformance.plan.cases import Case
+from kernels import kv_storage
 from reference.masks import full_visibility
 from reference.spec import AttentionInputs
 
@@ -180,7 +182,8 @@ def padding_sentinel(case: Case) -> float:
 
 
 def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
-    """The case's inputs, every float array already in the subject's dtype.
+    """The case's inputs, every float array already in the subject's dtype (K/V also in its
+    K/V storage, ``case.kv_storage``).
 
     ``salt`` != 0 gives fresh values with the same shapes and masks (used by the
     recompilation and determinism checks).
@@ -202,10 +205,11 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
         k[dead_keys] = np.nan
         v[dead_keys] = padding_sentinel(case)
     cast = lambda x: None if x is None else dtypes.cast(x, case.dtype)  # noqa: E731
+    stored = lambda x: kv_storage.represent(cast(x), case.kv_storage)  # noqa: E731
     return AttentionInputs(
         q=cast(q),
-        k=cast(k),
-        v=cast(v),
+        k=stored(k),
+        v=stored(v),
         bias=cast(bias),
         sinks=cast(sinks),
         q_segment_ids=masks.q_segment_ids,

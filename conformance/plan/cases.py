@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from kernels.kv_storage import KV_STORAGES
 from kernels.tunables import Config, config_token, normalize
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
@@ -45,6 +46,8 @@ class Case:
                     (name, value) pairs; () is the implementation's default. A mapping given
                     here is stored sorted.
     sinks:          None, or how the per-head sink logits are drawn (``SINK_KINDS``).
+    kv_storage:     None, or how the subject stores K/V (``kernels.kv_storage``, e.g. ``"int8"``):
+                    set from its ``Capabilities.kv_storage``; K/V are rounded to it.
     """
 
     subject: str
@@ -70,6 +73,7 @@ class Case:
     input_kind: str = "normal"
     config: Config = ()
     sinks: str | None = None
+    kv_storage: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -82,6 +86,8 @@ class Case:
             raise ValueError(f"unknown input kind {self.input_kind!r}; choose from {INPUT_KINDS}")
         if self.sinks is not None and self.sinks not in SINK_KINDS:
             raise ValueError(f"unknown sink kind {self.sinks!r}; choose from {SINK_KINDS} (or None)")
+        if self.kv_storage is not None and self.kv_storage not in KV_STORAGES:
+            raise ValueError(f"unknown kv_storage {self.kv_storage!r}; choose from {KV_STORAGES} (or None)")
         for name in ("bias", "mask"):
             pattern = getattr(self, name)
             if pattern is not None and not _is_pattern(pattern):
@@ -148,6 +154,8 @@ class Case:
             out.append("softcap")
         if self.sinks is not None:
             out.append("sinks")
+        if self.kv_storage is not None:
+            out.append(f"kv_{self.kv_storage}")
         if self.kv_heads == 1 and self.q_heads > 1:
             out.append("mqa")
         elif self.kv_heads != self.q_heads:
@@ -268,4 +276,6 @@ def _feature_tokens(case: Case) -> list[str]:
         tokens.append(f"scale{case.scale:g}")
     if case.sinks is not None:
         tokens.append("sink" if case.sinks == "normal" else f"sink_{case.sinks}")
+    if case.kv_storage is not None:
+        tokens.append(f"kv{case.kv_storage}")
     return tokens

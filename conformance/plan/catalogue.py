@@ -109,6 +109,8 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         for t, every_dtype in edge_matrix.config_cases(caps.tunables, profile.edge_level, _decode_only(caps))
         for d in (dtypes if every_dtype else dtypes[:1])
     ]
+    # K/V in the subject's own storage (int8 pages, ...): its every case, rounded to it.
+    curated = [dataclasses.replace(c, kv_storage=caps.kv_storage) for c in curated]
     drawn = strategies.draw_cases(
         strategies.cases(subject.name, caps, profile), profile.drawn_cases, draw_seed
     )

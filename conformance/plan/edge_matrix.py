@@ -9,7 +9,8 @@ Capabilities and ShapeConstraints.
 A subject that declares tunables (``Capabilities.tunables``) also gets edge *configs*
 (``config_cases``), derived from its declaration alone: the smallest legal blocks,
 block_q < block_k and the reverse, a minor block smaller than its major, backward blocks
-unlike the forward ones, blocks as long as the whole sequence, and each flag flipped.
+unlike the forward ones, blocks as long as the whole sequence, each flag flipped and each
+other choice taken.
 They ride on a few small shapes only (interpret-mode kernels are slow).
 """
 
@@ -181,20 +182,22 @@ CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
     (2, _t(q_len=512, kv_len=256, causal=True, head_dim=128, v_head_dim=128), True),
 )
 # The edge configs of a decode kernel (its constraints pin Sq to 1, so it runs none of the
-# shapes above): rows ending inside a page, on a compute-block edge, and after one token.
+# shapes above): rows ending on a compute-block edge, after no token (a row the kernel must
+# skip, then resume at the next), inside a page, and after one token. B and Hkv are even, so
+# work split over two cores by batch or by KV head (paged_attention's megacore_mode) runs.
 DECODE_CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
-    (0, _t(q_len=1, kv_len=256, batch=3, q_heads=4, kv_heads=2, kv_lengths=(256, 77, 1)), True),
+    (0, _t(q_len=1, kv_len=256, batch=4, q_heads=4, kv_heads=2, kv_lengths=(256, 0, 77, 1)), True),
 )
 
 
 def edge_configs(tunables: Tunables, q_len: int, kv_len: int, batch: int) -> tuple[tuple[str, Config], ...]:
     """(label, config) pairs for a shape: the block edges where kernel bugs live, legal under
     the declaration and fitting the lengths; without duplicates or the default config."""
-    blocks = [p for p in tunables.params if p.axis != "flag"]
+    blocks = [p for p in tunables.params if p.axis not in ("flag", "choice")]
     limits = {"q": q_len, "kv": kv_len, "batch": batch}
 
     def large(p: Tunable) -> int:
-        return max(p.candidates(limits[p.axis]), default=p.smallest)
+        return max(p.candidates(p.span(limits[p.axis])), default=p.smallest)
 
     fwd = [p for p in blocks if not p.backward and p.axis in ("q", "kv")]
     bwd = [p for p in blocks if p.backward]
@@ -203,7 +206,7 @@ def edge_configs(tunables: Tunables, q_len: int, kv_len: int, batch: int) -> tup
         ("smallest", {p.name: p.smallest for p in blocks}),
         ("block_q<block_k", {p.name: p.smallest if p.axis == "q" else large(p) for p in fwd}),
         ("block_q>block_k", {p.name: large(p) if p.axis == "q" else p.smallest for p in fwd}),
-        ("whole_sequence", {p.name: limits[p.axis] for p in fwd}),
+        ("whole_sequence", {p.name: p.span(limits[p.axis]) for p in fwd}),
         ("backward_ne_forward", {p.name: p.smallest for p in bwd}),
         ("backward_ne_forward_large", {p.name: large(p) for p in bwd}),
     ]
@@ -213,6 +216,7 @@ def edge_configs(tunables: Tunables, q_len: int, kv_len: int, batch: int) -> tup
     raw += [
         (f"{p.name}={not p.default}", {p.name: not p.default}) for p in tunables.params if p.axis == "flag"
     ]
+    raw += [(f"{p.name}={c}", {p.name: c}) for p in tunables.params for c in p.choices if c != p.default]
     out: dict[Config, str] = {}
     for label, config in raw:
         normal = tunables.normalized(config)

@@ -80,10 +80,11 @@ def _config(draw: st.DrawFn, tunables: Tunables, q_len: int, kv_len: int, batch:
     for p in tunables.params:
         if p.axis == "flag":
             choice = draw(st.booleans())
+        elif p.axis == "choice":
+            choice = draw(st.sampled_from(p.choices))
         else:
-            fitting = [
-                v for v in p.candidates(limits[p.axis]) if limits[p.axis] % v == 0 or p.axis == "batch"
-            ]
+            span = p.span(limits[p.axis])
+            fitting = [v for v in p.candidates(span) if span % v == 0 or p.axis == "batch"]
             choice = draw(st.sampled_from([p.default, *fitting]))
         values[p.name] = choice
     for p in tunables.params:
@@ -120,6 +121,7 @@ def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -
         bias = draw(st.sampled_from(BIAS_PATTERNS)) if caps.bias_broadcast else "bhqk"
     return Case(
         subject=subject,
+        kv_storage=caps.kv_storage,
         dtype=draw(st.sampled_from(dtypes)),
         batch=batch,
         q_heads=kv_heads * group,

@@ -147,7 +147,9 @@ def extend_plan(
             if not subject.available:
                 continue
             for template in cases:
-                case = dataclasses.replace(template, subject=subject.name)
+                case = dataclasses.replace(
+                    template, subject=subject.name, kv_storage=subject.capabilities.kv_storage
+                )
                 item = classify(check, case, subject.capabilities)
                 if item is not None and case.case_id not in seen:
                     out.setdefault(check, []).append(item)

@@ -7,14 +7,18 @@ import numpy as np
 import pytest
 
 from kernels.jax_runtime import jax_version
+from kernels.kv_storage import represent
 from kernels.paged_attention import (
+    INT8_SCALE_DIVISOR,
     PAGE_SIZE,
     SPARE_PAGES,
     PagedAttentionAdapter,
+    int8_pages,
     page_table,
     pages_per_sequence,
     scatter_pages,
 )
+from kernels.registry import resolve
 from kernels.tpu_interpret import TPU_INTERPRET_MODE_SINCE
 from reference.attention import attention_forward
 from reference.spec import AttentionInputs, AttentionSpec
@@ -66,13 +70,16 @@ def test_unavailable_with_the_reason_before_tpu_interpret_mode():
         assert availability.available and "TPU interpret mode" in availability.execution_detail
 
 
-def _decode_inputs(seed: int, dtype, b=3, hq=8, hkv=2, sk=96, d=64, lengths=(96, 37, 1)) -> AttentionInputs:
+def _decode_inputs(
+    seed: int, dtype, b=3, hq=8, hkv=2, sk=96, d=64, lengths=(96, 37, 1), storage=None
+) -> AttentionInputs:
     rng = np.random.default_rng(seed)
     cast = lambda x: x.astype(dtype)  # noqa: E731
+    stored = lambda x: represent(cast(x), storage)  # noqa: E731
     return AttentionInputs(
         q=cast(rng.standard_normal((b, hq, 1, d))),
-        k=cast(rng.standard_normal((b, hkv, sk, d))),
-        v=cast(rng.standard_normal((b, hkv, sk, d))),
+        k=stored(rng.standard_normal((b, hkv, sk, d))),
+        v=stored(rng.standard_normal((b, hkv, sk, d))),
         kv_lengths=np.asarray(lengths, np.int32),
     )
 
@@ -104,3 +111,71 @@ def test_float32_output_is_as_accurate_as_bfloat16_kv_and_no_better(adapter):
     )
     assert np.abs(out - attention_forward(rounded, AttentionSpec()).out).max() < 1e-5
     assert np.abs(out - attention_forward(inputs, AttentionSpec()).out).max() > 1e-4
+
+
+def test_int8_pages_dequantise_to_exactly_the_given_values_and_refuse_values_off_the_grid():
+    x = represent(np.random.default_rng(3).standard_normal((2, 2, 37, 8)).astype(np.float32), "int8")
+    table, total = page_table(2, pages_per_sequence(37, 4), seed=1)
+    w, scales = int8_pages(x, table, total, seed=2)
+    assert (
+        w.dtype == np.int8
+        and w.shape == (2, total, PAGE_SIZE, 8)
+        and scales.shape == (2, total, PAGE_SIZE, 1)
+    )
+    for b in range(2):
+        for t in (0, 16, 36):
+            page, slot = table[b, t // PAGE_SIZE], t % PAGE_SIZE
+            back = (
+                w[:, page, slot].astype(np.float32) * scales[:, page, slot] / np.float32(INT8_SCALE_DIVISOR)
+            )
+            np.testing.assert_array_equal(back, x[b, :, t])
+    with pytest.raises(ValueError, match="kv_storage='int8'"):
+        int8_pages(x + np.float32(1e-3), table, total, seed=2)
+
+
+def test_the_int8_variant_is_an_option_that_declares_its_storage():
+    int8 = resolve("paged_attention[kv=int8]")
+    assert int8.name == "paged_attention[kv=int8]" and int8.capabilities().kv_storage == "int8"
+    assert resolve("paged_attention[kv=float]").name == "paged_attention"
+    assert resolve("paged_attention").capabilities().kv_storage is None
+
+
+def test_int8_pages_give_float32_accuracy_unlike_float32_pages(adapter):
+    """The int8 path dequantises into float32 (scale is float32), so it escapes the bfloat16
+    rounding of the ledgered finding: the same kernel, float32-accurate on int8 pages."""
+    inputs = _decode_inputs(2, np.float32, storage="int8")
+    spec = AttentionSpec(softcap=20.0)
+    result = resolve("paged_attention[kv=int8]").forward(inputs, spec)
+    assert "int8, a scale per token" in result.ran
+    assert np.abs(result.out.astype(np.float64) - attention_forward(inputs, spec).out).max() < 1e-5
+
+
+@pytest.mark.parametrize("mode", ["batch", "kv_head"])
+def test_megacore_modes_run_on_two_simulated_cores_and_match(adapter, mode):
+    import ml_dtypes
+
+    inputs = _decode_inputs(4, ml_dtypes.bfloat16, b=4, lengths=(96, 0, 37, 1))
+    result = adapter.configured({"megacore_mode": mode}).forward(inputs, AttentionSpec())
+    assert f"megacore {mode} on 2 cores" in result.ran
+    expected = attention_forward(inputs, AttentionSpec()).out
+    valid = np.asarray([96, 0, 37, 1]) > 0  # a row of length 0 has no defined output
+    assert np.abs(result.out.astype(np.float64) - expected)[valid].max() < 3e-2
+
+
+def test_megacore_batch_with_an_odd_batch_raises_as_declared(adapter):
+    from conformance.plan.cases import Case
+    from conformance.plan.catalogue import classify
+
+    case = Case(
+        "paged_attention",
+        "float32",
+        q_len=1,
+        batch=3,
+        kv_heads=2,
+        q_heads=4,
+        config={"megacore_mode": "batch"},
+    )
+    planned = classify("raises", case, adapter.capabilities())
+    assert planned.status == "raises" and "megacore_batch_even_batch" in planned.reason
+    with pytest.raises(ValueError, match="batch size must be even"):
+        adapter.configured({"megacore_mode": "batch"}).forward(_decode_inputs(5, np.float32), AttentionSpec())

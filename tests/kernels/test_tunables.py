@@ -261,3 +261,24 @@ def test_tuned_mutants_are_right_at_the_default_blocks_and_wrong_at_an_edge_conf
     correct = tuned.TunedAdapter()
     for _, edge in edge_matrix.edge_configs(tuned.TUNABLES, case.q_len, case.kv_len, case.batch):
         assert error(correct.configured(edge)) < 1e-4, edge
+
+
+def test_a_choice_tunable_and_a_block_counted_in_pages():
+    mode = Tunable("megacore_mode", "none", "choice", choices=("none", "kv_head", "batch"))
+    pages = Tunable("pages_per_compute_block", 4, "kv", power_of_two=True, unit=16)
+    tunables = Tunables((pages, mode))
+    assert mode.legal_alone("batch") and not mode.legal_alone("cores") and not mode.legal_alone(1)
+    assert tunables.problems({"megacore_mode": "both"}) == (
+        "megacore_mode='both' is not legal (one of none, kv_head, batch)",
+    )
+    assert pages.span(256) == 16 and pages.span(77) == 5 and pages.span(0) == 1
+    configs = dict(edge_matrix.edge_configs(tunables, 1, 256, 4))
+    blocks = {dict(c).get("pages_per_compute_block") for c in configs.values()}
+    assert blocks == {None, 1, 16}  # the largest covers 256 tokens: 16 pages, not 256
+    assert configs["megacore_mode=batch"] == (("megacore_mode", "batch"),)
+    assert configs["megacore_mode=kv_head"] == (("megacore_mode", "kv_head"),)
+    assert config_token((("megacore_mode", "kv_head"),)) == "cfg-megacorekv_head"
+    with pytest.raises(ValueError, match="choice"):
+        Tunable("mode", "a", "choice")  # no choices
+    with pytest.raises(ValueError, match="choice"):
+        Tunable("mode", "c", "choice", choices=("a", "b"))  # default not among them

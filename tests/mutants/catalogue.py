@@ -219,6 +219,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "the keys of a row's last, partly filled page are never read",
     ),
     _m(
+        "dequant_scale_ignored",
+        "paged:IgnoresDequantScale",
+        "forward",
+        "int8 KV cache",
+        "int8 pages used as they are: the per-token dequantisation scale never applied",
+    ),
+    _m(
         "rescale_square_tiles_only",
         "tuned:RescaleSquareOnly",
         "forward",
@@ -252,6 +259,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.tuned:TunedAdapter", (*RUNS_EVERYWHERE, "backward", "raises")),
     # Paged decode over paged_attention's layout: right at every row length and edge config.
     Control(f"{PACKAGE}.paged:PagedDecode", RUNS_EVERYWHERE),
+    # The same over int8 pages (kv_storage="int8"): the reference sees the dequantised values.
+    Control(f"{PACKAGE}.paged:Int8PagedDecode", RUNS_EVERYWHERE),
 )
 
 

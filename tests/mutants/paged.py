@@ -10,6 +10,12 @@ tunable), so the suite runs it on the same decode cases. The mutants break only 
   of the row, and past its last page one it does not own (garbage).
 * ``DropsLastPartialPage``: the keys of a row's last, partly filled page are never read
   (lengths that end on a page edge come out right).
+
+``Int8PagedDecode`` stores the pages as paged_attention[kv=int8] does (``int8_pages``: int8
+weights, a scale per token) and declares ``kv_storage="int8"``; it dequantises
+``w * scale / 127.5`` as the kernel does. Its mutant:
+
+* ``IgnoresDequantScale``: the int8 weights are used as they are, the scale never applied.
 """
 
 from __future__ import annotations
@@ -25,11 +31,14 @@ import numpy as np
 from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from kernels.paged_attention import (
     CONSTRAINTS,
+    INT8_SCALE_DIVISOR,
     PAGE_SIZE,
     TUNABLES,
+    int8_pages,
     page_table,
     pages_per_sequence,
     scatter_pages,
+    tunables,
 )
 from kernels.tunables import Config
 from reference.spec import AttentionInputs, AttentionSpec
@@ -43,14 +52,19 @@ CAPS = Capabilities(
     gqa=True,
     softcap=True,
     fully_masked_rows="unspecified",
-    constraints=CONSTRAINTS,
-    tunables=TUNABLES,
+    # The paging's declaration without megacore (a split over cores this plain-JAX decode has
+    # not, nor the ValueError it raises for an odd B or Hkv).
+    constraints=tuple(c for c in CONSTRAINTS if not c.raises),
+    tunables=tunables(megacore=False),
 )
+
+
+INT8_CAPS = dataclasses.replace(CAPS, kv_storage="int8")
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "softcap", "shift"))
 def _decode(q, k_pages, v_pages, lengths, table, *, scale, softcap, shift):
-    """q [B, Hq, 1, D], pages [Hkv, P, page, D] -> out [B, Hq, 1, D] (float32)."""
+    """q [B, Hq, 1, D], pages [Hkv, P, page, D] (float) -> out [B, Hq, 1, D] (float32)."""
     read = table
     if shift:  # page j read from table[b, j + 1]; past the last, a page of another row or none
         read = jnp.concatenate([table[:, 1:], jnp.full_like(table[:, :1], table.size)], axis=1)
@@ -122,3 +136,43 @@ class PageOffByOne(PagedDecode):
 class DropsLastPartialPage(PagedDecode):
     BUG: ClassVar[str] = "drops_last_partial_page"
     name: str = "mutants_drops_last_partial_page"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Int8PagedDecode(PagedDecode):
+    """Correct paged decode over int8 pages with a scale per token (paged_attention[kv=int8])."""
+
+    name: str = "mutants_int8_paged_decode"
+
+    def capabilities(self) -> Capabilities:
+        return INT8_CAPS
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        b, _, sk, _ = inputs.k.shape
+        block = int(TUNABLES.value(self.config, "pages_per_compute_block"))
+        table, total = page_table(b, pages_per_sequence(sk, block), seed=sk)
+
+        def pages(x: np.ndarray, seed: int) -> jnp.ndarray:
+            w, scales = int8_pages(x, table, total, seed)
+            if self.BUG == "ignores_dequant_scale":
+                return jnp.asarray(w, jnp.float32)
+            return jnp.asarray(w, jnp.float32) * jnp.asarray(scales, jnp.float32) / INT8_SCALE_DIVISOR
+
+        lengths = np.full(b, sk) if inputs.kv_lengths is None else np.asarray(inputs.kv_lengths)
+        out = _decode(
+            jnp.asarray(inputs.q),
+            pages(inputs.k, 1),
+            pages(inputs.v, 3),
+            jnp.asarray(lengths, jnp.int32),
+            jnp.asarray(table),
+            scale=spec.resolved_scale(inputs.q.shape[-1]),
+            softcap=spec.softcap,
+            shift=0,
+        )
+        return SubjectOutput(out=core.host(out, inputs.q.dtype), ran=self.name)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class IgnoresDequantScale(Int8PagedDecode):
+    BUG: ClassVar[str] = "ignores_dequant_scale"
+    name: str = "mutants_ignores_dequant_scale"

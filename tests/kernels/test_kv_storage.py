@@ -1,0 +1,77 @@
+"""K/V storage: the int8 grid a subject's cache holds, and how every case of such a subject
+gets its K/V rounded to it (the reference sees exactly the stored values)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from conformance.judge.inputs import build_inputs
+from conformance.plan import catalogue, profiles, strategies
+from conformance.plan.cases import Case
+from conformance.plan.user_cases import extend_plan
+from kernels.base import Capabilities
+from kernels.kv_storage import INT8_LIMIT, int8_quantize, represent
+from tests.conformance.fakes import FULL, subject
+
+
+def test_int8_grid_is_a_power_of_two_step_per_token_and_exact_in_every_dtype():
+    x = np.random.default_rng(0).standard_normal((2, 3, 40, 64)) * 3.0
+    w, step = int8_quantize(x)
+    assert w.dtype == np.int8 and step.shape == (2, 3, 40, 1)
+    assert np.abs(w).max() <= INT8_LIMIT and np.abs(w).max(axis=-1).min() >= 64  # the step is the smallest
+    assert np.array_equal(np.exp2(np.round(np.log2(step))), step)
+    assert np.abs(w * step - x).max() <= step.max() / 2
+    for dtype in (np.float32, ml_dtypes.bfloat16):
+        stored = represent(x.astype(dtype), "int8")
+        w, step = int8_quantize(x.astype(dtype))
+        assert stored.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(stored.astype(np.float64), w * step)  # no second rounding
+        np.testing.assert_array_equal(represent(stored, "int8"), stored)  # idempotent
+
+
+def test_int8_keeps_nan_tokens_and_zero_tokens():
+    x = np.ones((1, 1, 3, 4), np.float32)
+    x[0, 0, 1] = np.nan
+    x[0, 0, 2] = 0.0
+    stored = represent(x, "int8")
+    assert np.isnan(stored[0, 0, 1]).all() and (stored[0, 0, 2] == 0).all() and (stored[0, 0, 0] == 1).all()
+
+
+def test_no_storage_is_the_identity_and_an_unknown_one_names_the_choices():
+    x = np.arange(4.0)
+    assert represent(x, None) is x
+    with pytest.raises(ValueError, match="int8"):
+        represent(x, "int4")
+    with pytest.raises(ValueError, match="kv_storage"):
+        Case("s", "float32", kv_storage="int4")
+    with pytest.raises(ValueError, match="kv_storage"):
+        Capabilities(dtypes=("float32",), kv_storage="fp8")
+
+
+def test_a_case_with_int8_storage_has_its_kv_on_the_grid_and_its_own_data():
+    plain = Case("s", "float32", batch=2, kv_len=64, kv_lengths=(64, 9), input_kind="nan_padding")
+    int8 = dataclasses.replace(plain, kv_storage="int8")
+    assert int8.data_id != plain.data_id and "kvint8" in int8.case_id and "kv_int8" in int8.features
+    built = build_inputs(int8)
+    for x in (built.k, built.v):
+        assert x.dtype == np.float32
+        np.testing.assert_array_equal(represent(x, "int8"), x)
+    assert np.isnan(built.k[1, :, 9:]).all()  # NaN padding survives the storage
+    assert not np.array_equal(represent(built.q, "int8"), built.q)  # q is not stored: off the grid
+
+
+INT8 = dataclasses.replace(FULL, kv_storage="int8", dtypes=("float32",))
+
+
+def test_every_planned_drawn_and_user_case_of_an_int8_subject_carries_the_storage():
+    cases = catalogue.cases_for(subject("q8", INT8), profiles.get("ci"), 0)
+    assert cases and {c.kv_storage for c in cases} == {"int8"}
+    assert {c.kv_storage for c in catalogue.cases_for(subject("f", FULL), profiles.get("ci"), 0)} == {None}
+    drawn = strategies.draw_cases(strategies.cases("q8", INT8, profiles.get("dev")), 5, 1)
+    assert drawn and {c.kv_storage for c in drawn} == {"int8"}
+    plan = extend_plan({}, (subject("q8", INT8),), (Case("user", "float32"),))
+    assert {p.case.kv_storage for items in plan.values() for p in items} == {"int8"}
