@@ -117,3 +117,23 @@ def test_shrinking_that_runs_out_of_time_returns_the_best_so_far_without_raising
 
     minimal = shrink(big, FULL, slow_fails, budget_s=0.3)
     assert minimal is None or (minimal.causal and minimal.shape.flops <= big.shape.flops)
+
+
+def test_a_decode_only_subject_gets_decode_draws_with_kv_lengths_and_megacore_configs():
+    """paged_attention's declaration (Sq must be 1): draws are decode cases, not none at all."""
+    from kernels.paged_attention import CONSTRAINTS, tunables
+
+    caps = Capabilities(
+        dtypes=("float32",),
+        lengths=True,
+        q_lengths=False,
+        gqa=True,
+        softcap=True,
+        constraints=CONSTRAINTS,
+        tunables=tunables(megacore=True),
+    )
+    drawn = strategies.draw_cases(strategies.cases("paged", caps, profiles.get("dev")), 40, 3)
+    assert len(drawn) >= 20 and {c.q_len for c in drawn} == {1}
+    assert all(strategies.runnable(c, caps) for c in drawn)
+    assert any(c.kv_lengths is not None for c in drawn) and any(c.q_heads > c.kv_heads for c in drawn)
+    assert {"kv_head", "batch"} & {dict(c.config).get("megacore_mode") for c in drawn}
