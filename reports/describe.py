@@ -44,6 +44,8 @@ def describe_case(case: CaseDescription) -> str:
         parts.append(f"scale {case.scale:g}")
     if case.sinks is not None:
         parts.append(f"{case.sinks} sinks")
+    if case.kv_storage is not None:
+        parts.append(f"K/V stored as {case.kv_storage}")
     parts.append(f"{case.input_kind.replace('_', ' ')} inputs")
     parts.append(f"seed {case.seed}")
     if case.config:

@@ -49,6 +49,7 @@ MASK_KINDS = (
     "dv_ne_d",
     "sq_ne_sk",
     "config",
+    "kv_int8",
     "fully_masked",
 )
 GROUPS = ("checks", "masks and options", "dtypes")
@@ -64,6 +65,7 @@ LABELS = {
     "dv_ne_d": "Dv ≠ D",
     "sq_ne_sk": "Sq ≠ Sk",
     "config": "non-default config",  # kernel tunables (block sizes) other than the defaults
+    "kv_int8": "int8 K/V",  # K/V stored as int8 (Capabilities.kv_storage), rounded to it
     "fully_masked": "fully-masked rows",  # the feature of a case, named like the check
     **CHECK_LABELS,
 }

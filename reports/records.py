@@ -78,6 +78,7 @@ class CaseDescription:
     seed: int = 0
     config: tuple[tuple[str, int | bool], ...] = ()  # the kernel tunables set; () = its defaults
     sinks: str | None = None  # how the per-head sink logits were drawn, or None
+    kv_storage: str | None = None  # how the subject stores K/V ("int8"), their values rounded to it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,6 +56,7 @@ def case_description(case: Case) -> CaseDescription:
         seed=case.seed,
         config=case.config,
         sinks=case.sinks,
+        kv_storage=case.kv_storage,
     )
 
 

@@ -75,3 +75,26 @@ def test_every_planned_drawn_and_user_case_of_an_int8_subject_carries_the_storag
     assert drawn and {c.kv_storage for c in drawn} == {"int8"}
     plan = extend_plan({}, (subject("q8", INT8),), (Case("user", "float32"),))
     assert {p.case.kv_storage for items in plan.values() for p in items} == {"int8"}
+
+
+def test_an_int8_case_runs_on_the_int8_control_and_its_record_keeps_the_storage():
+    """Through the runner: the int8 paged decode control passes an int8 case; the record keeps
+    ``kv_storage`` through JSON, the description names it and the grid gives it a row."""
+    from conformance.judge.runner import Runner
+    from conformance.plan.subjects import resolve_subjects
+    from reports.describe import describe_case
+    from reports.grid import feature_grid, label
+    from reports.records import case_result_from_json, case_result_to_json
+
+    (control,) = resolve_subjects("tests.mutants.paged:Int8PagedDecode")
+    case = Case(control.name, "float32", q_len=1, kv_len=64, batch=2, kv_lengths=(64, 21), kv_storage="int8")
+    planned = catalogue.classify("forward", case, control.capabilities)
+    result = Runner((control,), profiles.get("ci"), shrink=False).evaluate(planned)
+    assert result.verdict == "pass", result.reason
+    again = case_result_from_json(case_result_to_json(result))
+    assert again.case.kv_storage == "int8" and "kv_int8" in again.features
+    assert "K/V stored as int8" in describe_case(again.case)
+    assert (
+        feature_grid([again]).cell(control.name, "kv_int8").status == "pass"
+        and label("kv_int8") == "int8 K/V"
+    )
