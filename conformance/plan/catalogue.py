@@ -106,7 +106,12 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
     # blocking, which is the same in every dtype, and interpret-mode calls are slow).
     curated += [
         edge_matrix.instantiate(t, subject.name, d)
-        for t, every_dtype in edge_matrix.config_cases(caps.tunables, profile.edge_level, _decode_only(caps))
+        for t, every_dtype in edge_matrix.config_cases(
+            caps.tunables,
+            profile.edge_level,
+            _decode_only(caps),
+            caps.causal_alignments == ("bottom_right_valid",),
+        )
         for d in (dtypes if every_dtype else dtypes[:1])
     ]
     drawn = strategies.draw_cases(
