@@ -219,6 +219,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "the keys of a row's last, partly filled page are never read",
     ),
     _m(
+        "diagonal_at_tensor_lengths",
+        "ragged:DiagonalAtTensorLengths",
+        "forward",
+        "valid-length alignment",
+        "each packed sequence's diagonal at the tensors' Sk - Sq instead of its kv_len - q_len",
+    ),
+    _m(
         "rescale_square_tiles_only",
         "tuned:RescaleSquareOnly",
         "forward",
@@ -252,6 +259,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.tuned:TunedAdapter", (*RUNS_EVERYWHERE, "backward", "raises")),
     # Paged decode over paged_attention's layout: right at every row length and edge config.
     Control(f"{PACKAGE}.paged:PagedDecode", RUNS_EVERYWHERE),
+    # Ragged paged attention over its adapter's packing: right on every mixed pack and config.
+    Control(f"{PACKAGE}.ragged:RaggedPaged", RUNS_EVERYWHERE),
 )
 
 
