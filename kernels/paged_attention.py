@@ -39,6 +39,7 @@ from kernels.tpu_interpret import (
     choose_execution,
     pallas_ran,
     pallas_tpu_availability,
+    race_detection_declared,
     tpu_interpret_mode_missing,
 )
 from kernels.tunables import Config, Tunable, Tunables
@@ -130,6 +131,7 @@ class PagedAttentionAdapter:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             jax_runtime=True,
+            race_detection=race_detection_declared(choose_execution("tpu")),
             dtypes=("float32", "bfloat16"),
             lengths=True,
             q_lengths=False,

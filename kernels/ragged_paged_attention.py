@@ -45,7 +45,13 @@ from kernels.jax_runtime import (
     jax_version,
     to_jax,
 )
-from kernels.tpu_interpret import TpuExecution, choose_execution, pallas_ran, pallas_tpu_availability
+from kernels.tpu_interpret import (
+    TpuExecution,
+    choose_execution,
+    pallas_ran,
+    pallas_tpu_availability,
+    race_detection_declared,
+)
 from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
@@ -264,6 +270,7 @@ class RaggedPagedAttentionAdapter:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             jax_runtime=True,
+            race_detection=race_detection_declared(choose_execution("tpu")),
             dtypes=("float32", "bfloat16"),
             causal_alignments=("bottom_right_valid",),
             window=True,
