@@ -128,6 +128,9 @@ class Capabilities:
     # The implementation runs on JAX in this process, so its compilations and live arrays
     # can be observed (the recompile and leak checks need that; they are unsupported without).
     jax_runtime: bool = False
+    # The kernels run under Pallas TPU interpret mode with a race detector the suite can switch
+    # on (kernels/tpu_interpret.py: race_detection_declared); the races check needs it.
+    race_detection: bool = False
     # Parameters a user may tune (block sizes, ...) and their legal space; a case's config
     # names values for some of them (kernels/tunables.py). Empty: nothing to tune.
     tunables: Tunables = Tunables()

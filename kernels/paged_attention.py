@@ -51,6 +51,7 @@ from kernels.tpu_interpret import (
     choose_execution,
     pallas_ran,
     pallas_tpu_availability,
+    race_detection_declared,
     tpu_interpret_mode_missing,
 )
 from kernels.tunables import Config, Tunable, Tunables
@@ -204,6 +205,7 @@ class PagedAttentionAdapter:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             jax_runtime=True,
+            race_detection=race_detection_declared(choose_execution("tpu")),
             dtypes=("float32", "bfloat16"),
             lengths=True,
             q_lengths=False,

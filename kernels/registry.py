@@ -43,6 +43,7 @@ BUILTIN: dict[str, str] = {
     "cudnn": "kernels.cudnn:CudnnAdapter",
     "torch_sdpa": "kernels.torch_sdpa:TorchSdpaAdapter",
     "paged_attention": "kernels.paged_attention:PagedAttentionAdapter",
+    "ragged_paged_attention": "kernels.ragged_paged_attention:RaggedPagedAttentionAdapter",
 }
 
 

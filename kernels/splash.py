@@ -50,6 +50,7 @@ from kernels.tpu_interpret import (
     choose_execution,
     pallas_ran,
     pallas_tpu_availability,
+    race_detection_declared,
 )
 from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
@@ -307,6 +308,7 @@ class SplashAdapter:
         sinks = self._sinks_supported()
         return Capabilities(
             jax_runtime=True,
+            race_detection=race_detection_declared(choose_execution(self.interpreter)),
             dtypes=("float32", "bfloat16"),
             causal_alignments=("top_left", "bottom_right"),
             window=True,

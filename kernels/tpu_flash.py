@@ -54,6 +54,7 @@ from kernels.tpu_interpret import (
     interpreted_copy,
     pallas_ran,
     pallas_tpu_availability,
+    race_detection_declared,
     standalone_shim,
 )
 from kernels.tunables import Config, Tunable, Tunables
@@ -231,6 +232,7 @@ class TpuFlashAdapter:
             has_lse = False
         return Capabilities(
             jax_runtime=True,
+            race_detection=race_detection_declared(choose_execution(self.interpreter)),
             dtypes=("float32", "bfloat16"),
             causal_alignments=("top_left",),
             segment_ids=True,

@@ -26,19 +26,27 @@ The Pallas TPU adapters (``kernels.tpu_flash``, ``kernels.splash``) share two th
 from here: ``pallas_tpu_availability`` (the execution, TPU interpret mode's presence,
 the kernel module's import) and ``pallas_ran`` (the "ran" string: pallas_calls traced,
 and how they ran).
+
+Race detection (the ``races`` check) lives here too: ``detect_races(call)`` runs a call with
+TPU interpret mode's happens-before race detector on and two simulated cores, and reads what
+it found. An adapter whose kernels run inside ``TpuExecution.context()`` declares
+``Capabilities.race_detection=race_detection_declared(execution)`` and needs nothing else.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import importlib
 import importlib.util
+import io
+import re
 import sys
 import types
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from kernels.base import Availability, Execution
 from kernels.jax_runtime import (
@@ -90,7 +98,8 @@ class TpuExecution:
             return
         from jax.experimental.pallas import tpu as pltpu
 
-        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+        # detect_races() sets the detector's parameters for the calls made inside it.
+        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(**(_DETECTING.get() or {}))):
             yield
 
 
@@ -152,6 +161,155 @@ def interpreted_copy(module_name: str) -> types.ModuleType:
     """A private copy of ``module_name`` whose ``pl.pallas_call`` always interprets (with the
     int-indexer shim on JAX < 0.6). Idempotent: see ``load_interpreting_copy``."""
     return load_interpreting_copy(module_name, jax_version() < INT_INDEXER_SHIM_BEFORE)
+
+
+# --- race detection: TPU interpret mode's happens-before detector ---------------------------
+
+# Simulated TensorCores per chip while detecting. A megacore chip (v4, v5p) and v7x have two,
+# and programs of a grid dimension declared 'parallel' race only when they run on different
+# cores: with one core, the interpreter runs them one after another.
+RACE_DETECTION_CORES = 2
+
+# InterpretParams' field for the simulated cores, by release: num_cores_per_device (0.7),
+# num_cores_or_threads_per_device (0.8), num_cores_or_threads (0.9 and later).
+_CORE_FIELDS = ("num_cores_or_threads", "num_cores_or_threads_per_device", "num_cores_per_device")
+
+# What the detector prints for each race (every release since 0.7.0); it keeps no list.
+_RACE_MARK = "RACE DETECTED"
+
+# The InterpretParams overrides TpuExecution.context() applies: set only inside detect_races(),
+# which is how a check reaches the interpret parameters of the calls an adapter makes.
+_DETECTING: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "attention_conformance_detecting_races", default=None
+)
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class RaceFindings:
+    """What the race detector saw during one call.
+
+    cores: simulated cores per chip. observed: the detector recorded memory accesses of a
+    pallas_call made during the call (False: nothing ran under it, so nothing was checked).
+    races: one line per race printed, e.g. ``write of ('hbm', 101, 0, 0)[0:8, 0:128] from 0,
+    1, pallas_call / write of ... from 0, 0, pallas_call`` (the buffer: memory space, buffer
+    id, device, core; then the accessing device, core and source line). flagged: the
+    detector's own ``races_found`` after the last pallas_call.
+    """
+
+    cores: int
+    observed: bool
+    races: tuple[str, ...]
+    flagged: bool
+
+    @property
+    def found(self) -> bool:
+        return bool(self.races) or self.flagged
+
+
+def _interpret_params_fields() -> set[str]:
+    from jax.experimental.pallas import tpu as pltpu
+
+    return {f.name for f in dataclasses.fields(pltpu.InterpretParams)}
+
+
+def race_detection_missing() -> str | None:
+    """Why this JAX cannot detect races between simulated cores, or None when it can."""
+    missing = tpu_interpret_mode_missing()
+    if missing is not None:
+        return missing
+    fields = _interpret_params_fields()
+    if "detect_races" not in fields:
+        return "this JAX's TPU interpret mode has no race detector (InterpretParams.detect_races)"
+    if not any(name in fields for name in _CORE_FIELDS):
+        return (
+            "this JAX's TPU interpret mode simulates one core only (no InterpretParams field "
+            f"among {_CORE_FIELDS}), so races between cores cannot show"
+        )
+    return None
+
+
+def race_detection_declared(execution: TpuExecution) -> bool:
+    """``Capabilities.race_detection`` of an adapter whose kernels run in ``execution.context()``:
+    True under TPU interpret mode on a JAX with a race detector."""
+    return execution.mode == "tpu" and race_detection_missing() is None
+
+
+def race_detecting_params(cores: int = RACE_DETECTION_CORES) -> dict[str, Any]:
+    """The InterpretParams keywords that switch the detector on with ``cores`` simulated cores."""
+    fields = _interpret_params_fields()
+    core_field = next(name for name in _CORE_FIELDS if name in fields)
+    return {"detect_races": True, core_field: cores}
+
+
+def _interpreter_module() -> types.ModuleType:
+    """The module holding the detector's state (``races``): where force_tpu_interpret_mode is
+    defined (``jax._src.pallas.mosaic.interpret`` in 0.7, ``...interpret.interpret_pallas_call`` after)."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    return sys.modules[pltpu.force_tpu_interpret_mode.__module__]
+
+
+def detect_races(call: Callable[[], T], cores: int = RACE_DETECTION_CORES) -> tuple[T, RaceFindings]:
+    """``call()`` with the race detector on for every pallas_call it makes inside
+    ``TpuExecution("tpu").context()``, and ``cores`` simulated cores; (its value, the findings).
+
+    The detector prints each race and keeps a fresh state per pallas_call (module global
+    ``races``): the printed lines cover every pallas_call of the call, the state the last
+    one (its flag, and proof that the detector ran). Printed text is passed on.
+    """
+    missing = race_detection_missing()
+    if missing is not None:
+        raise RuntimeError(f"cannot detect races here: {missing}")
+    module = _interpreter_module()
+    before = getattr(module, "races", None)
+    printed = io.StringIO()
+    token = _DETECTING.set(race_detecting_params(cores))
+    try:
+        with contextlib.redirect_stdout(printed):
+            value = call()
+    except BaseException:
+        # The interpreter keeps its shared state after an exception; later calls need it reset.
+        _reset_interpreter_state()
+        raise
+    finally:
+        _DETECTING.reset(token)
+        sys.stdout.write(printed.getvalue())
+    # One state per pallas_call; it records accesses only while the detector is on.
+    last = getattr(module, "races", None)
+    observed = last is not None and last is not before and bool(last.reads or last.writes)
+    return value, RaceFindings(
+        cores=cores,
+        observed=observed,
+        races=parse_races(printed.getvalue()),
+        flagged=bool(getattr(last, "races_found", False)) if observed else False,
+    )
+
+
+def _reset_interpreter_state() -> None:
+    from jax.experimental.pallas import tpu as pltpu
+
+    reset = getattr(pltpu, "reset_tpu_interpret_mode_state", None)
+    if reset is not None:
+        reset()
+
+
+_SLICE = re.compile(r"slice\((\d+), (\d+), (?:1|None)\)")
+
+
+def parse_races(printed: str) -> tuple[str, ...]:
+    """One line per race in the detector's printed text: its two accesses, slices as ``a:b``,
+    the vector clocks left out."""
+    races = []
+    for block in printed.split(_RACE_MARK)[1:]:
+        accesses = [
+            line.strip()
+            for line in block.strip().splitlines()
+            if line.strip() and not line.strip().startswith("clock:")
+        ]
+        races.append(_SLICE.sub(r"\1:\2", " / ".join(accesses[:2])).replace("[(", "[").replace(")]", "]"))
+    return tuple(races)
 
 
 # --- the shim: pure functions, embedded verbatim in standalone repro scripts ----------------

@@ -54,6 +54,7 @@ SMOKE: tuple[str, ...] = (
     "cfg",  # edge configs of a subject's tunables (block sizes other than the defaults)
     "sink",  # attention sinks: extreme values, causal, GQA, rows that see no key
     "lenkv37.48.128.1",  # decode: rows ending inside a page, on its edge, on a compute block's, at 1
+    "lenq1.40.7",  # mixed prefill/decode pack, each row's diagonal at its valid lengths
 )
 
 

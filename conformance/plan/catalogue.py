@@ -106,7 +106,12 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
     # blocking, which is the same in every dtype, and interpret-mode calls are slow).
     curated += [
         edge_matrix.instantiate(t, subject.name, d)
-        for t, every_dtype in edge_matrix.config_cases(caps.tunables, profile.edge_level, _decode_only(caps))
+        for t, every_dtype in edge_matrix.config_cases(
+            caps.tunables,
+            profile.edge_level,
+            _decode_only(caps),
+            caps.causal_alignments == ("bottom_right_valid",),
+        )
         for d in (dtypes if every_dtype else dtypes[:1])
     ]
     # K/V in the subject's own storage (int8 pages, ...): its every case, rounded to it.
@@ -208,6 +213,25 @@ def _runtime_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
     return chosen
 
 
+def _race_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
+    """The race check's cases: ``_runtime_subset``, first from cases with one batch row and
+    several heads, then several programs of any kind, then any. Races need programs that may
+    run at once (heads on a 'parallel' grid axis), and a batch that a wrapper vmaps becomes a
+    grid axis the kernel never scheduled."""
+
+    def tier(case: Case) -> int:
+        return 0 if case.batch == 1 and case.q_heads > 1 else 1 if case.batch * case.q_heads > 1 else 2
+
+    chosen: list[Planned] = []
+    counts: dict[str, int] = {}
+    for level in (0, 1, 2):
+        for item in _runtime_subset([p for p in planned if tier(p.case) == level], per_dtype):
+            if counts.get(item.case.dtype, 0) < per_dtype:
+                counts[item.case.dtype] = counts.get(item.case.dtype, 0) + 1
+                chosen.append(item)
+    return chosen
+
+
 def _leak_case(planned: list[Planned]) -> list[Planned]:
     """One case for the leak check: the largest output among cheap cases, so a per-call
     leak of one output stands out of allocator noise without paying for a big kernel."""
@@ -240,5 +264,7 @@ def plan(subjects: tuple[Subject, ...], profile: Profile, draw_seed: int) -> dic
                 items = _leak_case([p for p in items if p.status == "run"])
             elif check.sampling == "runtime_sample":
                 items = _runtime_subset(items, profile.runtime_cases_per_dtype)
+            elif check.sampling == "race_sample":
+                items = _race_subset(items, profile.runtime_cases_per_dtype)
             by_check[check.name].extend(_with_needs(p, caps) for p in items)
     return {check: tuple(items) for check, items in by_check.items()}

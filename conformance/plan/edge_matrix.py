@@ -153,6 +153,30 @@ def _levelled() -> list[tuple[int, Case]]:
         1, q_len=1, kv_len=256, batch=2, q_heads=4, kv_heads=4, kv_lengths=(70, 256), input_kind="nan_padding"
     )
 
+    # Mixed prefill and decode packs, each row's diagonal at its valid lengths (ragged paged
+    # attention): a decode row beside prefill rows, kv lengths ending inside a 16-token page, on
+    # its edge and after one token, a row whose kv is its q (no cached prefix); then a sliding
+    # window, softcap and GQA 8:1. D 128: the ragged kernel needs a multiple of 128.
+    packs = dict(causal=True, alignment="bottom_right_valid", head_dim=128, v_head_dim=128)
+    add(
+        0,
+        batch=3,
+        q_heads=4,
+        kv_heads=2,
+        q_len=40,
+        kv_len=80,
+        q_lengths=(1, 40, 7),
+        kv_lengths=(37, 40, 80),
+        **packs,
+    )
+    add(
+        0, batch=2, q_heads=8, kv_heads=1, q_len=16, kv_len=64, q_lengths=(16, 1), kv_lengths=(48, 1), **packs
+    )
+    add(1, batch=3, q_heads=2, kv_heads=2, q_len=32, kv_len=96, q_lengths=(32, 1, 5), kv_lengths=(96, 50, 5),
+        window=(15, None), **packs)  # fmt: skip
+    add(1, batch=2, q_heads=4, kv_heads=2, q_len=24, kv_len=64, q_lengths=(24, 1), kv_lengths=(64, 33),
+        softcap=5.0, input_kind="nan_padding", **packs)  # fmt: skip
+
     # Longer sequences: several blocks in each direction.
     add(1, q_len=512, kv_len=512, causal=True, head_dim=128, v_head_dim=128, batch=2, q_heads=2, kv_heads=2)
     add(2, q_len=2048, kv_len=2048, causal=True, head_dim=128, v_head_dim=128)
@@ -187,6 +211,27 @@ CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
 # work split over two cores by batch or by KV head (paged_attention's megacore_mode) runs.
 DECODE_CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
     (0, _t(q_len=1, kv_len=256, batch=4, q_heads=4, kv_heads=2, kv_lengths=(256, 0, 77, 1)), True),
+)
+# The edge configs of a kernel that places the diagonal at each row's valid lengths only
+# (ragged paged attention): one mixed prefill/decode pack.
+VALID_ALIGNED_CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
+    (
+        0,
+        _t(
+            q_len=24,
+            kv_len=64,
+            batch=2,
+            q_heads=4,
+            kv_heads=2,
+            head_dim=128,
+            v_head_dim=128,
+            causal=True,
+            alignment="bottom_right_valid",
+            q_lengths=(24, 1),
+            kv_lengths=(40, 64),
+        ),  # fmt: skip
+        False,
+    ),
 )
 
 
@@ -225,14 +270,20 @@ def edge_configs(tunables: Tunables, q_len: int, kv_len: int, batch: int) -> tup
     return tuple((label, config) for config, label in out.items())
 
 
-def config_cases(tunables: Tunables, level: int, decode: bool = False) -> tuple[tuple[Case, bool], ...]:
+def config_cases(
+    tunables: Tunables, level: int, decode: bool = False, valid_aligned: bool = False
+) -> tuple[tuple[Case, bool], ...]:
     """(template with a config, in every dtype?) for each edge config on each config shape up to
     ``level``; empty for a subject without tunables. ``decode``: the subject takes one query
-    token per row (``DECODE_CONFIG_SHAPES``)."""
+    token per row (``DECODE_CONFIG_SHAPES``); ``valid_aligned``: its only causal alignment is
+    ``bottom_right_valid`` (``VALID_ALIGNED_CONFIG_SHAPES``)."""
     if not tunables:
         return ()
+    shapes = (
+        VALID_ALIGNED_CONFIG_SHAPES if valid_aligned else DECODE_CONFIG_SHAPES if decode else CONFIG_SHAPES
+    )
     out = []
-    for lvl, shape, every_dtype in DECODE_CONFIG_SHAPES if decode else CONFIG_SHAPES:
+    for lvl, shape, every_dtype in shapes:
         if lvl <= level:
             for _, config in edge_configs(tunables, shape.q_len, shape.kv_len, shape.batch):
                 out.append((dataclasses.replace(shape, config=config), every_dtype))

@@ -41,10 +41,12 @@ def _admissible_lengths(
     length of the other side, so the joint filter rarely rejects (hypothesis gives up on
     filters that reject most draws). Decode kernels (Sq must be 1) get q lengths (1,)."""
 
+    spec = _probe_spec(caps)
+
     def ok(sq: int, sk: int) -> bool:
         shape = AttentionShape(1, 1, 1, sq, sk, head_dim, head_dim)
         return not any(
-            caps.admits(shape, AttentionSpec(), caps.dtypes[0], d)
+            caps.admits(shape, spec, caps.dtypes[0], d)
             for d in ("forward", "backward")
             if d == "forward" or caps.backward
         )
@@ -57,10 +59,18 @@ def _admissible_lengths(
     return q_good or lengths, kv_good or lengths
 
 
+def _probe_spec(caps: Capabilities) -> AttentionSpec:
+    """The spec of the probes: plain, except for a subject whose only alignment is
+    bottom_right_valid (a serving kernel, always causal), probed causal."""
+    if caps.causal_alignments == ("bottom_right_valid",):
+        return AttentionSpec(causal=True, alignment="bottom_right_valid")
+    return AttentionSpec()
+
+
 def _admissible_dims(caps: Capabilities, dims: tuple[int, ...], length: int) -> tuple[int, ...]:
     def ok(d: int) -> bool:
         shape = AttentionShape(1, 1, 1, length, length, d, d)
-        return not caps.admits(shape, AttentionSpec(), caps.dtypes[0], "forward")
+        return not caps.admits(shape, _probe_spec(caps), caps.dtypes[0], "forward")
 
     good = tuple(d for d in dims if ok(d))
     return good or dims

@@ -86,7 +86,7 @@ def test_edge_matrix_ids_are_unique_and_cover_the_issue_list():
     assert {t.q_heads // t.kv_heads for t in templates} >= {1, 2, 4, 8}
     assert any(t.kv_heads == 1 and t.q_heads > 1 for t in templates)
     aligned = {t.alignment for t in templates if t.causal and t.q_len != t.kv_len}
-    assert aligned == {"top_left", "bottom_right"}
+    assert aligned == {"top_left", "bottom_right", "bottom_right_valid"}
     assert any(t.q_len > t.kv_len for t in templates) and any(t.q_len < t.kv_len for t in templates)
     windows = {t.window for t in templates if t.window}
     assert (0, 0) in windows and (1, 1) in windows

@@ -401,6 +401,13 @@ REFERENCE_CASES = [
          segments=2, orphan_segment=True, input_kind="nan_padding"),
     Case("x", "float16", batch=2, q_heads=2, q_len=16, kv_len=16, head_dim=8, v_head_dim=8,
          q_lengths=(9, 16), kv_lengths=(16, 3), mask="b1qk", input_kind="large"),
+    # One diagonal per row at its valid lengths: a decode row, a prefill row, a row whose kv
+    # length is shorter than its q length (its first queries see nothing), with a window.
+    Case("x", "float32", batch=3, q_heads=4, kv_heads=2, q_len=12, kv_len=20, head_dim=8, v_head_dim=8,
+         causal=True, alignment="bottom_right_valid", window=(3, None), q_lengths=(1, 12, 7),
+         kv_lengths=(20, 13, 4), input_kind="nan_padding"),
+    Case("x", "float32", batch=2, q_len=6, kv_len=9, head_dim=8, v_head_dim=8, causal=True,
+         alignment="bottom_right_valid", kv_lengths=(9, 5)),
 ]  # fmt: skip
 
 

@@ -16,7 +16,16 @@ from kernels.registry import UnknownSubjectError, resolve, resolve_many, subject
 from reference.spec import AttentionSpec
 from tests.kernels.cases import check_forward, make_inputs
 
-BUILTINS = ("tpu_flash", "splash", "pallas_gpu", "xla", "cudnn", "torch_sdpa", "paged_attention")
+BUILTINS = (
+    "tpu_flash",
+    "splash",
+    "pallas_gpu",
+    "xla",
+    "cudnn",
+    "torch_sdpa",
+    "paged_attention",
+    "ragged_paged_attention",
+)
 
 
 def test_builtin_names_are_listed_in_order():

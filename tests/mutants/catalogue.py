@@ -226,6 +226,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "int8 pages used as they are: the per-token dequantisation scale never applied",
     ),
     _m(
+        "diagonal_at_tensor_lengths",
+        "ragged:DiagonalAtTensorLengths",
+        "forward",
+        "valid-length alignment",
+        "each packed sequence's diagonal at the tensors' Sk - Sq instead of its kv_len - q_len",
+    ),
+    _m(
         "rescale_square_tiles_only",
         "tuned:RescaleSquareOnly",
         "forward",
@@ -261,6 +268,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.paged:PagedDecode", RUNS_EVERYWHERE),
     # The same over int8 pages (kv_storage="int8"): the reference sees the dequantised values.
     Control(f"{PACKAGE}.paged:Int8PagedDecode", RUNS_EVERYWHERE),
+    # Ragged paged attention over its adapter's packing: right on every mixed pack and config.
+    Control(f"{PACKAGE}.ragged:RaggedPaged", RUNS_EVERYWHERE),
 )
 
 

@@ -22,13 +22,18 @@ from typing import Any, Literal
 # What a check can need from a subject's declared capabilities. A subject that lacks one
 # gets the check as ``unsupported`` with NEED_REASONS[need]: a check that cannot observe a
 # subject never passes vacuously.
-Need = Literal["backward", "lse", "jax_runtime"]
+Need = Literal["backward", "lse", "jax_runtime", "race_detection"]
 NEED_REASONS: dict[str, str] = {
     "backward": "backward pass not declared",
     "lse": "lse not exposed",
     "jax_runtime": (
         "no JAX runtime declared (Capabilities.jax_runtime): this check observes JAX's "
         "compilations and live arrays, which a subject outside JAX does not create"
+    ),
+    "race_detection": (
+        "no race detector to run it under (Capabilities.race_detection): declared by subjects "
+        "run through Pallas TPU interpret mode (NAME[interpreter=tpu]) on a JAX whose interpret "
+        "mode detects races (InterpretParams.detect_races, JAX >= 0.7.0)"
     ),
 }
 
@@ -37,8 +42,11 @@ NEED_REASONS: dict[str, str] = {
 #   fully_masked_cases  cases where some query row sees no key;
 #   raising_cases       cases outside a constraint declared to raise (the call must raise);
 #   runtime_sample      the largest cheap runnable cases, a few per dtype (calls repeat);
-#   one_case            one cheap case with the largest output (a per-call leak stands out).
-Sampling = Literal["every_case", "fully_masked_cases", "raising_cases", "runtime_sample", "one_case"]
+#   one_case            one cheap case with the largest output (a per-call leak stands out);
+#   race_sample         a few cheap cases per dtype with parallel work inside one kernel call.
+Sampling = Literal[
+    "every_case", "fully_masked_cases", "raising_cases", "runtime_sample", "one_case", "race_sample"
+]
 
 # What a repro script shows: the judged tensor (out, lse), the gradients, or the verdict.
 Repro = Literal["forward", "lse", "backward", "verdict"]
@@ -135,6 +143,15 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         sampling="one_case",
         shrinks=False,
         on_user_cases=False,  # one fixed case per subject; a user's case adds nothing to it
+    ),
+    CheckDeclaration(
+        "races",
+        f"{_CHECKS}.races:races",
+        "no data races (TPU interpret)",
+        11,
+        needs=("race_detection",),
+        sampling="race_sample",  # each call runs the detector: seconds per case
+        shrinks=False,
     ),
 )
 

@@ -1,0 +1,349 @@
+"""Ragged paged attention (``jax.experimental.pallas.ops.tpu.ragged_paged_attention``): mixed
+prefill and decode over packed sequences and a paged KV cache, as TPU inference servers run it.
+
+Translation from canonical semantics (``docs/semantics.md``), in pure functions below:
+
+* Packing (``pack``): batch row ``b`` is one sequence with ``q_len[b]`` query tokens
+  (``q_lengths``, else ``Sq``) and ``kv_len[b]`` keys (``kv_lengths``, else ``Sk``). Its valid
+  query rows are concatenated into ``q: [T, Hq, D]`` with ``cu_q_lens`` their offsets; so a
+  case with ``q_lengths (1, 40, 7)`` is one call holding a decode row beside two prefill rows.
+  ``SPARE_TOKENS`` finite garbage tokens follow the last sequence and one spare sequence slot
+  holds plausible garbage (``num_seqs`` excludes it), as a server's padded batch does.
+* The KV cache (``page_table``, ``scatter_kv``): each row's ``Sk`` tokens (padding included)
+  go into pages of ``PAGE_SIZE`` tokens, K and V heads interleaved (``[P, page, 2*Hkv, D]``:
+  K head ``h`` at ``2h``, V at ``2h + 1``), under a random page permutation; every page and
+  slot no row owns holds finite garbage (``GARBAGE_STD``).
+* The kernel is always causal, with each sequence's diagonal at ``kv_len - q_len``: canonical
+  ``causal`` with alignment ``bottom_right_valid``. A non-causal case is expressible only with
+  one query token per row (the diagonal then sees the whole valid cache).
+* ``sliding_window = W`` masks ``col <= row - W`` (the kernel's ``row_ids - sliding_window >=
+  col_ids``): canonical window ``(W - 1, *)`` under causal; a window without a left edge is no
+  sliding window. ``soft_cap`` is ``softcap``, applied to the scaled logits (canonical order);
+  ``sm_scale`` is the resolved scale.
+* Query rows past ``q_len[b]`` are not in the pack: the adapter returns NaN there
+  (``fully_masked_rows="unspecified"``). No lse, no backward (an inference kernel).
+* ``k_scale``/``v_scale`` are not declared: the kernel multiplies K/V by them in float32 and
+  rounds back to q's dtype, so a case would need the reference to see those rounded products;
+  the suite's inputs are quantised before the adapter sees them, and no variant here does that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.jax_runtime import (
+    Compiled,
+    CompiledCache,
+    array_key,
+    installed_jax_versions,
+    jax_version,
+    to_jax,
+)
+from kernels.tpu_interpret import (
+    TpuExecution,
+    choose_execution,
+    pallas_ran,
+    pallas_tpu_availability,
+    race_detection_declared,
+)
+from kernels.tunables import Config, Tunable, Tunables
+from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
+
+MODULE = "jax.experimental.pallas.ops.tpu.ragged_paged_attention"
+PAGE_SIZE = 16  # tokens per page: a serving engine's choice, fixed here and named in "ran"
+SPARE_PAGES = 3  # pages no sequence owns: garbage the kernel must not read
+SPARE_TOKENS = 3  # garbage query tokens after the last sequence (a padded token batch)
+GARBAGE_STD = 4.0  # finite garbage, larger than the data (std ~1)
+
+# --- version compatibility: everything that differs between JAX versions --------------
+# * 0.5.x: one file, ``ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices,
+#   cu_q_lens, num_seqs, ...)`` with K and V in separate ``[P, page, Hkv, D]`` caches.
+#   From 0.6.0 a package whose call takes one ``kv_pages [P, page, 2*Hkv, D]`` (K and V heads
+#   interleaved) and adds sliding_window, soft_cap, k_scale, v_scale. ``_kv_arguments`` passes
+#   either layout (read from the signature). 0.7.2 to 0.10.2 hold the same kernel (only
+#   ``dtypes.bit_width`` -> ``itemsize_bits`` and ``pltpu.ANY`` -> ``pl.ANY`` differ).
+# * The block sizes default through ``get_tuned_block_sizes``, which raises off a TPU (TPU
+#   version < 4); off a TPU the adapter passes that function's own untuned default
+#   explicitly: ``(min(pages_per_seq, 128), min(tokens, 32))``.
+# * On CPU the kernel needs TPU interpret mode (DMAs, semaphores; JAX >= 0.7.0), and through
+#   INTERPRETER_GAP_THROUGH no released interpreter runs it: the kernel reshapes the VMEM ref
+#   a DMA filled (``cur_async_copy_kv.wait().reshape(...)``), and TPU interpret mode resolves
+#   only indexer transforms (``interpret ... to_range``: "'RefReshaper' object has no attribute
+#   'indices'" at 0.7.2/0.8.3, "'ReshapeTransform' ..." at 0.9.2/0.10.2). The generic
+#   interpreter (``interpret=True``) fails too (its store discharge gets ``TypedInt`` indices).
+#   Newer versions are tried; ``tests/kernels/test_ragged_paged_attention.py`` re-checks the gap.
+INTERPRETER_GAP_THROUGH = (0, 10, 2)
+DEFAULT_KV_PAGES_PER_BLOCK, DEFAULT_QUERIES_PER_BLOCK = 128, 32
+
+TUNABLES = Tunables(
+    (
+        # Counted in pages (the API's unit; its default is capped at the table's width, as the
+        # kernel's own default is). A larger value widens the page table with unused pages,
+        # since the kernel requires num_kv_pages_per_block <= pages_per_seq.
+        Tunable("num_kv_pages_per_block", DEFAULT_KV_PAGES_PER_BLOCK, "kv"),
+        # Counted in packed query tokens (every sequence's together); any positive value.
+        Tunable("num_queries_per_block", DEFAULT_QUERIES_PER_BLOCK, "q"),
+    )
+)
+
+
+def _kv_heads_tile(shape: AttentionShape, spec: AttentionSpec) -> bool:
+    # get_min_heads_per_blk: 2*Hkv must be 1, 2, 4, 8 or a multiple of 8 in float32 units
+    # of packing; bfloat16 packs two, so Hkv in (1, 2, 4, 8) or a multiple of 8 fits both.
+    return shape.kv_heads in (1, 2, 4, 8) or shape.kv_heads % 8 == 0
+
+
+CONSTRAINTS = (
+    ShapeConstraint(
+        name="always_causal",
+        reason="ragged_paged_attention has no parameter to turn its causal mask off (diagonal at "
+        "each sequence's kv_len - q_len); a non-causal case is expressible only with one query "
+        "token per row",
+        holds=lambda shape, spec: spec.causal or shape.q_len == 1,
+        basis="api",
+    ),
+    ShapeConstraint(
+        name="head_dim_multiple_of_128",
+        reason="the kernel's online softmax broadcasts its [rows, 128] running sums onto "
+        "[rows, head_dim] by concatenation (broadcast_to_shape): an AssertionError unless "
+        "head_dim is a multiple of 128",
+        holds=lambda shape, spec: shape.head_dim % 128 == 0,
+        basis="raises",
+    ),
+    ShapeConstraint(
+        name="kv_heads_tiling",
+        reason="get_min_heads_per_blk raises 'Not implemented: num_combined_kv_heads=... can not "
+        "be XLA fully tiled' unless Hkv is 1, 2, 4, 8 or a multiple of 8",
+        holds=_kv_heads_tile,
+        basis="raises",
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Packed:
+    """The kernel's ragged layout of one case (NumPy). ``rows[b]``: the packed token slice of
+    batch row ``b``; ``num_seqs`` excludes the spare slot."""
+
+    q: np.ndarray  # [T + SPARE_TOKENS, Hq, D]
+    kv_pages: np.ndarray  # [P, PAGE_SIZE, 2 * Hkv, D]
+    kv_lens: np.ndarray  # int32 [B + 1]
+    page_indices: np.ndarray  # int32 [B + 1, width]
+    cu_q_lens: np.ndarray  # int32 [B + 2]
+    num_seqs: np.ndarray  # int32 [1]
+    rows: tuple[slice, ...]
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.q, self.kv_pages, self.kv_lens, self.page_indices, self.cu_q_lens, self.num_seqs)
+
+
+def valid_lengths(inputs: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
+    """(q_len [B], kv_len [B]) int: each row's valid lengths, the tensor's where none are given."""
+    b, _, sq, _ = inputs.q.shape
+    sk = inputs.k.shape[2]
+    q_len = np.full(b, sq) if inputs.q_lengths is None else np.asarray(inputs.q_lengths)
+    kv_len = np.full(b, sk) if inputs.kv_lengths is None else np.asarray(inputs.kv_lengths)
+    return q_len.astype(np.int32), kv_len.astype(np.int32)
+
+
+def table_width(kv_len: int, kv_pages_per_block: int | None) -> int:
+    """Pages per sequence: enough for ``kv_len`` tokens, and at least an explicit block's pages."""
+    needed = max(1, math.ceil(kv_len / PAGE_SIZE))
+    return needed if kv_pages_per_block is None else max(needed, kv_pages_per_block)
+
+
+def page_table(seqs: int, width: int, seed: int) -> tuple[np.ndarray, int]:
+    """(``page_indices [seqs + 1, width]`` int32, total pages): a random permutation, so a row's
+    pages are not neighbours; ``SPARE_PAGES`` belong to no row; the spare slot's row points at
+    pages of other rows (it is never read)."""
+    rng = np.random.default_rng(seed)
+    total = seqs * width + SPARE_PAGES
+    order = rng.permutation(total)[: seqs * width].reshape(seqs, width)
+    spare = rng.integers(0, total, (1, width))
+    return np.concatenate([order, spare]).astype(np.int32), total
+
+
+def scatter_kv(k: np.ndarray, v: np.ndarray, table: np.ndarray, total: int, seed: int) -> np.ndarray:
+    """``k, v: [B, Hkv, Sk, D]`` -> ``[total, PAGE_SIZE, 2 * Hkv, D]``: token ``t`` of row ``b`` at
+    page ``table[b, t // PAGE_SIZE]``, slot ``t % PAGE_SIZE``, K head ``h`` at ``2h`` and V head
+    ``h`` at ``2h + 1``; every other slot finite garbage."""
+    b, hkv, sk, d = k.shape
+    garbage = np.random.default_rng(seed).normal(0.0, GARBAGE_STD, (total, PAGE_SIZE, 2 * hkv, d))
+    pages = garbage.astype(k.dtype)
+    for row in range(b):
+        for t0 in range(0, sk, PAGE_SIZE):
+            n = min(PAGE_SIZE, sk - t0)
+            page = table[row, t0 // PAGE_SIZE]
+            pages[page, :n, 0::2] = k[row, :, t0 : t0 + n].transpose(1, 0, 2)
+            pages[page, :n, 1::2] = v[row, :, t0 : t0 + n].transpose(1, 0, 2)
+    return pages
+
+
+def pack(inputs: AttentionInputs, kv_pages_per_block: int | None, seed: int) -> Packed:
+    """Canonical rows -> the kernel's ragged layout (see the module docstring)."""
+    b, hq, _, d = inputs.q.shape
+    q_len, kv_len = valid_lengths(inputs)
+    rng = np.random.default_rng(seed)
+    tokens = [inputs.q[row, :, : q_len[row]].transpose(1, 0, 2) for row in range(b)]
+    spare = rng.normal(0.0, GARBAGE_STD, (SPARE_TOKENS, hq, d)).astype(inputs.q.dtype)
+    q = np.concatenate([*tokens, spare])
+    offsets = np.concatenate([[0], np.cumsum(q_len)])
+    width = table_width(inputs.k.shape[2], kv_pages_per_block)
+    table, total = page_table(b, width, seed + 1)
+    return Packed(
+        q=q,
+        kv_pages=scatter_kv(inputs.k, inputs.v, table, total, seed + 2),
+        # the spare slot: a plausible sequence of one page and no query token
+        kv_lens=np.append(kv_len, PAGE_SIZE).astype(np.int32),
+        page_indices=table,
+        cu_q_lens=np.append(offsets, offsets[-1]).astype(np.int32),
+        num_seqs=np.array([b], np.int32),
+        rows=tuple(slice(int(offsets[r]), int(offsets[r + 1])) for r in range(b)),
+    )
+
+
+def unpack(out: np.ndarray, packed: Packed, like: np.ndarray) -> np.ndarray:
+    """Kernel ``out [T', Hq, D]`` -> canonical ``[B, Hq, Sq, D]``; rows not packed are NaN."""
+    canonical = np.full(like.shape, np.nan, dtype=out.dtype)
+    for row, rows in enumerate(packed.rows):
+        canonical[row, :, : rows.stop - rows.start] = out[rows].transpose(1, 0, 2)
+    return canonical
+
+
+def sliding_window(spec: AttentionSpec) -> int | None:
+    """The kernel's ``sliding_window`` for a canonical window: it keeps ``col > row - W``, the
+    canonical left edge ``W - 1`` (inclusive); the right edge is the causal diagonal's."""
+    if spec.window is None or spec.window[0] is None:
+        return None
+    return spec.window[0] + 1
+
+
+def block_sizes(config: Config, width: int, tokens: int, native: bool) -> tuple[int | None, int | None]:
+    """(num_kv_pages_per_block, num_queries_per_block) to pass: a config's values; for the default,
+    None on a TPU (the kernel's tuned table) and the table's own fallback elsewhere."""
+    given = dict(config)
+    kv = given.get("num_kv_pages_per_block")
+    q = given.get("num_queries_per_block")
+    if native and kv is None and q is None:
+        return None, None
+    return (
+        int(kv) if kv is not None else min(width, DEFAULT_KV_PAGES_PER_BLOCK),
+        int(q) if q is not None else min(tokens, DEFAULT_QUERIES_PER_BLOCK),
+    )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RaggedPagedAttentionAdapter:
+    """Ragged paged attention at the kernel's default blocks or a config's. Canonical layout in and out."""
+
+    OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {}
+    config: Config = ()
+    name: str = "ragged_paged_attention"
+    description: str = (
+        "Pallas TPU ragged paged attention (jax.experimental.pallas.ops.tpu.ragged_paged_attention)"
+    )
+    _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
+
+    def availability(self) -> Availability:
+        execution = choose_execution("tpu")
+        if execution.mode == "tpu" and jax_version() <= INTERPRETER_GAP_THROUGH:
+            return Availability(
+                False,
+                "ragged_paged_attention needs a TPU here: Pallas TPU interpret mode cannot run it on "
+                f"JAX <= {'.'.join(map(str, INTERPRETER_GAP_THROUGH))} (the kernel reshapes a DMA'd "
+                "VMEM ref, and the interpreter resolves only indexer transforms); JAX < 0.7.0 has no "
+                "TPU interpret mode at all",
+                installed_jax_versions(),
+            )
+        return pallas_tpu_availability("tpu", MODULE, lambda execution: _load())
+
+    def configured(self, config: Config) -> RaggedPagedAttentionAdapter:
+        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            jax_runtime=True,
+            race_detection=race_detection_declared(choose_execution("tpu")),
+            dtypes=("float32", "bfloat16"),
+            causal_alignments=("bottom_right_valid",),
+            window=True,
+            lengths=True,
+            gqa=True,
+            softcap=True,
+            fully_masked_rows="unspecified",
+            constraints=CONSTRAINTS,
+            tunables=TUNABLES,
+        )
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """``out: [B, Hq, Sq, D]`` in the input dtype (NaN on rows past q_lengths); no lse."""
+        execution = choose_execution("tpu")
+        explicit = dict(self.config).get("num_kv_pages_per_block")
+        packed = pack(inputs, None if explicit is None else int(explicit), _layout_seed(inputs))
+        width, tokens = packed.page_indices.shape[1], int(packed.cu_q_lens[-1])
+        blocks = block_sizes(self.config, width, tokens, execution.mode == "native")
+        options = (spec.resolved_scale(inputs.q.shape[-1]), sliding_window(spec), spec.softcap, blocks)
+        key = (execution.mode, array_key(*packed.arrays), options)
+        with execution.context():
+            args = tuple(to_jax(a) for a in packed.arrays)
+            compiled = self._cache.get(key, lambda: _build(execution, options, args))
+            out = np.asarray(compiled.fn(*args))
+        return SubjectOutput(out=unpack(out, packed, inputs.q), lse=None, ran=compiled.ran)
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        raise NotImplementedError("ragged_paged_attention is an inference kernel: it has no backward pass")
+
+
+def _layout_seed(inputs: AttentionInputs) -> int:
+    """The layout's seed: fixed by the shapes, so every call of a case sees one layout."""
+    return int(np.prod(inputs.k.shape) + inputs.q.shape[2]) % (2**31)
+
+
+def _load() -> Any:
+    import importlib
+
+    return importlib.import_module(MODULE).ragged_paged_attention
+
+
+def _kv_arguments(kernel: Any, kv_pages: Any) -> tuple[Any, ...]:
+    """The cache as the installed signature takes it: one interleaved ``kv_pages`` (>= 0.6), or
+    ``k_pages, v_pages`` de-interleaved (0.5)."""
+    if "kv_pages" in inspect.signature(kernel).parameters:
+        return (kv_pages,)
+    return kv_pages[:, :, 0::2], kv_pages[:, :, 1::2]
+
+
+def _build(execution: TpuExecution, options: tuple, args: tuple) -> Compiled:
+    import jax
+
+    kernel = _load()
+    scale, window, softcap, (kv_block, q_block) = options
+    extra = {} if window is None and softcap is None else {"sliding_window": window, "soft_cap": softcap}
+
+    def fn(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
+        return kernel(
+            q,
+            *_kv_arguments(kernel, kv_pages),
+            kv_lens,
+            page_indices,
+            cu_q_lens,
+            num_seqs,
+            sm_scale=scale,
+            num_kv_pages_per_block=kv_block,
+            num_queries_per_block=q_block,
+            **extra,
+        )
+
+    ran = pallas_ran(fn, args, execution, fallback="no kernel")
+    return Compiled(
+        jax.jit(fn),
+        f"{ran}; {len(args[4]) - 2} sequences packed, pages of {PAGE_SIZE} tokens in random order, "
+        "finite garbage in unowned pages, slots, spare tokens and the spare sequence slot",
+    )

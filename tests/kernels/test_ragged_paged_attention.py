@@ -1,0 +1,162 @@
+"""Ragged paged attention: the packing and page layout (pure functions), the translation read back
+through the module's own layout reader, and the availability gate (TPU interpret mode cannot run
+the kernel through JAX 0.10.2; a slow test re-checks that claim at the installed version)."""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+
+import numpy as np
+import pytest
+
+from kernels.jax_runtime import jax_version
+from kernels.ragged_paged_attention import (
+    CONSTRAINTS,
+    INTERPRETER_GAP_THROUGH,
+    MODULE,
+    PAGE_SIZE,
+    SPARE_PAGES,
+    SPARE_TOKENS,
+    RaggedPagedAttentionAdapter,
+    block_sizes,
+    pack,
+    page_table,
+    sliding_window,
+    unpack,
+)
+from kernels.tpu_interpret import TPU_INTERPRET_MODE_SINCE
+from reference.attention import attention_forward
+from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _inputs(q_lengths=(1, 24, 7), kv_lengths=(37, 24, 50), hq=4, hkv=2, sq=24, sk=50, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    b = len(kv_lengths)
+    return AttentionInputs(
+        q=rng.standard_normal((b, hq, sq, d)).astype(np.float32),
+        k=rng.standard_normal((b, hkv, sk, d)).astype(np.float32),
+        v=rng.standard_normal((b, hkv, sk, d)).astype(np.float32),
+        q_lengths=None if q_lengths is None else np.array(q_lengths),
+        kv_lengths=np.array(kv_lengths),
+    )
+
+
+def test_rows_pack_into_consecutive_tokens_with_a_spare_slot_and_tokens():
+    inputs = _inputs()
+    packed = pack(inputs, None, seed=0)
+    assert packed.q.shape == (1 + 24 + 7 + SPARE_TOKENS, 4, 8)
+    assert packed.cu_q_lens.tolist() == [0, 1, 25, 32, 32] and packed.num_seqs.tolist() == [3]
+    assert packed.kv_lens.tolist()[:3] == [37, 24, 50] and packed.kv_lens.dtype == np.int32
+    np.testing.assert_array_equal(packed.q[1:25], inputs.q[1].transpose(1, 0, 2))
+    np.testing.assert_array_equal(packed.q[25:32], inputs.q[2, :, :7].transpose(1, 0, 2))
+    assert np.isfinite(packed.q[32:]).all()
+
+
+def test_kv_heads_interleave_in_pages_under_a_shuffled_table():
+    inputs = _inputs()
+    packed = pack(inputs, None, seed=0)
+    table = packed.page_indices
+    assert table.shape == (4, 4) and packed.kv_pages.shape == (3 * 4 + SPARE_PAGES, PAGE_SIZE, 4, 8)
+    assert len(set(table[:3].ravel().tolist())) == 12 and any(np.diff(r).min() < 0 for r in table[:3])
+    for b, t in ((0, 0), (0, 36), (2, 49), (1, 17)):
+        slot = packed.kv_pages[table[b, t // PAGE_SIZE], t % PAGE_SIZE]
+        np.testing.assert_array_equal(slot[0::2], inputs.k[b, :, t])
+        np.testing.assert_array_equal(slot[1::2], inputs.v[b, :, t])
+    tail = packed.kv_pages[table[0, 3], 50 % PAGE_SIZE :]  # slots past the tensor's length
+    assert np.isfinite(tail).all() and np.abs(tail).max() > 0
+
+
+def test_an_explicit_kv_block_widens_the_table_and_the_default_follows_the_kernels_fallback():
+    assert pack(_inputs(), 8, seed=0).page_indices.shape == (4, 8)
+    assert block_sizes((), width=4, tokens=32, native=False) == (4, 32)
+    assert block_sizes((), width=300, tokens=7, native=False) == (128, 7)
+    assert block_sizes((), width=4, tokens=32, native=True) == (None, None)
+    assert block_sizes((("num_queries_per_block", 8),), width=4, tokens=32, native=True) == (4, 8)
+    table, total = page_table(2, 3, seed=1)
+    assert table.shape == (3, 3) and total == 6 + SPARE_PAGES
+
+
+def test_the_window_maps_to_the_kernels_exclusive_sliding_window():
+    assert sliding_window(AttentionSpec(causal=True)) is None
+    assert sliding_window(AttentionSpec(causal=True, window=(None, 3))) is None
+    assert sliding_window(AttentionSpec(causal=True, window=(0, 0))) == 1  # the diagonal only
+    assert sliding_window(AttentionSpec(causal=True, window=(15, None))) == 16
+
+
+def test_constraints_non_causal_only_for_one_query_token_and_tileable_kv_heads():
+    causal, full = AttentionSpec(causal=True, alignment="bottom_right_valid"), AttentionSpec()
+    holds = {c.name: c.holds for c in CONSTRAINTS}
+    assert holds["always_causal"](AttentionShape(1, 1, 1, 64, 64, 8, 8), causal)
+    assert holds["always_causal"](AttentionShape(1, 1, 1, 1, 64, 8, 8), full)
+    assert not holds["always_causal"](AttentionShape(1, 1, 1, 64, 64, 8, 8), full)
+    assert holds["kv_heads_tiling"](AttentionShape(1, 8, 8, 1, 64, 8, 8), full)
+    assert not holds["kv_heads_tiling"](AttentionShape(1, 3, 3, 1, 64, 8, 8), full)
+    assert holds["head_dim_multiple_of_128"](AttentionShape(1, 1, 1, 1, 64, 256, 256), full)
+    assert not holds["head_dim_multiple_of_128"](AttentionShape(1, 1, 1, 1, 64, 64, 64), full)
+
+
+@pytest.mark.parametrize(
+    "spec, q_lengths, hq",
+    [
+        (AttentionSpec(causal=True, alignment="bottom_right_valid"), (1, 24, 7), 4),
+        (
+            AttentionSpec(causal=True, alignment="bottom_right_valid", window=(4, None), softcap=3.0),
+            (1, 24, 7),
+            8,
+        ),
+        (AttentionSpec(alignment="bottom_right_valid", window=(9, 0), scale=0.2), None, 2),
+    ],
+    ids=["mixed-gqa", "window-softcap-gqa8", "decode-window"],
+)
+def test_the_translation_read_back_by_the_modules_layout_reader_matches_the_reference(spec, q_lengths, hq):
+    """The module's ``ref_ragged_paged_attention`` (plain JAX, not an oracle) reads the ragged
+    layout as the kernel does: through it, the packed case must give the float64 answer (float32)."""
+    module = pytest.importorskip(MODULE)
+    import jax.numpy as jnp
+
+    sq = 24 if q_lengths else 1
+    inputs = _inputs(q_lengths=q_lengths, hq=hq, sq=sq)
+    packed = pack(inputs, None, seed=3)
+    out = module.ref_ragged_paged_attention(
+        *(jnp.asarray(a) for a in packed.arrays),
+        sm_scale=spec.resolved_scale(8),
+        sliding_window=sliding_window(spec),
+        soft_cap=spec.softcap,
+    )
+    got = unpack(np.asarray(out), packed, inputs.q)
+    want = attention_forward(inputs, dataclasses.replace(spec, causal=True) if sq == 1 else spec)
+    valid = np.isfinite(want.lse)
+    assert np.isnan(got[~valid]).all() == (q_lengths is not None) or valid.all()
+    np.testing.assert_allclose(got[valid], want.out[valid], atol=2e-5)
+
+
+def test_off_a_tpu_it_is_unavailable_through_the_interpreter_gap_with_the_reason():
+    pytest.importorskip("jax")
+    availability = RaggedPagedAttentionAdapter().availability()
+    if jax_version() <= INTERPRETER_GAP_THROUGH:
+        assert not availability.available and "needs a TPU here" in availability.reason
+        assert "reshapes a DMA'd VMEM ref" in availability.reason
+
+
+@pytest.mark.slow
+def test_tpu_interpret_mode_still_cannot_run_the_kernel_through_the_gap(caplog, capfd):
+    """The gate's claim, checked at the installed JAX: the interpreter rejects the ref reshape."""
+    if jax_version() < TPU_INTERPRET_MODE_SINCE or jax_version() > INTERPRETER_GAP_THROUGH:
+        pytest.skip("the claim concerns JAX 0.7.0 through INTERPRETER_GAP_THROUGH")
+    import jax.numpy as jnp
+    from jax.experimental.pallas import tpu as pltpu
+
+    kernel = __import__(MODULE, fromlist=["ragged_paged_attention"]).ragged_paged_attention
+    packed = pack(_inputs(d=128), None, seed=0)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()), pytest.raises(Exception) as raised:
+        out = kernel(
+            *(jnp.asarray(a) for a in packed.arrays), sm_scale=0.3, num_kv_pages_per_block=2,
+            num_queries_per_block=8,
+        )  # fmt: skip
+        np.asarray(out)
+    # The interpreter's callback logs the cause; the raised error only says the callback failed.
+    text = "".join(traceback.format_exception(raised.value)) + caplog.text + capfd.readouterr().err
+    assert "object has no attribute 'indices'" in text and ("Reshape" in text or "RefReshaper" in text)
