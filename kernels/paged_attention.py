@@ -35,10 +35,8 @@ caches lose 16 mantissa bits. The ledger tracks it (``kernels/known_issues.toml`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -75,21 +73,8 @@ GARBAGE_STD = 4.0  # finite garbage in unowned pages and slots, larger than the 
 # * pages_per_compute_block has no default in any version; the table width must be a
 #   multiple of it (ValueError), which the adapter guarantees by padding the table.
 # * megacore_mode ("kv_head" needs an even Hkv, "batch" an even B: ValueError otherwise) and
-#   QuantizedTensor pages are in every version. TPU interpret mode names its simulated core
-#   count num_cores_per_device (0.7), num_cores_or_threads_per_device (0.8),
-#   num_cores_or_threads (0.9 on): _interpret_params.
-_CORE_COUNT_FIELDS = ("num_cores_or_threads", "num_cores_or_threads_per_device", "num_cores_per_device")
-
-
-def _interpret_params(cores: int) -> Any:
-    """``pltpu.InterpretParams`` simulating ``cores`` TensorCores, under this version's field name."""
-    from jax.experimental.pallas import tpu as pltpu
-
-    fields = {f.name for f in dataclasses.fields(pltpu.InterpretParams)}
-    name = next((f for f in _CORE_COUNT_FIELDS if f in fields), None)
-    if name is None:
-        raise TypeError(f"pltpu.InterpretParams has none of {_CORE_COUNT_FIELDS} on this JAX version")
-    return pltpu.InterpretParams(**{name: cores})
+#   QuantizedTensor pages are in every version. TPU interpret mode simulates the second core
+#   under a field name that changed per release (kernels/tpu_interpret.py, TpuExecution.context).
 
 
 def tunables(megacore: bool) -> Tunables:
@@ -240,7 +225,8 @@ class PagedAttentionAdapter:
         scale = spec.resolved_scale(inputs.q.shape[-1])
         arrays = (inputs.q[:, :, 0, :], *kv, lengths, table)
         key = (execution.mode, array_key(*arrays), scale, spec.softcap)
-        with _context(execution, megacore):
+        # On one core a megacore mode waits forever on the DMA the other core's half issues.
+        with execution.context(cores=1 if megacore == "none" else 2):
             args = tuple(to_jax(a) for a in arrays)
             compiled = self._cache.get(
                 key, lambda: _build(execution, scale, spec.softcap, block, megacore, self.kv, args)
@@ -264,20 +250,6 @@ def _two_cores(execution: TpuExecution) -> bool:
     import jax
 
     return jax.devices()[0].device_kind in MEGACORE_CHIPS
-
-
-@contextlib.contextmanager
-def _context(execution: TpuExecution, megacore: str) -> Iterator[None]:
-    """The execution's context; under TPU interpret mode, two simulated cores for a megacore mode
-    (on one, the kernel waits forever on the other core's DMA)."""
-    if execution.mode != "tpu" or megacore == "none":
-        with execution.context():
-            yield
-        return
-    from jax.experimental.pallas import tpu as pltpu
-
-    with pltpu.force_tpu_interpret_mode(_interpret_params(2)):
-        yield
 
 
 def _load() -> Any:

@@ -91,15 +91,19 @@ class TpuExecution:
         }[self.mode]
 
     @contextlib.contextmanager
-    def context(self) -> Iterator[None]:
-        """Wrap tracing *and* execution in this; the TPU interpret mode is a tracing-time setting."""
+    def context(self, cores: int = 1) -> Iterator[None]:
+        """Wrap tracing *and* execution in this; the TPU interpret mode is a tracing-time setting.
+        ``cores``: TensorCores TPU interpret mode simulates (a kernel that splits its grid over a
+        megacore chip's two, such as paged attention's ``megacore_mode``, needs 2)."""
         if self.mode != "tpu":
             yield
             return
         from jax.experimental.pallas import tpu as pltpu
 
+        params = {} if cores == 1 else {_core_field(): cores}
         # detect_races() sets the detector's parameters for the calls made inside it.
-        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(**(_DETECTING.get() or {}))):
+        params.update(_DETECTING.get() or {})
+        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(**params)):
             yield
 
 
@@ -236,11 +240,20 @@ def race_detection_declared(execution: TpuExecution) -> bool:
     return execution.mode == "tpu" and race_detection_missing() is None
 
 
+def _core_field() -> str:
+    """This release's InterpretParams field for the simulated cores per chip (``_CORE_FIELDS``)."""
+    fields = _interpret_params_fields()
+    name = next((name for name in _CORE_FIELDS if name in fields), None)
+    if name is None:
+        raise TypeError(
+            f"this JAX's TPU interpret mode simulates one core only (no field among {_CORE_FIELDS})"
+        )
+    return name
+
+
 def race_detecting_params(cores: int = RACE_DETECTION_CORES) -> dict[str, Any]:
     """The InterpretParams keywords that switch the detector on with ``cores`` simulated cores."""
-    fields = _interpret_params_fields()
-    core_field = next(name for name in _CORE_FIELDS if name in fields)
-    return {"detect_races": True, core_field: cores}
+    return {"detect_races": True, _core_field(): cores}
 
 
 def _interpreter_module() -> types.ModuleType:
