@@ -70,7 +70,7 @@ PROFILES: dict[str, Profile] = {
             40,
             1800.0,
             False,
-            ("tpu_flash[interpreter=tpu]", "splash[interpreter=tpu]"),
+            ("tpu_flash[interpreter=tpu]", "splash[interpreter=tpu]", "paged_attention[kv=int8]"),
             draw_configs=True,
         ),
     )

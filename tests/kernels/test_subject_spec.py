@@ -79,9 +79,13 @@ def test_the_same_configuration_twice_is_refused():
         resolve_subjects("tpu_flash,tpu_flash[interpreter=generic]")
 
 
-def test_all_adds_the_tpu_interpret_variants_in_thorough_only():
+def test_all_adds_the_tpu_interpret_and_int8_variants_in_thorough_only():
     ci = impl_names("all", PROFILES["ci"].all_variants)
     thorough = impl_names("all", PROFILES["thorough"].all_variants)
     assert not any("[" in name for name in ci)
-    assert set(thorough) - set(ci) == {"tpu_flash[interpreter=tpu]", "splash[interpreter=tpu]"}
+    assert set(thorough) - set(ci) == {
+        "tpu_flash[interpreter=tpu]",
+        "splash[interpreter=tpu]",
+        "paged_attention[kv=int8]",
+    }
     assert resolve("tpu_flash[interpreter=tpu]").name in thorough
