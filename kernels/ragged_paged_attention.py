@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kernels import paged_attention as paged
 from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.jax_runtime import (
     Compiled,
@@ -45,6 +46,7 @@ from kernels.jax_runtime import (
     jax_version,
     to_jax,
 )
+from kernels.paged_attention import GARBAGE_STD, PAGE_SIZE
 from kernels.tpu_interpret import (
     TpuExecution,
     choose_execution,
@@ -56,10 +58,7 @@ from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.ragged_paged_attention"
-PAGE_SIZE = 16  # tokens per page: a serving engine's choice, fixed here and named in "ran"
-SPARE_PAGES = 3  # pages no sequence owns: garbage the kernel must not read
 SPARE_TOKENS = 3  # garbage query tokens after the last sequence (a padded token batch)
-GARBAGE_STD = 4.0  # finite garbage, larger than the data (std ~1)
 
 # --- version compatibility: everything that differs between JAX versions --------------
 # * 0.5.x: one file, ``ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices,
@@ -160,29 +159,26 @@ def table_width(kv_len: int, kv_pages_per_block: int | None) -> int:
 
 
 def page_table(seqs: int, width: int, seed: int) -> tuple[np.ndarray, int]:
-    """(``page_indices [seqs + 1, width]`` int32, total pages): a random permutation, so a row's
-    pages are not neighbours; ``SPARE_PAGES`` belong to no row; the spare slot's row points at
-    pages of other rows (it is never read)."""
-    rng = np.random.default_rng(seed)
-    total = seqs * width + SPARE_PAGES
-    order = rng.permutation(total)[: seqs * width].reshape(seqs, width)
-    spare = rng.integers(0, total, (1, width))
+    """(``page_indices [seqs + 1, width]`` int32, total pages): paged_attention's random table
+    (``SPARE_PAGES`` owned by no row) plus the spare slot's row, which points at pages of other
+    rows (it is never read)."""
+    order, total = paged.page_table(seqs, width, seed)
+    spare = np.random.default_rng(seed + 1).integers(0, total, (1, width))
     return np.concatenate([order, spare]).astype(np.int32), total
 
 
 def scatter_kv(k: np.ndarray, v: np.ndarray, table: np.ndarray, total: int, seed: int) -> np.ndarray:
-    """``k, v: [B, Hkv, Sk, D]`` -> ``[total, PAGE_SIZE, 2 * Hkv, D]``: token ``t`` of row ``b`` at
-    page ``table[b, t // PAGE_SIZE]``, slot ``t % PAGE_SIZE``, K head ``h`` at ``2h`` and V head
-    ``h`` at ``2h + 1``; every other slot finite garbage."""
-    b, hkv, sk, d = k.shape
-    garbage = np.random.default_rng(seed).normal(0.0, GARBAGE_STD, (total, PAGE_SIZE, 2 * hkv, d))
-    pages = garbage.astype(k.dtype)
-    for row in range(b):
-        for t0 in range(0, sk, PAGE_SIZE):
-            n = min(PAGE_SIZE, sk - t0)
-            page = table[row, t0 // PAGE_SIZE]
-            pages[page, :n, 0::2] = k[row, :, t0 : t0 + n].transpose(1, 0, 2)
-            pages[page, :n, 1::2] = v[row, :, t0 : t0 + n].transpose(1, 0, 2)
+    """``k, v: [B, Hkv, Sk, D]`` -> ``[total, PAGE_SIZE, 2 * Hkv, D]``: paged_attention's pages
+    (``scatter_pages``: garbage in every slot no row owns) with K head ``h`` at ``2h`` and V head
+    ``h`` at ``2h + 1``."""
+    k_pages, v_pages = (
+        paged.scatter_pages(k, table, total, seed),
+        paged.scatter_pages(v, table, total, seed + 1),
+    )
+    hkv, _, page, d = k_pages.shape
+    pages = np.empty((total, page, 2 * hkv, d), k.dtype)
+    pages[:, :, 0::2] = np.moveaxis(k_pages, 0, 2)
+    pages[:, :, 1::2] = np.moveaxis(v_pages, 0, 2)
     return pages
 
 

@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 from kernels.jax_runtime import jax_version
+from kernels.paged_attention import PAGE_SIZE, SPARE_PAGES
 from kernels.ragged_paged_attention import (
     CONSTRAINTS,
     INTERPRETER_GAP_THROUGH,
     MODULE,
-    PAGE_SIZE,
-    SPARE_PAGES,
     SPARE_TOKENS,
     RaggedPagedAttentionAdapter,
     block_sizes,
