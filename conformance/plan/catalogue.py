@@ -29,7 +29,7 @@ from conformance.plan.profiles import Profile
 from conformance.plan.subjects import Subject
 from kernels.base import Capabilities, ShapeConstraint
 from reference.masks import full_visibility, has_mask
-from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
+from reference.spec import AttentionInputs
 
 Status = Literal["run", "unsupported", "raises", "unavailable"]
 
@@ -107,10 +107,7 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
     curated += [
         edge_matrix.instantiate(t, subject.name, d)
         for t, every_dtype in edge_matrix.config_cases(
-            caps.tunables,
-            profile.edge_level,
-            _decode_only(caps),
-            caps.causal_alignments == ("bottom_right_valid",),
+            caps.tunables, profile.edge_level, _config_shapes(caps)
         )
         for d in (dtypes if every_dtype else dtypes[:1])
     ]
@@ -122,11 +119,14 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
     return tuple(dict.fromkeys([*curated, *drawn]))
 
 
-def _decode_only(caps: Capabilities) -> bool:
-    """The subject's constraints admit one query token per row and nothing longer."""
-    probe = lambda sq: AttentionShape(1, 1, 1, sq, 256, 128, 128)  # noqa: E731
-    admitted = lambda sq: not caps.admits(probe(sq), AttentionSpec(), caps.dtypes[0], "forward")  # noqa: E731
-    return admitted(1) and not admitted(256)
+def _config_shapes(caps: Capabilities) -> tuple[tuple[int, Case, bool], ...]:
+    """The first config shape family whose first shape the subject can run: the prefill shapes
+    for most; a decode kernel (Sq pinned to 1) or one causal only at the valid lengths gets its own."""
+    for family in edge_matrix.CONFIG_SHAPE_FAMILIES:
+        probe = dataclasses.replace(family[0][1], dtype=caps.dtypes[0])
+        if not caps.admits(probe.skeleton(), probe.spec, probe.dtype, "forward", probe.features):
+            return family
+    return edge_matrix.CONFIG_SHAPES
 
 
 def _raising(constraints: tuple[ShapeConstraint, ...]) -> ShapeConstraint | None:

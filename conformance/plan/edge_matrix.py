@@ -270,18 +270,22 @@ def edge_configs(tunables: Tunables, q_len: int, kv_len: int, batch: int) -> tup
     return tuple((label, config) for config, label in out.items())
 
 
+# Config shape families, in order of preference: a subject gets the first whose first shape
+# it can run (conformance.plan.catalogue picks it from the declaration).
+CONFIG_SHAPE_FAMILIES: tuple[tuple[tuple[int, Case, bool], ...], ...] = (
+    CONFIG_SHAPES,
+    VALID_ALIGNED_CONFIG_SHAPES,
+    DECODE_CONFIG_SHAPES,
+)
+
+
 def config_cases(
-    tunables: Tunables, level: int, decode: bool = False, valid_aligned: bool = False
+    tunables: Tunables, level: int, shapes: tuple[tuple[int, Case, bool], ...] = CONFIG_SHAPES
 ) -> tuple[tuple[Case, bool], ...]:
-    """(template with a config, in every dtype?) for each edge config on each config shape up to
-    ``level``; empty for a subject without tunables. ``decode``: the subject takes one query
-    token per row (``DECODE_CONFIG_SHAPES``); ``valid_aligned``: its only causal alignment is
-    ``bottom_right_valid`` (``VALID_ALIGNED_CONFIG_SHAPES``)."""
+    """(template with a config, in every dtype?) for each edge config on each of ``shapes`` up to
+    ``level`` (a family of ``CONFIG_SHAPE_FAMILIES``); empty for a subject without tunables."""
     if not tunables:
         return ()
-    shapes = (
-        VALID_ALIGNED_CONFIG_SHAPES if valid_aligned else DECODE_CONFIG_SHAPES if decode else CONFIG_SHAPES
-    )
     out = []
     for lvl, shape, every_dtype in shapes:
         if lvl <= level:
