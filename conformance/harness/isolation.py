@@ -316,6 +316,12 @@ class ControllerIsolation:
             )
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        from conformance.harness import scheduling  # imports xdist, which this plugin implies
+
+        return scheduling.make_scheduler(config, log)
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         if error is not None:  # xdist passes an error only for a worker that died
             self.workers_lost += 1

@@ -1,0 +1,95 @@
+"""Two workers dead at once: the scheduler must not end the run (pytest-dev/pytest-xdist#20)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from xdist.scheduler import LoadScheduling
+
+from conformance.harness.scheduling import CrashTolerantLoadScheduling, make_scheduler
+
+TESTS = [f"test_{i}" for i in range(40)]  # enough that a lone survivor is sent more
+
+
+class FakeConfig:
+    def __init__(self, dist: str = "load"):
+        self.values = {"tx": ["2*popen"], "dist": dist, "maxschedchunk": None}
+
+    def getvalue(self, name):
+        return self.values[name]
+
+    getoption = getvalue
+
+
+class FakeWorker:
+    """A worker as the scheduler sees it: sends fail once its process is gone."""
+
+    def __init__(self, name: str):
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down = False
+        self.dead = False
+        self.received: list[int] = []
+        self.failed_sends = 0
+
+    def send_runtest_some(self, indices):
+        if self.dead:
+            self.failed_sends += 1
+            raise OSError("cannot send (already closed?)")
+        self.received.extend(indices)
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def started(scheduling_class):
+    sched = scheduling_class(FakeConfig())
+    a, b = FakeWorker("gw0"), FakeWorker("gw1")
+    for worker in (a, b):
+        sched.add_node(worker)
+        sched.add_node_collection(worker, TESTS)
+    sched.schedule()
+    return sched, a, b
+
+
+def test_xdist_alone_ends_the_run_when_the_second_worker_is_already_gone():
+    """The scenario is real: stock scheduling raises out of the first worker's node-down."""
+    sched, a, b = started(LoadScheduling)
+    a.dead = b.dead = True
+    with pytest.raises(OSError, match="already closed"):
+        sched.remove_node(a)
+
+
+def test_both_crashes_are_reported_and_every_test_still_runs_once():
+    sched, a, b = started(CrashTolerantLoadScheduling)
+    running_on_a, running_on_b = a.received[0], b.received[0]
+    a.dead = b.dead = True
+
+    assert sched.remove_node(a) == TESTS[running_on_a]  # no OSError: the send to b was undone
+    assert b.failed_sends == 1
+    assert sched.remove_node(b) == TESTS[running_on_b]  # what b ran, not a test it never got
+
+    replacement = FakeWorker("gw2")
+    sched.add_node(replacement)
+    sched.add_node_collection(replacement, TESTS)
+    sched.schedule()
+    while sched.node2pending[replacement]:
+        sched.mark_test_complete(replacement, sched.node2pending[replacement][0])
+    crashed = {running_on_a, running_on_b}
+    assert sorted(replacement.received) == sorted(set(range(len(TESTS))) - crashed)
+    assert not sched.pending
+
+
+def test_a_failed_send_keeps_the_queue_order():
+    sched, a, b = started(CrashTolerantLoadScheduling)
+    waiting = list(sched.pending)
+    b.dead = True
+    sched.remove_node(a)
+    assert b.failed_sends == 1  # the survivor was sent more, and the send failed
+    assert sched.pending == waiting + a.received[1:]  # as xdist would have queued them
+    assert sched.node2pending[b] == b.received  # nothing b never got is charged to b
+
+
+@pytest.mark.parametrize("dist, expected", [("load", CrashTolerantLoadScheduling), ("loadscope", type(None))])
+def test_only_load_scheduling_is_replaced(dist, expected):
+    assert type(make_scheduler(FakeConfig(dist), None)) is expected
