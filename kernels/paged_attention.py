@@ -36,17 +36,20 @@ caches lose 16 mantissa bits. The ledger tracks it (``kernels/known_issues.toml`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels import kv_storage
 from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.jax_runtime import Compiled, CompiledCache, array_key, installed_jax_versions, to_jax, to_numpy
+from kernels.kv_storage import INT8_LIMIT, int8_quantize
+from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
     TpuExecution,
     choose_execution,
+    interpret_params,
     pallas_ran,
     pallas_tpu_availability,
     race_detection_declared,
@@ -148,7 +151,7 @@ def int8_pages(x: np.ndarray, table: np.ndarray, total: int, seed: int) -> tuple
     ``[Hkv, total, PAGE_SIZE, D]``, scale pages ``[Hkv, total, PAGE_SIZE, 1]`` in ``x``'s dtype)
     with ``x == w * scale / 127.5`` exactly; garbage in unowned slots of both. ValueError when
     ``x`` is off the grid: the reference would then see values the kernel never gets."""
-    w, step = kv_storage.int8_quantize(x)
+    w, step = int8_quantize(x)
     back = (w.astype(np.float64) * step).astype(x.dtype)
     if not np.array_equal(back, x, equal_nan=True):
         raise ValueError(
@@ -205,28 +208,14 @@ class PagedAttentionAdapter:
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, 1, D]`` in the input dtype; no lse."""
         execution = choose_execution("tpu")
-        b, hkv, sk, _ = inputs.k.shape
-        block = int(TUNABLES.value(self.config, "pages_per_compute_block"))
-        megacore = str(TUNABLES.value(self.config, "megacore_mode"))
-        seed = _layout_seed(inputs)
-        table, total = page_table(b, pages_per_sequence(sk, block), seed)
-        if self.kv == "int8":
-            k_pages, k_scales = int8_pages(inputs.k, table, total, seed + 1)
-            v_pages, v_scales = int8_pages(inputs.v, table, total, seed + 3)
-            kv = (k_pages, k_scales, v_pages, v_scales)
-        else:
-            kv = (
-                scatter_pages(inputs.k, table, total, seed + 1),
-                scatter_pages(inputs.v, table, total, seed + 2),
-            )
-        lengths = (
-            np.full(b, sk, np.int32) if inputs.kv_lengths is None else inputs.kv_lengths.astype(np.int32)
+        block, megacore = self._settings()
+        layout = paged_layout(
+            inputs.k, inputs.v, inputs.kv_lengths, block, self.kv, layout_seed(inputs.k.shape)
         )
         scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q[:, :, 0, :], *kv, lengths, table)
+        arrays = (inputs.q[:, :, 0, :], *layout)
         key = (execution.mode, array_key(*arrays), scale, spec.softcap)
-        # On one core a megacore mode waits forever on the DMA the other core's half issues.
-        with execution.context(cores=1 if megacore == "none" else 2):
+        with execution.context(cores=_cores(megacore)):
             args = tuple(to_jax(a) for a in arrays)
             compiled = self._cache.get(
                 key, lambda: _build(execution, scale, spec.softcap, block, megacore, self.kv, args)
@@ -234,13 +223,138 @@ class PagedAttentionAdapter:
             out = compiled.fn(*args)
         return SubjectOutput(out=to_numpy(out)[:, :, None, :], lse=None, ran=compiled.ran)
 
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """This adapter's call as standalone script text (``kernels.standalone``): the same layout
+        functions and kernel call, run natively on a TPU and in TPU interpret mode elsewhere."""
+        execution = choose_execution("tpu")
+        block, megacore = self._settings()
+        scale = spec.resolved_scale(inputs.shape.head_dim)
+        params = interpret_params(_cores(megacore)) if tpu_interpret_mode_missing() is None else {}
+        options = f"{scale!r}, {spec.softcap!r}, {block!r}, {megacore!r}, {self.kv!r}"
+        setup = (
+            f"MODULE = {MODULE!r}\n"
+            "paged_attention = importlib.import_module(MODULE).paged_attention\n"
+            "QuantizedTensor = importlib.import_module(MODULE + '.quantization_utils').QuantizedTensor\n"
+            "# The kernel issues DMAs: off a TPU only Pallas TPU interpret mode runs it"
+            + (" (two simulated TensorCores for megacore_mode; this JAX's field name)" if params else "")
+            + ".\n"
+            "interpreting = (\n"
+            "    contextlib.nullcontext() if jax.default_backend() == 'tpu'\n"
+            f"    else pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(**{params!r}))\n"
+            ")\n"
+        )
+        forward = (
+            f"layout = paged_layout(k, v, kv_lengths, {block!r}, {self.kv!r}, layout_seed(k.shape))\n"
+            "with interpreting:\n"
+            "    attention = jax.jit(functools.partial(\n"
+            f"        paged_forward, paged_attention, QuantizedTensor, {options}\n"
+            "    ))\n"
+            "    out = attention(*(jnp.asarray(a) for a in (q[:, :, 0, :], *layout)))\n"
+            "out, lse = np.asarray(out)[:, :, None, :], None  # back to [B, Hq, 1, D]; no lse\n"
+        )
+        constants = (
+            f"PAGE_SIZE = {PAGE_SIZE!r}\n",
+            f"SPARE_PAGES = {SPARE_PAGES!r}\n",
+            f"GARBAGE_STD = {GARBAGE_STD!r}\n",
+            f"INT8_SCALE_DIVISOR = {INT8_SCALE_DIVISOR!r}\n",
+            f"INT8_LIMIT = {INT8_LIMIT!r}\n",
+        )
+        functions = (
+            pages_per_sequence,
+            page_table,
+            scatter_pages,
+            int8_quantize,
+            int8_pages,
+            paged_layout,
+            layout_seed,
+        )
+        return StandaloneCall(
+            imports=(
+                "import contextlib",
+                "import functools",
+                "import importlib",
+                "import math",
+                "import jax",
+                "import jax.numpy as jnp",
+                "from jax.experimental.pallas import tpu as pltpu",
+            ),
+            definitions=(*constants, *source_of(*functions, paged_forward)),
+            setup=setup,
+            forward=forward,
+            note=f"{self.description}; off TPU: {execution.description}; pages of {PAGE_SIZE} tokens "
+            f"in a random order, garbage in unowned slots"
+            + (f"; {dict(self.config)}" if self.config else ""),
+        )
+
+    def _settings(self) -> tuple[int, str]:
+        """(pages_per_compute_block, megacore_mode) of this config."""
+        block = int(TUNABLES.value(self.config, "pages_per_compute_block"))
+        return block, str(TUNABLES.value(self.config, "megacore_mode"))
+
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         raise NotImplementedError("paged_attention is an inference kernel: it has no backward pass")
 
 
-def _layout_seed(inputs: AttentionInputs) -> int:
+def paged_layout(
+    k: np.ndarray, v: np.ndarray, kv_lengths: np.ndarray | None, block: int, kv: str, seed: int
+) -> tuple[np.ndarray, ...]:
+    """Canonical ``k, v: [B, Hkv, Sk, D]`` -> the kernel's cache arguments: (k pages, v pages,
+    lengths, page table) for ``kv="float"``; (k weights, k scales, v weights, v scales, lengths,
+    page table) for ``"int8"``. ``kv_lengths`` None: every row is ``Sk`` long."""
+    b, _, sk, _ = k.shape
+    table, total = page_table(b, pages_per_sequence(sk, block), seed)
+    if kv == "int8":
+        k_pages, k_scales = int8_pages(k, table, total, seed + 1)
+        v_pages, v_scales = int8_pages(v, table, total, seed + 3)
+        pages = (k_pages, k_scales, v_pages, v_scales)
+    else:
+        pages = (scatter_pages(k, table, total, seed + 1), scatter_pages(v, table, total, seed + 2))
+    lengths = np.full(b, sk, np.int32) if kv_lengths is None else kv_lengths.astype(np.int32)
+    return (*pages, lengths, table)
+
+
+def layout_seed(k_shape: tuple[int, ...]) -> int:
     """The page permutation's seed: fixed by the shapes, so every call of a case sees one layout."""
-    return int(np.prod(inputs.k.shape)) % (2**31)
+    return int(np.prod(k_shape)) % (2**31)
+
+
+def paged_forward(
+    paged_attention: Any,
+    quantized_tensor: Any,
+    scale: float,
+    softcap: float | None,
+    block: int,
+    megacore: str,
+    kv: str,
+    q: Any,
+    *layout: Any,
+) -> Any:
+    """The kernel's call on ``q: [B, Hq, D]`` and ``paged_layout``'s arrays (as JAX arrays):
+    ``q`` pre-scaled in float32 and rounded once to its dtype (the kernel applies no scale)."""
+    import jax.numpy as jnp
+
+    *pages, lengths, table = layout
+    if kv == "int8":
+        k_w, k_s, v_w, v_s = pages
+        k_pages, v_pages = quantized_tensor(weight=k_w, scales=k_s), quantized_tensor(weight=v_w, scales=v_s)
+    else:
+        k_pages, v_pages = pages
+    q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
+    return paged_attention(
+        q,
+        k_pages,
+        v_pages,
+        lengths,
+        table,
+        attn_logits_soft_cap=softcap,
+        pages_per_compute_block=block,
+        megacore_mode=None if megacore == "none" else megacore,
+    )
+
+
+def _cores(megacore: str) -> int:
+    """Simulated TensorCores: on one, a megacore mode waits forever on the other core's DMA."""
+    return 1 if megacore == "none" else 2
 
 
 def _two_cores(execution: TpuExecution) -> bool:
@@ -270,29 +384,10 @@ def _build(
     import importlib
 
     import jax
-    import jax.numpy as jnp
 
-    paged_attention = _load()
     quantized = importlib.import_module(MODULE + ".quantization_utils").QuantizedTensor
 
-    def fn(q, *rest):
-        *pages, lengths, table = rest
-        if kv == "int8":
-            k_w, k_s, v_w, v_s = pages
-            k_pages, v_pages = quantized(weight=k_w, scales=k_s), quantized(weight=v_w, scales=v_s)
-        else:
-            k_pages, v_pages = pages
-        q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
-        return paged_attention(
-            q,
-            k_pages,
-            v_pages,
-            lengths,
-            table,
-            attn_logits_soft_cap=softcap,
-            pages_per_compute_block=block,
-            megacore_mode=None if megacore == "none" else megacore,
-        )
+    fn = functools.partial(paged_forward, _load(), quantized, scale, softcap, block, megacore, kv)
 
     ran = pallas_ran(fn, args, execution, fallback="no kernel")
     cores = "" if megacore == "none" else f", megacore {megacore} on 2 cores"

@@ -100,7 +100,7 @@ class TpuExecution:
             return
         from jax.experimental.pallas import tpu as pltpu
 
-        params = {} if cores == 1 else {_core_field(): cores}
+        params = interpret_params(cores)
         # detect_races() sets the detector's parameters for the calls made inside it.
         params.update(_DETECTING.get() or {})
         with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(**params)):
@@ -249,6 +249,11 @@ def _core_field() -> str:
             f"this JAX's TPU interpret mode simulates one core only (no field among {_CORE_FIELDS})"
         )
     return name
+
+
+def interpret_params(cores: int = 1) -> dict[str, Any]:
+    """The InterpretParams keywords that simulate ``cores`` TensorCores (none for one)."""
+    return {} if cores == 1 else {_core_field(): cores}
 
 
 def race_detecting_params(cores: int = RACE_DETECTION_CORES) -> dict[str, Any]:

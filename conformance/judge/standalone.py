@@ -33,6 +33,7 @@ from conformance.judge import inputs, metrics
 from conformance.judge.checks.registry import CheckDeclaration
 from conformance.judge.metrics import abs_error
 from conformance.plan.cases import Case
+from kernels import kv_storage
 from kernels.standalone import StandaloneCall
 from reference import dense
 from reports.records import TensorMetrics
@@ -297,6 +298,17 @@ def _reference_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any
     return functions, "\n".join(lines) + "\n", "\n".join(grads) + ("\n" if grads else "")
 
 
+def _storage_lines(case: Case) -> str:
+    """K/V rounded to the subject's K/V storage, as ``build_inputs`` does (``kernels/kv_storage.py``)."""
+    if case.kv_storage is None:
+        return ""
+    constants = f"INT8_LIMIT = {kv_storage.INT8_LIMIT!r}\nKV_STORAGES = {kv_storage.KV_STORAGES!r}\n"
+    return (
+        f"\n{constants}\n\n{_source(kv_storage.int8_quantize, kv_storage.represent)}\n\n"
+        f"k, v = (represent(x, {case.kv_storage!r}) for x in (k, v))  # as the subject's cache holds them\n"
+    )
+
+
 def _digest(case: Case) -> str:
     built = inputs.build_inputs(case)
     return inputs_digest(built.q, built.k, built.v, built.bias)
@@ -399,6 +411,7 @@ def script(
     if padding:
         draw_functions.append(inputs.dead_positions)
     ref_functions, reference, reference_grads = _reference_lines(case, backward)
+    storage = _storage_lines(case)
     needs_ml_dtypes = case.dtype == "bfloat16"
     header = (
         f'"""Standalone repro: the {check.name} check of {case.case_id}.\n\n'
@@ -428,6 +441,7 @@ def script(
         padding,
         "q, k, v = (x.astype(DTYPE) for x in (q, k, v))  # the subject's dtype; the reference sees these\n",
         "bias = None if bias is None else bias.astype(DTYPE)\n",
+        storage,
         f"if inputs_digest(q, k, v, bias) != {_digest(case)!r}:\n"
         '    print("the inputs redrawn here differ from the suite\'s (another NumPy?): cannot reproduce")\n'
         f"    sys.exit({EXIT_INPUTS_DIFFER})\n",
@@ -454,7 +468,10 @@ def script(
         calls, verdict = call.gradients, _numeric_judgement(check, recorded)
     else:
         calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients)
-    definitions = _used_definitions(call.definitions, call.setup + calls + verdict)
+    # The inputs section may already define one of the adapter's helpers (K/V storage rounding).
+    defined = {_defined_name(d) for d in re.findall(r"^(?:def \w+|[A-Z0-9_]+ =)", storage, re.M)}
+    definitions = [d for d in call.definitions if _defined_name(d) not in defined]
+    definitions = _used_definitions(definitions, call.setup + calls + verdict)
     parts += [
         _section("the subject, called exactly as its adapter calls it"),
         "\n\n".join(d.rstrip() for d in definitions) + ("\n\n\n" if definitions else ""),

@@ -214,6 +214,49 @@ def test_tpu_flash_raises_check_is_observed_standalone(tmp_path):
     assert done.returncode == 0 and "the call raised ValueError" in done.stdout, done.stdout + done.stderr
 
 
+def _paged_or_skip(impl: str):
+    (subject,) = resolve_subjects(impl)
+    if not subject.availability.available:
+        pytest.skip(subject.availability.reason)
+    return subject
+
+
+def test_paged_attentions_float32_finding_reproduces_standalone(tmp_path):
+    """The ledger's paged-attention-float32-kv-rounded-to-bfloat16: the recorded repro, run
+    without the checkout, lays out the same pages and gets the same worst element."""
+    _paged_or_skip("paged_attention")
+    case = Case("paged_attention", "float32", batch=2, q_heads=4, kv_heads=2, q_len=1, kv_len=40,
+                head_dim=64, v_head_dim=64, kv_lengths=(40, 17))  # fmt: skip
+    result = record(case, "forward", "paged_attention")
+    assert result.verdict == "fail", result.reason  # record() judges without the ledger
+    text = standalone_text(result)
+    assert "paged_layout(k, v, kv_lengths, 4, 'float', layout_seed(k.shape))" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+def test_int8_pages_on_two_simulated_cores_pass_standalone(tmp_path):
+    """K/V rounded to int8 in the script as the suite rounds them (else the digest stops it with
+    exit 2), int8 pages and scales, and megacore_mode on two simulated cores."""
+    subject = _paged_or_skip("paged_attention[kv=int8]")
+    config = {"pages_per_compute_block": 2, "megacore_mode": "kv_head"}
+    case = Case("paged_attention[kv=int8]", "bfloat16", batch=2, q_heads=4, kv_heads=2, q_len=1, kv_len=40,
+                head_dim=64, v_head_dim=64, kv_lengths=(40, 17), softcap=20.0, kv_storage="int8",
+                config=config)  # fmt: skip
+    result = record(case, "forward", "paged_attention[kv=int8]")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(case, declaration("forward"), subject.adapter_for(case.config), result.metrics)
+    assert "k, v = (represent(x, 'int8') for x in (k, v))" in text
+    assert text.count("def int8_quantize(") == 1  # the adapter's copy is the inputs section's
+    assert "'megacore_mode': 'kv_head'" in text and "InterpretParams(**{'num_cores" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+    unrounded = text.replace("k, v = (represent(x, 'int8') for x in (k, v))", "")
+    assert run_isolated(unrounded, tmp_path).returncode == standalone.EXIT_INPUTS_DIFFER
+
+
 # --- a non-default config (kernel tunables): the script calls the kernel with the case's blocks ---
 
 
