@@ -32,23 +32,38 @@ class FolderLock:
 
     def acquire(self) -> FolderLock:
         self.folder.mkdir(parents=True, exist_ok=True)
-        handle = self.path.open("a+", encoding="utf-8")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        while True:
+            handle = self._open()
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                holder = lock_holder(self.folder)
+                who = f"pid {holder}" if holder else "another process"
+                raise FolderBusyError(
+                    f"{self.folder} is being written by {who} (lock {self.path}); wait for that run "
+                    "to finish, or give this one its own --report-dir"
+                ) from None
+            if self._still_the_lock_file(handle):
+                break
+            # We opened the file just before its holder removed it on release: our lock is on a
+            # file nobody else can open, so a third run would lock the new one beside us. Retry.
             handle.close()
-            holder = lock_holder(self.folder)
-            who = f"pid {holder}" if holder else "another process"
-            raise FolderBusyError(
-                f"{self.folder} is being written by {who} (lock {self.path}); wait for that run to "
-                "finish, or give this one its own --report-dir"
-            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         self._handle = handle
         return self
+
+    def _open(self) -> IO[str]:
+        return self.path.open("a+", encoding="utf-8")
+
+    def _still_the_lock_file(self, handle: IO[str]) -> bool:
+        try:
+            return os.stat(self.path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            return False
 
     def release(self) -> None:
         if self._handle is None:

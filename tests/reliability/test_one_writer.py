@@ -62,6 +62,25 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
     assert lock_holder(tmp_path) is None and not (tmp_path / ".lock").exists()
 
 
+def test_a_run_that_opened_the_lock_file_as_its_holder_released_it_does_not_share_the_folder(
+    tmp_path, monkeypatch
+):
+    """The release removes the file, then unlocks it: a run that opened the old file in between
+    must not keep a lock on it, or a third run would lock the new file beside it."""
+    first = FolderLock(tmp_path).acquire()
+    opened_before_release = (tmp_path / ".lock").open("a+", encoding="utf-8")
+    late = FolderLock(tmp_path)
+    opens = iter([opened_before_release])
+    real_open = FolderLock._open
+    monkeypatch.setattr(late, "_open", lambda: next(opens, None) or real_open(late))
+    first.release()
+    late.acquire()
+    assert opened_before_release.closed  # it let go of the removed file and took the new one
+    with pytest.raises(FolderBusyError, match=f"pid {os.getpid()}"):
+        FolderLock(tmp_path).acquire()
+    late.release()
+
+
 def test_a_full_disk_ends_in_one_line_keeps_every_record_and_resume_finishes(tmp_path):
     full = tmp_path / "full"
     env = {**os.environ, "FILL_DISK_AFTER_BYTES": "12000"}
