@@ -5,7 +5,7 @@ The suite runs once, in a subprocess (as a user runs it: ``python -m conformance
 every mutant and control together, at the ``ci`` profile. To fit the CI budget it keeps,
 for the per-case checks, a fixed smoke selection of the curated edge matrix (``SMOKE``:
 one case per concern, the same for every subject, chosen by concern and not by mutant);
-the runtime checks (determinism, recompile, leak) keep the cases the suite picks for
+the sampled checks (determinism, recompile, leak, races) keep the cases the suite picks for
 them. Each check's verdicts come from ``results.jsonl``. ``tests/conftest.py`` turns the
 recorded outcomes into the ``mutation score: X/Y`` line.
 
@@ -14,6 +14,9 @@ covering every check except those meant to catch it, and one covering those chec
 outside the installed JAX's range. No ledger entry may mask a failure it does not cover, so
 every mutant must still *fail* its checks (a ``known`` verdict would not count) and the run
 must exit 1.
+
+A subject that cannot run on this machine (the race mutant and its control need a race
+detector: TPU interpret mode, JAX >= 0.7) is skipped with its reason, not counted.
 """
 
 from __future__ import annotations
@@ -59,8 +62,9 @@ SMOKE: tuple[str, ...] = (
 
 
 def selection() -> str:
-    """The ``-k`` expression: smoke cases for per-case checks, every case of runtime checks."""
-    repeated = {d.name for d in REGISTRY if d.sampling in ("runtime_sample", "one_case")}
+    """The ``-k`` expression: smoke cases for per-case checks, every case of sampled checks
+    (their sample is already a few cases, chosen by what the check needs, not by concern)."""
+    repeated = {d.name for d in REGISTRY if d.sampling in ("runtime_sample", "one_case", "race_sample")}
     per_case = " or ".join(f"test_{c}" for c in CHECKS if c not in repeated)
     runtime = " or ".join(f"test_{c}" for c in CHECKS if c in repeated)
     return f"(({per_case}) and ({' or '.join(SMOKE)})) or {runtime}"
@@ -87,6 +91,13 @@ class SuiteRun:
         for record in self.of(path):
             by_check[record.check].add(record.verdict)
         return {check: frozenset(v) for check, v in by_check.items()}
+
+    def unavailable(self, path: str) -> str | None:
+        """Why ``path`` could not run here (every record ``unavailable``), or None when it ran."""
+        records = self.of(path)
+        if all(r.verdict == "unavailable" for r in records):
+            return records[0].reason
+        return None
 
 
 def decoy_ledger(path: Path) -> Path:
@@ -175,8 +186,42 @@ def test_the_catalogue_is_complete():
     assert all(set(m.checks) <= set(CHECKS) for m in MUTANTS)
 
 
+def test_a_subject_with_every_record_unavailable_is_skipped_with_its_reason():
+    """What keeps the race mutant and control from failing the meta-test on JAX < 0.7."""
+    from tests.reports.synthetic import case
+
+    def record(check: str, verdict: str, reason: str = "") -> CaseResult:
+        return CaseResult(case("s"), check, verdict, reason)
+
+    run = SuiteRun(
+        {
+            "gone": (record("forward", "unavailable", "no race detector"), record("races", "unavailable")),
+            "ran": (record("forward", "pass"), record("races", "unsupported", "no race detector")),
+        },
+        0.0,
+        "",
+    )
+    assert run.unavailable("gone") == "no race detector"
+    assert run.unavailable("ran") is None
+
+
+def test_the_race_subjects_say_why_they_cannot_run_without_a_detector(monkeypatch: pytest.MonkeyPatch):
+    from tests.mutants import races
+
+    missing = "this JAX's TPU interpret mode has no race detector (InterpretParams.detect_races)"
+    monkeypatch.setattr(races, "race_detection_missing", lambda: missing)
+    monkeypatch.setattr(races, "race_detection_declared", lambda execution: False)
+    for subject in (races.RaceFreeCopy(), races.RacyCopy()):
+        availability = subject.availability()
+        assert not availability.available and availability.reason.endswith(missing)
+        assert not subject.capabilities().race_detection
+
+
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_mutant_is_rejected_by_its_check(mutant: Mutant, suite: LazySuite, record_property):
+    unavailable = suite.run.unavailable(mutant.path)
+    if unavailable:
+        pytest.skip(f"{mutant.name} cannot run here: {unavailable}")
     caught, verdicts = False, {}
     try:
         verdicts = suite.run.verdicts(mutant.path)
@@ -191,6 +236,9 @@ def test_mutant_is_rejected_by_its_check(mutant: Mutant, suite: LazySuite, recor
 
 @pytest.mark.parametrize("control", CONTROLS, ids=lambda c: c.path)
 def test_correct_subject_passes_every_check(control: Control, suite: LazySuite):
+    unavailable = suite.run.unavailable(control.path)
+    if unavailable:
+        pytest.skip(f"{control.path} cannot run here: {unavailable}")
     verdicts = suite.run.verdicts(control.path)
     bad = {
         check: sorted(v - {"pass", "unsupported"})
@@ -209,6 +257,8 @@ def test_no_ledger_entry_masks_a_failure_it_does_not_cover(suite: LazySuite):
     decoys = {s["id"]: s for s in run.ledger if s["id"].startswith("decoy-")}
     assert len(decoys) == 2 * len(MUTANTS)
     for mutant in MUTANTS:
+        if run.unavailable(mutant.path):
+            continue  # no verdict to mask: every record is ``unavailable``
         records = [r for r in run.of(mutant.path) if r.check in mutant.checks]
         assert not [r for r in records if r.verdict == "known"], mutant.name
         out_of_range = decoys[f"decoy-{mutant.name}-out-of-range"]

@@ -246,6 +246,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "non-default config",
         "backward walks the forward's block count of backward blocks: a smaller one drops a tail",
     ),
+    _m(
+        "racy_output_copy",
+        "races:RacyCopy",
+        "races",
+        "data races",
+        "two simulated cores both write the whole output (the same values: the numbers pass)",
+    ),
 )
 
 
@@ -270,6 +277,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.paged:Int8PagedDecode", RUNS_EVERYWHERE),
     # Ragged paged attention over its adapter's packing: right on every mixed pack and config.
     Control(f"{PACKAGE}.ragged:RaggedPaged", RUNS_EVERYWHERE),
+    # Right attention copied out through a Pallas TPU kernel, one half per core: no race.
+    Control(f"{PACKAGE}.races:RaceFreeCopy", (*RUNS_EVERYWHERE, "races")),
 )
 
 
