@@ -8,11 +8,13 @@ one is the Pallas TPU flash kernel in interpret mode.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -45,7 +47,7 @@ except ImportError:
 
 def attention(q, k, v, *, scale, causal=False, alignment="top_left", window=None, softcap=None,
               bias=None, mask=None, q_segment_ids=None, kv_segment_ids=None, q_lengths=None,
-              kv_lengths=None, factor=1.0, segments=True):
+              kv_lengths=None, sinks=None, factor=1.0, segments=True):
     group = q.shape[1] // k.shape[1]
     k = np.repeat(k.astype(np.float64), group, 1)
     v = np.repeat(v.astype(np.float64), group, 1)
@@ -75,9 +77,16 @@ def attention(q, k, v, *, scale, causal=False, alignment="top_left", window=None
         visible &= mask
     s = np.where(visible, s, -np.inf)
     m = s.max(-1, keepdims=True)
-    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-    d = e.sum(-1, keepdims=True)
+    sink = None if sinks is None else sinks.astype(np.float64)[None, :, None, None]
+    m = m if sink is None else np.maximum(m, sink)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m)
+    d = e.sum(-1, keepdims=True) + (0.0 if sink is None else np.exp(sink - m))
     return np.where(d > 0, (e @ v) / np.where(d > 0, d, 1.0), 0.0).astype(q.dtype)
+
+
+def ignores_sinks(q, k, v, sinks=None, **kw):
+    return attention(q, k, v, **kw)
 
 
 def wrong_scale(q, k, v, **kw):
@@ -103,11 +112,11 @@ def raises_error(q, k, v, **kw):
 
 
 if Capabilities is not None:
-    for fn in (attention, wrong_scale, ignores_segments, nan_row, wrong_dtype, raises_error):
+    for fn in (attention, ignores_sinks, wrong_scale, ignores_segments, nan_row, wrong_dtype, raises_error):
         fn.attention_capabilities = Capabilities(
             dtypes=("float32", "bfloat16", "float16"), causal_alignments=("top_left", "bottom_right"),
             window=True, segment_ids=True, lengths=True, bool_mask=True, gqa=True, bias=True,
-            bias_broadcast=True, softcap=True, distinct_v_dim=True, fully_masked_rows="zeros")
+            bias_broadcast=True, softcap=True, sinks=True, distinct_v_dim=True, fully_masked_rows="zeros")
 '''
 
 CHECKOUT_IMPORT = re.compile(r"^\s*(from|import) (conformance|kernels|reference|reports|tests)\b", re.M)
@@ -353,6 +362,10 @@ FEATURES = {
     "window_lengths_mask_bias_gqa": dict(
         q_heads=4, kv_heads=2, window=(7, None), q_lengths=(30,), kv_lengths=(50,), mask="1hqk", bias="bh1k"
     ),
+    # Rows of the orphan segment see no key: only their sink (out 0, lse the sink); -1e4 vanishes.
+    "sinks_extreme_gqa_segments_softcap": dict(
+        batch=2, q_heads=6, kv_heads=3, segments=2, orphan_segment=True, sinks="extreme", softcap=4.0
+    ),
 }
 
 
@@ -376,7 +389,11 @@ def test_a_correct_user_function_passes_standalone(tmp_path, user_dir, features)
 
 @pytest.mark.parametrize(
     ("function", "features"),
-    [("wrong_scale", "softcap_bottom_right_float16"), ("ignores_segments", "segments_orphan_nan_padding")],
+    [
+        ("wrong_scale", "softcap_bottom_right_float16"),
+        ("ignores_segments", "segments_orphan_nan_padding"),
+        ("ignores_sinks", "sinks_extreme_gqa_segments_softcap"),
+    ],
 )
 def test_a_wrong_user_function_exits_1_with_the_recorded_worst_element(
     tmp_path, user_dir, function, features
@@ -451,12 +468,33 @@ REFERENCE_CASES = [
          kv_lengths=(20, 13, 4), input_kind="nan_padding"),
     Case("x", "float32", batch=2, q_len=6, kv_len=9, head_dim=8, v_head_dim=8, causal=True,
          alignment="bottom_right_valid", kv_lengths=(9, 5)),
+    # Sinks after softcap and bias, with GQA; and extreme sinks (+30, -1e4) where an orphan
+    # segment's rows see no key, so only the sink is left (out 0, lse the sink).
+    Case("x", "float32", batch=2, q_heads=4, kv_heads=2, q_len=20, kv_len=28, head_dim=8, v_head_dim=8,
+         causal=True, alignment="bottom_right", bias="1h1k", softcap=3.0, sinks="normal"),
+    Case("x", "bfloat16", batch=2, q_heads=3, kv_heads=1, q_len=16, kv_len=24, head_dim=8, v_head_dim=8,
+         segments=2, orphan_segment=True, sinks="extreme"),
 ]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReturnsDsinks:
+    """xla's script under a declaration with d(sinks): the prefix (inputs and float64 answer,
+    all that the test below runs) then computes ref_dsinks too, as a sinks subject's does."""
+
+    inner: Any
+    name: str = "xla"
+
+    def standalone(self, inputs, spec):
+        return self.inner.standalone(inputs, spec)
+
+    def capabilities(self):
+        return dataclasses.replace(self.inner.capabilities(), sinks=True, sinks_grad=True)
 
 
 def _prefix_namespace(case: Case, check: str) -> dict:
     """Run a script up to the subject's call, in this process; returns its variables."""
-    text = standalone.script(case, declaration(check), resolve("xla"))
+    text = standalone.script(case, declaration(check), _ReturnsDsinks(resolve("xla")))
     prefix = text[: text.index("# --- the subject")]
     namespace: dict = {"__name__": "repro_prefix"}
     exec(compile(prefix, "repro_prefix", "exec"), namespace)  # noqa: S102 - the text we just generated
@@ -467,7 +505,7 @@ def _prefix_namespace(case: Case, check: str) -> dict:
 def test_the_scripts_inputs_and_float64_answer_are_the_suites(case):
     ns = _prefix_namespace(case, "backward" if case.input_kind != "nan_padding" else "forward")
     inputs = build_inputs(case)
-    for name in ("q", "k", "v", "bias", "q_segment_ids", "kv_segment_ids", "mask"):
+    for name in ("q", "k", "v", "bias", "q_segment_ids", "kv_segment_ids", "mask", "sinks"):
         want, got = getattr(inputs, name), ns[name]
         assert (want is None and got is None) or (want.tobytes() == got.tobytes() and want.dtype == got.dtype)
     ref = attention_forward(inputs, case.spec)
@@ -478,7 +516,8 @@ def test_the_scripts_inputs_and_float64_answer_are_the_suites(case):
         dout = build_dout(case, ref.fully_masked)
         assert ns["dout"].tobytes() == dout.tobytes()
         grads = attention_backward(inputs, dout, case.spec, ref)
-        for name in ("dq", "dk", "dv", "dbias"):
+        for name in ("dq", "dk", "dv", "dbias", "dsinks"):
+            assert (getattr(grads, name) is None) == (f"ref_{name}" not in ns), name
             if getattr(grads, name) is not None:
                 np.testing.assert_allclose(ns[f"ref_{name}"], getattr(grads, name), rtol=1e-9, atol=1e-9)
 
