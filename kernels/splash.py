@@ -22,6 +22,11 @@ Translation from canonical semantics (``docs/semantics.md``):
   saves residuals has no VJP, so gradients use the plain one).
 * Masked logits become ``mask_value`` and whole masked blocks are skipped: a row that
   sees no key averages V over the visited blocks, or is NaN when none is visited.
+
+The translation lives in module-level functions of NumPy/JAX values (``mask_layout``,
+``mask_planes``, ``splash_mask``, ``kernel_blocks``, ``splash_kernels``, ``splash_attention``,
+``splash_forward``, ``splash_gradients``) that the adapter calls and ``standalone()`` embeds in
+a repro script (``kernels/standalone.py``), so script and suite build the same kernels.
 """
 
 from __future__ import annotations
@@ -116,6 +121,8 @@ CONSTRAINTS = (
 # * Sinks: ``_splash_attention`` (what a kernel object's call forwards to) has a ``sinks``
 #   argument from 0.7.1; it is looked for there, and sinks are unsupported (with the reason)
 #   where it is missing.
+# A standalone script gets these decided for the JAX that wrote it: the sharding keywords as
+# a literal, and no script for a sinks case where the kernel takes no sinks.
 # * Head dims: up to 0.4.38 the forward kernel needs D % 128 == 0 and has no separate
 #   Dv; 0.5.3 and 0.6.2 allow Dv != D but need Dv % 128 == 0; from 0.7.2 neither limit
 #   exists (NotImplementedError where they do). Thresholds are the first versions

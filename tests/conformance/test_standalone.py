@@ -28,7 +28,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
-from kernels import pallas_gpu
+from kernels import pallas_gpu, splash
 from kernels.jax_runtime import jax_version
 from kernels.registry import resolve
 from reference import attention_backward, attention_forward
@@ -266,6 +266,83 @@ def test_int8_pages_on_two_simulated_cores_pass_standalone(tmp_path):
     assert run_isolated(unrounded, tmp_path).returncode == standalone.EXIT_INPUTS_DIFFER
 
 
+def _splash_or_skip(impl: str = "splash", sinks: bool = False):
+    (subject,) = resolve_subjects(impl)
+    if not subject.availability.available:
+        pytest.skip(subject.availability.reason)
+    if sinks and not subject.capabilities.sinks:
+        pytest.skip(splash.SINKS_REASON)
+    return subject
+
+
+def test_splash_causal_segments_gqa_passes_standalone(tmp_path):
+    """The script builds the same CausalMask kernel, pre-scales q, vmaps it over the batch with
+    segment ids, and gets the suite's worst element."""
+    subject = _splash_or_skip()
+    case = Case("splash", "float32", batch=2, q_heads=4, kv_heads=2, q_len=128, kv_len=128, head_dim=128,
+                v_head_dim=128, causal=True, segments=2)  # fmt: skip
+    result = record(case, "forward", "splash")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(case, declaration("forward"), subject.adapter_for(case.config), result.metrics)
+    assert not CHECKOUT_IMPORT.search(text) and "layout = mask_layout(True, 'top_left', None, SQ, SK)" in text
+    assert "def splash_gradients(" not in text  # a forward repro leaves the gradients out
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+SPLASH_SINKS = Case("splash", "float32", batch=2, q_heads=4, kv_heads=2, q_len=128, kv_len=128,
+                    head_dim=128, v_head_dim=128, causal=True, sinks="extreme", segments=2,
+                    orphan_segment=True)  # fmt: skip
+
+
+def test_splash_sinks_forward_passes_standalone_and_fails_without_the_sinks(tmp_path):
+    """Extreme sinks (+30, -1e4) and rows that see only their sink: the script draws the suite's
+    sinks and hands them to the kernel; a script that drops them exits 1."""
+    subject = _splash_or_skip(sinks=True)
+    result = record(SPLASH_SINKS, "forward", "splash")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(SPLASH_SINKS, declaration("forward"), subject.adapter, result.metrics)
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+    arrays = "for x in (q, k, v, q_segment_ids, kv_segment_ids, sinks))"
+    assert arrays in text
+    dropped = run_isolated(text.replace(arrays, arrays.replace("sinks)", "None)")), tmp_path)
+    assert dropped.returncode == 1 and "out: OUT OF TOLERANCE" in dropped.stdout, (
+        dropped.stdout + dropped.stderr
+    )
+
+
+def test_splash_sinks_backward_checks_dsinks_standalone(tmp_path):
+    """dq, dk, dv and d(sinks) through splash's custom VJP, each judged; a wrong d(sinks) exits 1."""
+    subject = _splash_or_skip(sinks=True)
+    result = record(SPLASH_SINKS, "backward", "splash")
+    assert result.verdict == "pass" and [m.tensor for m in result.metrics] == ["dq", "dk", "dv", "dsinks"]
+    text = standalone.script(SPLASH_SINKS, declaration("backward"), subject.adapter, result.metrics)
+    assert "ref_dsinks = sink_grad(p_sink, ref_out, dout)" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+    grads = "dq, dk, dv, dsinks = (None if g is None else np.asarray(g) for g in grads)\n"
+    wrong = run_isolated(text.replace(grads, grads + "dsinks = dsinks * 2\n"), tmp_path)
+    assert wrong.returncode == 1 and "dsinks: OUT OF TOLERANCE" in wrong.stdout, wrong.stdout + wrong.stderr
+
+
+def test_splash_in_tpu_interpret_mode_passes_standalone(tmp_path):
+    """splash[interpreter=tpu]: the script runs the kernel in TPU interpret mode, as the suite did."""
+    subject = _splash_or_skip("splash[interpreter=tpu]")
+    case = Case("splash[interpreter=tpu]", "bfloat16", q_heads=2, kv_heads=1, q_len=128, kv_len=256,
+                head_dim=128, v_head_dim=128, window=(40, 8), mask="b1qk")  # fmt: skip
+    result = record(case, "forward", "splash[interpreter=tpu]")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(case, declaration("forward"), subject.adapter, result.metrics)
+    assert "pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
 # --- a non-default config (kernel tunables): the script calls the kernel with the case's blocks ---
 
 
@@ -297,6 +374,7 @@ def test_tpu_flash_config_case_passes_standalone_with_its_block_sizes(tmp_path):
     [
         ("tpu_flash", dict(q_len=128, kv_len=128, head_dim=64), {"block_k_major": 256}),
         ("pallas_gpu", dict(q_len=96, kv_len=96, head_dim=32), {"block_q": 64}),
+        ("splash", dict(q_len=128, kv_len=128, head_dim=128), {"block_kv": 256}),
     ],
 )
 def test_the_config_reaches_the_kernel_in_the_script(tmp_path, impl, fields, config):
@@ -339,6 +417,31 @@ def test_pallas_gpu_backward_config_reproduces_standalone_with_its_block_sizes(t
     assert "functools.partial(mha_gradients, mha, " in text and "block_kwargs=block_kwargs" in text
     done = run_isolated(text, tmp_path)
     assert done.returncode == (1 if buggy else 0), done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+def test_splash_backward_config_passes_standalone_with_its_blocks(tmp_path, fused):
+    """block_q != block_kv, compute < kv block, own backward blocks; the fused backward has no dq
+    kernel, so its dq blocks are dropped (kernel_blocks, the adapter's own function)."""
+    _splash_or_skip()
+    config = {"block_q": 64, "block_kv": 256, "block_kv_compute": 128, "block_q_dkv": 64,
+              "block_kv_dkv": 128, "use_fused_bwd_kernel": fused}  # fmt: skip
+    case = Case("splash", "float32", q_len=128, kv_len=256, head_dim=128, v_head_dim=128, causal=True,
+                config=config)  # fmt: skip
+    result = record(case, "backward", "splash")
+    assert result.verdict == "pass", result.reason
+    subject, adapter = _configured("splash", case)
+    text = standalone.script(case, declaration("backward"), adapter, result.metrics)
+    blocks = re.search(r"blocks=kernel_blocks\((\{[^}]*\})\)", text)
+    assert blocks is not None, text[text.index("# --- the subject") :]
+    blocks = eval(blocks.group(1))  # noqa: S307 - the dict literal we just generated
+    assert {k: blocks[k] for k in config} == config and set(blocks) == set(
+        subject.capabilities.tunables.names
+    )
+    assert "save_residuals=False" in text and "splash_gradients" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert_same_worst(done, result)
 
 
