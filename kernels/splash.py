@@ -22,11 +22,17 @@ Translation from canonical semantics (``docs/semantics.md``):
   saves residuals has no VJP, so gradients use the plain one).
 * Masked logits become ``mask_value`` and whole masked blocks are skipped: a row that
   sees no key averages V over the visited blocks, or is NaN when none is visited.
+
+The translation lives in module-level functions of NumPy/JAX values (``mask_layout``,
+``mask_planes``, ``splash_mask``, ``kernel_blocks``, ``splash_kernels``, ``splash_attention``,
+``splash_forward``, ``splash_gradients``) that the adapter calls and ``standalone()`` embeds in
+a repro script (``kernels/standalone.py``), so script and suite build the same kernels.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 from collections.abc import Hashable
@@ -43,6 +49,7 @@ from kernels.jax_runtime import (
     to_jax,
     to_numpy,
 )
+from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
     INTERPRETERS,
     Interpreter,
@@ -114,6 +121,8 @@ CONSTRAINTS = (
 # * Sinks: ``_splash_attention`` (what a kernel object's call forwards to) has a ``sinks``
 #   argument from 0.7.1; it is looked for there, and sinks are unsupported (with the reason)
 #   where it is missing.
+# A standalone script gets these decided for the JAX that wrote it: the sharding keywords as
+# a literal, and no script for a sinks case where the kernel takes no sinks.
 # * Head dims: up to 0.4.38 the forward kernel needs D % 128 == 0 and has no separate
 #   Dv; 0.5.3 and 0.6.2 allow Dv != D but need Dv % 128 == 0; from 0.7.2 neither limit
 #   exists (NotImplementedError where they do). Thresholds are the first versions
@@ -148,20 +157,12 @@ TUNABLES = Tunables(
 )
 
 
-def _block_sizes(api: _Api, config: Config) -> Any:
-    values = TUNABLES.resolved(config)
-    if values["use_fused_bwd_kernel"]:
-        del values["block_q_dq"], values["block_kv_dq"]
-    return api.block_sizes(**values)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Api:
-    make_splash_mha: Any
-    masks: Any  # the module exporting CausalMask, LocalMask, NumpyMask, MultiHeadMask, FullMask
-    segment_ids: Any
-    shard_kwargs: tuple[tuple[str, int], ...]
-    block_sizes: Any
+    """What differs by version, decided once (a standalone script gets these as literals)."""
+
+    module: Any  # the splash package: make_splash_mha, BlockSizes, SegmentIds and the mask classes
+    shard_kwargs: tuple[tuple[str, int], ...]  # make_splash_mha's sharding keywords, where they exist
     sinks: bool  # the kernel takes sinks=[Hq]
 
 
@@ -173,7 +174,7 @@ def _load_api() -> _Api:
     if "interpret" not in params:
         raise TypeError("make_splash_mha has no interpret= argument on this version")
     shards = tuple((name, 1) for name in ("head_shards", "q_seq_shards") if name in params)
-    return _Api(splash.make_splash_mha, splash, splash.SegmentIds, shards, splash.BlockSizes, _takes_sinks())
+    return _Api(splash, shards, _takes_sinks())
 
 
 def _takes_sinks() -> bool:
@@ -224,61 +225,26 @@ def _head_dim_constraints() -> tuple[tuple[ShapeConstraint, ...], bool]:
 
 @dataclasses.dataclass(frozen=True)
 class _MaskPlan:
-    """Which splash mask a case needs. ``numpy`` holds per-batch [Hq, Sq, Sk] planes or None."""
+    """Which splash mask a case needs: ``layout`` from ``mask_layout``, ``planes`` from
+    ``mask_planes``, and ``key``, what the compile cache tells them apart by."""
 
     key: Hashable
-    kind: str  # "full", "causal", "local"
-    offset: int
-    window: tuple[int | None, int | None] | None
-    numpy: tuple[np.ndarray, ...] | None
+    layout: tuple[str, int, tuple[int | None, int | None] | None]
+    planes: tuple[np.ndarray, ...] | None
 
 
 def _plan(inputs: AttentionInputs, spec: AttentionSpec) -> _MaskPlan:
-    b, hq, sq, _ = inputs.q.shape
+    _, hq, sq, _ = inputs.q.shape
     sk = inputs.k.shape[2]
-    offset = 0 if spec.alignment == "top_left" else sk - sq
-    window = spec.window
-    if spec.causal and window is not None:
-        left, right = window
-        window = (left, 0 if right is None else min(right, 0))
-    # A window with no bound on the left adds nothing to causal (right <= 0 here), and one with
-    # no bound on either side is no mask: name them CausalMask / FullMask, as a user would.
-    # (LocalMask((None, None)) itself fails in splash's kernel with "captures constants".)
-    if window in ((None, 0), (None, None)) and (spec.causal or window == (None, None)):
-        window = None
-    kind = "local" if window is not None else "causal" if spec.causal else "full"
-    planes = None
+    layout = mask_layout(spec.causal, spec.alignment, spec.window, sq, sk)
+    kind, offset, window = layout
+    planes = mask_planes(inputs.mask, hq, sq, sk)
     digest = None
     if inputs.mask is not None:
         full = np.broadcast_to(inputs.mask, (inputs.mask.shape[0], hq, sq, sk))
-        planes = tuple(np.ascontiguousarray(full[i]) for i in range(full.shape[0]))
         digest = hashlib.sha1(np.ascontiguousarray(full).tobytes()).hexdigest()
-        if len(planes) > 1 and all(np.array_equal(planes[0], p) for p in planes[1:]):
-            planes = planes[:1]
     key = (kind, offset if kind != "full" else 0, window, digest, None if planes is None else len(planes))
-    return _MaskPlan(key, kind, offset, window, planes)
-
-
-def _splash_mask(api: _Api, plan: _MaskPlan, hq: int, sq: int, sk: int, batch: int) -> Any:
-    """The MultiHeadMask for one batch element (all of them when the plan is batch-invariant)."""
-    m = api.masks
-    if plan.kind == "causal":
-        structural = m.CausalMask((sq, sk), offset=plan.offset)
-    elif plan.kind == "local":
-        structural = m.LocalMask((sq, sk), window_size=plan.window, offset=plan.offset)
-    else:
-        structural = m.FullMask((sq, sk))
-    heads = []
-    for h in range(hq):
-        if plan.numpy is None:
-            heads.append(structural)
-            continue
-        plane = plan.numpy[batch if len(plan.numpy) > 1 else 0][h]
-        if plan.kind != "full":
-            # Materialise the structural mask and AND it in: one NumpyMask per head.
-            plane = plane & np.asarray(structural[0:sq, 0:sk])
-        heads.append(m.NumpyMask(plane))
-    return m.MultiHeadMask(heads)
+    return _MaskPlan(key, layout, planes)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -332,6 +298,10 @@ class SplashAdapter:
         except Exception:  # noqa: BLE001 - unavailable: availability() says why
             return False
 
+    def _blocks(self) -> dict[str, Any]:
+        """``BlockSizes`` keywords under this adapter's config (every block and the fused flag)."""
+        return kernel_blocks(TUNABLES.resolved(self.config))
+
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32."""
         compiled, args = self._compiled("forward", inputs, spec)
@@ -353,28 +323,21 @@ class SplashAdapter:
 
     def _compiled(
         self, direction: str, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
-    ) -> tuple[Compiled, tuple]:
+    ) -> tuple[_Contextual, tuple]:
         execution = choose_execution(self.interpreter)
         plan = _plan(inputs, spec)
         scale = spec.resolved_scale(inputs.q.shape[-1])
         if inputs.sinks is not None and not _load_api().sinks:
             raise NotImplementedError(SINKS_REASON)
-        arrays = (
-            inputs.q,
-            inputs.k,
-            inputs.v,
-            inputs.q_segment_ids,
-            inputs.kv_segment_ids,
-            inputs.sinks,
-            dout,
-        )
+        arrays = (inputs.q, inputs.k, inputs.v, inputs.q_segment_ids, inputs.kv_segment_ids, inputs.sinks)
+        if direction == "backward":
+            arrays += (dout,)
         key = (direction, execution.mode, plan.key, array_key(*arrays), scale, spec.softcap)
         with execution.context():
-            args = tuple(to_jax(a) for a in arrays if a is not None)
-            present = tuple(a is not None for a in arrays)
+            args = tuple(to_jax(a) for a in arrays)
 
             def build() -> Compiled:
-                return self._build(direction, execution, inputs, plan, scale, spec.softcap, present, args)
+                return self._build(direction, execution, inputs, plan, scale, spec.softcap, args)
 
             compiled = self._cache.get(key, build)
         return _Contextual(compiled, execution), args
@@ -387,92 +350,281 @@ class SplashAdapter:
         plan: _MaskPlan,
         scale: float,
         softcap: float | None,
-        present: tuple[bool, ...],
         args: tuple,
     ) -> Compiled:
         import jax
-        import jax.numpy as jnp
 
         api = _load_api()
-        b, hq, sq, _ = inputs.q.shape
-        sk = inputs.k.shape[2]
-        per_batch = plan.numpy is not None and len(plan.numpy) > 1
-        save = direction == "forward"
-        kernels = [
-            api.make_splash_mha(
-                _splash_mask(api, plan, hq, sq, sk, i),
-                save_residuals=save,
-                attn_logits_soft_cap=softcap,
-                block_sizes=_block_sizes(api, self.config),
-                interpret=execution.mode != "native",
-                **dict(api.shard_kwargs),
-            )
-            for i in range(b if per_batch else 1)
-        ]
-
-        def unpack(flat):
-            flat = list(flat)
-            q, k, v = flat.pop(0), flat.pop(0), flat.pop(0)
-            q_seg = flat.pop(0) if present[3] else None
-            kv_seg = flat.pop(0) if present[4] else None
-            sinks = flat.pop(0) if present[5] else None
-            dout = flat.pop(0) if present[6] else None
-            return q, k, v, q_seg, kv_seg, sinks, dout
-
-        def attention(q, k, v, q_seg, kv_seg, sinks):
-            """[B, H, S, D] -> out [B, Hq, Sq, Dv] (and lse [B, Hq, Sq] when saving residuals)."""
-            q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
-
-            def one(kernel, q, k, v, q_seg, kv_seg):
-                segments = (
-                    None
-                    if q_seg is None
-                    else api.segment_ids(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
-                )
-                # sinks only where given: a kernel from before 0.7.1 takes no such argument.
-                result = (
-                    kernel(q, k, v, segments) if sinks is None else kernel(q, k, v, segments, sinks=sinks)
-                )
-                if save:
-                    out, (lse,) = result
-                    return out, lse
-                return result
-
-            if per_batch:
-                results = [
-                    one(
-                        kernels[i],
-                        q[i],
-                        k[i],
-                        v[i],
-                        None if q_seg is None else q_seg[i],
-                        None if kv_seg is None else kv_seg[i],
-                    )
-                    for i in range(b)
-                ]
-                return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
-            seg_axes = 0 if q_seg is not None else None
-            return jax.vmap(
-                lambda q, k, v, qs, ks: one(kernels[0], q, k, v, qs, ks),
-                in_axes=(0, 0, 0, seg_axes, seg_axes),
-            )(q, k, v, q_seg, kv_seg)
-
-        if direction == "forward":
-
-            def fn(*flat):
-                q, k, v, q_seg, kv_seg, sinks, _ = unpack(flat)
-                return attention(q, k, v, q_seg, kv_seg, sinks)
-        else:
-
-            def fn(*flat):
-                q, k, v, q_seg, kv_seg, sinks, dout = unpack(flat)
-                if sinks is None:
-                    _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, q_seg, kv_seg, None), q, k, v)
-                    return (*vjp(dout), None)
-                _, vjp = jax.vjp(lambda q, k, v, s: attention(q, k, v, q_seg, kv_seg, s), q, k, v, sinks)
-                return vjp(dout)
-
+        _, hq, sq, _ = inputs.q.shape
+        kernels = splash_kernels(
+            api.module,
+            plan.layout,
+            plan.planes,
+            hq,
+            sq,
+            inputs.k.shape[2],
+            save_residuals=direction == "forward",
+            softcap=softcap,
+            blocks=self._blocks(),
+            interpret=execution.mode != "native",
+            shard_kwargs=dict(api.shard_kwargs),
+        )
+        call = splash_forward if direction == "forward" else splash_gradients
+        fn = functools.partial(call, api.module, kernels, scale=scale)
         return Compiled(jax.jit(fn), pallas_ran(fn, args, execution, fallback="fell back"))
+
+    # -- standalone repro ------------------------------------------------------------
+
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """This adapter's calls as standalone script text (``kernels.standalone``): the same mask,
+        kernels and calls, decided for the installed JAX (its sharding keywords, whether it takes
+        sinks); natively on a TPU, elsewhere in this subject's interpreter. ``inputs`` may be a
+        skeleton: only shapes and which arrays are set matter."""
+        api = _load_api()
+        if inputs.sinks is not None and not api.sinks:
+            raise NotImplementedError(SINKS_REASON)
+        off_tpu = TpuExecution(self.interpreter)
+        scale = spec.resolved_scale(inputs.shape.head_dim)
+        layout = f"mask_layout({spec.causal!r}, {spec.alignment!r}, {spec.window!r}, SQ, SK)"
+        kernel_options = (
+            f"softcap={spec.softcap!r},\n"
+            f"        blocks=kernel_blocks({TUNABLES.resolved(self.config)!r}),\n"
+            "        interpret=jax.default_backend() != 'tpu',\n"
+            f"        shard_kwargs={dict(api.shard_kwargs)!r},  # this JAX's make_splash_mha keywords\n"
+        )
+        arrays = "(q, k, v, q_segment_ids, kv_segment_ids, sinks)"
+        if self.interpreter == "tpu":
+            interpreting = (
+                "def interpreting():\n"
+                '    """Natively on a TPU; elsewhere Pallas TPU interpret mode, a tracing-time setting\n'
+                '    (it wraps tracing and execution alike), on top of make_splash_mha(interpret=True)."""\n'
+                "    if jax.default_backend() == 'tpu':\n"
+                "        return contextlib.nullcontext()\n"
+                "    return pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())\n"
+            )
+        else:
+            interpreting = (
+                "# Off a TPU: Pallas's generic interpreter (make_splash_mha(..., interpret=True)).\n"
+                "interpreting = contextlib.nullcontext\n"
+            )
+        setup = (
+            f"MODULE = {MODULE!r}\n"
+            "splash = importlib.import_module(MODULE)\n"
+            f"layout = {layout}  # (kind, offset, window)\n"
+            "planes = mask_planes(mask, HQ, SQ, SK)  # the boolean mask, [Hq, Sq, Sk] per batch row\n"
+            f"{interpreting}"
+        )
+
+        def call(save: bool, name: str, function: str) -> str:
+            """Kernels built and ``function`` jitted over them as ``name``, in the interpreter's context."""
+            return (
+                "with interpreting():\n"
+                "    kernels = splash_kernels(\n"
+                f"        splash, layout, planes, HQ, SQ, SK, save_residuals={save!r}, {kernel_options}"
+                "    )\n"
+                f"    {name} = jax.jit(functools.partial({function}, splash, kernels, scale={scale!r}))\n"
+                f"    args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
+            )
+
+        imports = (
+            "import contextlib",
+            "import functools",
+            "import importlib",
+            "import jax",
+            "import jax.numpy as jnp",
+        )
+        if self.interpreter == "tpu":
+            imports += ("from jax.experimental.pallas import tpu as pltpu",)
+        return StandaloneCall(
+            imports=imports,
+            definitions=source_of(
+                mask_layout, mask_planes, splash_mask, kernel_blocks, splash_kernels, splash_attention
+            )
+            + source_of(splash_forward, splash_gradients),
+            setup=setup,
+            forward=(
+                call(True, "attention", "splash_forward") + "    out, lse = attention(*args)\n"
+                "out, lse = np.asarray(out), np.asarray(lse)\n"
+            ),
+            gradients=(
+                call(False, "gradients", "splash_gradients")
+                + "    grads = gradients(*args, jnp.asarray(dout))\n"
+                "dq, dk, dv, dsinks = (None if g is None else np.asarray(g) for g in grads)\n"
+                "dbias = None  # splash takes no bias\n"
+            ),
+            note=f"{self.description}; off TPU: {off_tpu.description}"
+            + (f"; config {dict(self.config)}" if self.config else ""),
+        )
+
+
+# --- the translation: functions of NumPy/JAX values, embedded verbatim in standalone repros --
+
+
+def mask_layout(causal: bool, alignment: str, window: Any, q_len: int, kv_len: int) -> tuple:
+    """(kind, offset, window) of the structural mask: kind ``"full"``, ``"causal"`` or ``"local"``;
+    ``offset`` puts the diagonal at ``i + offset`` (0 top-left, Sk - Sq bottom-right); ``window``
+    (left, right) for ``LocalMask``, causal folded in as ``right = min(right, 0)``."""
+    offset = 0 if alignment == "top_left" else kv_len - q_len
+    if causal and window is not None:
+        left, right = window
+        window = (left, 0 if right is None else min(right, 0))
+    # A window with no bound on the left adds nothing to causal (right <= 0 here), and one with
+    # no bound on either side is no mask: name them CausalMask / FullMask, as a user would.
+    # (LocalMask((None, None)) itself fails in splash's kernel with "captures constants".)
+    if window in ((None, 0), (None, None)) and (causal or window == (None, None)):
+        window = None
+    kind = "local" if window is not None else "causal" if causal else "full"
+    return kind, offset, window
+
+
+def mask_planes(mask: Any, q_heads: int, q_len: int, kv_len: int) -> Any:
+    """A boolean mask broadcastable to ``[Bm, Hq, Sq, Sk]`` -> one ``[Hq, Sq, Sk]`` plane per batch
+    row (only one when every row's is the same), or None without a mask."""
+    if mask is None:
+        return None
+    full = np.broadcast_to(mask, (mask.shape[0], q_heads, q_len, kv_len))
+    planes = tuple(np.ascontiguousarray(full[i]) for i in range(full.shape[0]))
+    if len(planes) > 1 and all(np.array_equal(planes[0], p) for p in planes[1:]):
+        planes = planes[:1]
+    return planes
+
+
+def splash_mask(splash: Any, layout: tuple, plane: Any, q_heads: int, q_len: int, kv_len: int) -> Any:
+    """The ``MultiHeadMask`` of one kernel: ``layout``'s structural mask, ANDed into a ``NumpyMask``
+    per head with ``plane`` (``[Hq, Sq, Sk]`` bool) when there is one."""
+    kind, offset, window = layout
+    if kind == "causal":
+        structural = splash.CausalMask((q_len, kv_len), offset=offset)
+    elif kind == "local":
+        structural = splash.LocalMask((q_len, kv_len), window_size=window, offset=offset)
+    else:
+        structural = splash.FullMask((q_len, kv_len))
+    heads = []
+    for h in range(q_heads):
+        if plane is None:
+            heads.append(structural)
+            continue
+        head = plane[h]
+        if kind != "full":
+            # Materialise the structural mask and AND it in: one NumpyMask per head.
+            head = head & np.asarray(structural[0:q_len, 0:kv_len])
+        heads.append(splash.NumpyMask(head))
+    return splash.MultiHeadMask(heads)
+
+
+def kernel_blocks(values: dict) -> dict:
+    """``BlockSizes`` keywords from every tunable's value: the fused backward has no dq kernel,
+    so its dq blocks stay unset (``BlockSizes`` raises otherwise)."""
+    values = dict(values)
+    if values["use_fused_bwd_kernel"]:
+        del values["block_q_dq"], values["block_kv_dq"]
+    return values
+
+
+def splash_kernels(
+    splash: Any,
+    layout: tuple,
+    planes: Any,
+    q_heads: int,
+    q_len: int,
+    kv_len: int,
+    *,
+    save_residuals: bool,
+    softcap: float | None,
+    blocks: dict,
+    interpret: bool,
+    shard_kwargs: dict,
+) -> list:
+    """One kernel per mask plane (one per batch row when the boolean mask differs across rows),
+    else one for every row. ``save_residuals``: the kernel also returns lse (and has no VJP)."""
+    return [
+        splash.make_splash_mha(
+            splash_mask(splash, layout, plane, q_heads, q_len, kv_len),
+            save_residuals=save_residuals,
+            attn_logits_soft_cap=softcap,
+            block_sizes=splash.BlockSizes(**blocks),
+            interpret=interpret,
+            **shard_kwargs,
+        )
+        for plane in planes or (None,)
+    ]
+
+
+def splash_attention(
+    splash: Any, kernels: list, q: Any, k: Any, v: Any, q_seg: Any, kv_seg: Any, sinks: Any, *, scale: float
+) -> Any:
+    """``[B, H, S, D]`` -> out ``[B, Hq, Sq, Dv]`` (and lse ``[B, Hq, Sq]`` from kernels that save
+    residuals). Splash does not scale: q is multiplied in float32 and rounded once to its dtype.
+    One kernel is vmapped over the batch; with one kernel per batch row each row gets its own.
+    ``sinks: [Hq]`` (or None) are shared by every row: unbatched under the vmap."""
+    import jax
+    import jax.numpy as jnp
+
+    q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
+
+    def one(kernel, q, k, v, q_seg, kv_seg):
+        segments = (
+            None if q_seg is None else splash.SegmentIds(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
+        )
+        # sinks only where given: a kernel from before 0.7.1 takes no such argument.
+        result = kernel(q, k, v, segments) if sinks is None else kernel(q, k, v, segments, sinks=sinks)
+        if isinstance(result, tuple):  # saved residuals: (out, (lse,))
+            out, (lse,) = result
+            return out, lse
+        return result
+
+    if len(kernels) > 1:
+        results = [
+            one(
+                kernel,
+                q[i],
+                k[i],
+                v[i],
+                None if q_seg is None else q_seg[i],
+                None if kv_seg is None else kv_seg[i],
+            )
+            for i, kernel in enumerate(kernels)
+        ]
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
+    seg_axes = 0 if q_seg is not None else None
+    return jax.vmap(
+        lambda q, k, v, qs, ks: one(kernels[0], q, k, v, qs, ks),
+        in_axes=(0, 0, 0, seg_axes, seg_axes),
+    )(q, k, v, q_seg, kv_seg)
+
+
+def splash_forward(
+    splash: Any, kernels: list, q: Any, k: Any, v: Any, q_seg: Any, kv_seg: Any, sinks: Any, *, scale: float
+) -> tuple:
+    """(out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` float32) from kernels built with ``save_residuals``."""
+    return splash_attention(splash, kernels, q, k, v, q_seg, kv_seg, sinks, scale=scale)
+
+
+def splash_gradients(
+    splash: Any,
+    kernels: list,
+    q: Any,
+    k: Any,
+    v: Any,
+    q_seg: Any,
+    kv_seg: Any,
+    sinks: Any,
+    dout: Any,
+    *,
+    scale: float,
+) -> tuple:
+    """(dq, dk, dv, dsinks ``[Hq]`` or None) of ``sum(out * dout)`` through splash's custom VJP, from
+    kernels built without ``save_residuals``; dq includes the scale (q is scaled inside)."""
+    import jax
+
+    def attention(q, k, v, sinks):
+        return splash_attention(splash, kernels, q, k, v, q_seg, kv_seg, sinks, scale=scale)
+
+    if sinks is None:
+        _, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, None), q, k, v)
+        return (*vjp(dout), None)
+    _, vjp = jax.vjp(attention, q, k, v, sinks)
+    return vjp(dout)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,11 +15,23 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-# The names a StandaloneCall's statements read (NumPy arrays, None when the case has none)
-# and must set.
-INPUT_NAMES = ("q", "k", "v", "bias", "mask", "q_segment_ids", "kv_segment_ids", "q_lengths", "kv_lengths")
+# The names a StandaloneCall's statements read (NumPy arrays, None when the case has none; sinks
+# [Hq] in the case dtype) and must set (dsinks: only a subject that returns d(sinks), whose
+# Capabilities.sinks_grad makes the script judge it).
+INPUT_NAMES = (
+    "q",
+    "k",
+    "v",
+    "bias",
+    "mask",
+    "q_segment_ids",
+    "kv_segment_ids",
+    "q_lengths",
+    "kv_lengths",
+    "sinks",
+)
 FORWARD_SETS = ("out", "lse")
-GRADIENT_SETS = ("dq", "dk", "dv", "dbias")
+GRADIENT_SETS = ("dq", "dk", "dv", "dbias", "dsinks")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +43,8 @@ class StandaloneCall:
     setup: statements run once before the calls (e.g. loading the kernel module);
     forward: statements that read ``INPUT_NAMES`` and set ``out`` and ``lse`` (NumPy; lse None
         when the subject exposes none);
-    gradients: statements that also read ``dout`` and set dq, dk, dv, dbias; None without a backward;
+    gradients: statements that also read ``dout`` and set dq, dk, dv, dbias (and dsinks, see
+        GRADIENT_SETS); None without a backward;
     note: what runs, in words (a comment at the top of the script).
     """
 

@@ -77,6 +77,24 @@ def softmax_attention(s, visible, v):
     return p @ v, np.where(live, m + np.log(safe), -np.inf)[..., 0], p
 
 
+def sink_key(s, visible, v, sinks):
+    """(s, visible, v) with the sinks ([Hq]) as one more key, the last: logit ``sinks[h]`` in every
+    row of head h, always visible, value 0. ``softmax_attention`` then has the sink in its max and
+    denominator and nothing of it in out, and its p's last column is the sink's share, p_sink
+    (docs/semantics.md, "Attention sinks": the sink is used as given, after any softcap)."""
+    b, hq, sq, sk = s.shape
+    sink = np.broadcast_to(np.asarray(sinks, dtype=np.float64)[None, :, None, None], (b, hq, sq, 1))
+    seen = np.concatenate([np.broadcast_to(visible, (b, hq, sq, sk)), np.ones((b, hq, sq, 1), bool)], axis=-1)
+    zero = np.zeros((*v.shape[:2], 1, v.shape[3]))
+    return np.concatenate([s, sink], axis=-1), seen, np.concatenate([v.astype(np.float64), zero], axis=2)
+
+
+def sink_grad(p_sink, out, dout):
+    """[Hq] gradient of sum(out * dout) by the sinks: -sum over batch and query rows of
+    p_sink * (dout . out); ``p_sink`` [B, Hq, Sq] is the last column of ``sink_key``'s p."""
+    return -(p_sink * (dout.astype(np.float64) * out).sum(axis=-1)).sum(axis=(0, 2))
+
+
 def group_sum(x, kv_heads: int):
     """[B, Hq, S, D] -> [B, Hkv, S, D]: sum over the query heads that share each kv head."""
     b, hq, s, d = x.shape

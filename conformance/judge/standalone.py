@@ -4,10 +4,11 @@ JAX and the subject's own module, never this checkout.
 The script is assembled from the code the suite ran, so the two cannot drift apart:
 
 * inputs: the pure draws of ``conformance/judge/inputs.py`` (source embedded), called with
-  the case's seed and streams; a SHA-256 of q, k, v and bias proves they are bit-identical;
+  the case's seed and streams; a SHA-256 of q, k, v, bias and sinks proves they are bit-identical;
 * the subject's call: ``adapter.standalone(inputs, spec)`` (``kernels/standalone.py``), the
   adapter's own translation functions, interpret shim included;
-* the float64 answer: ``reference/dense.py``, only the features the case uses;
+* the float64 answer: ``reference/dense.py``, only the features the case uses (sinks as one
+  more key of value 0, and their gradient, where the case has them);
 * the verdict: the tolerance the suite judged with (``TensorMetrics.tolerance`` and
   ``mean_tolerance``), as numbers.
 
@@ -195,6 +196,14 @@ def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], s
         )
     else:
         lines.append("bias = None")
+    if case.sinks is not None:
+        functions.append(inputs.draw_sinks)
+        lines.append(
+            f"sinks = draw_sinks(SEED, {stream['sinks']}, 0, HQ, SK, {case.sinks == 'extreme'})"
+            f"  # [Hq] one logit per query head ({case.sinks})"
+        )
+    else:
+        lines.append("sinks = None")
     if case.segments:
         functions += [inputs.segment_runs, inputs.draw_segment_ids]
         kv_first = 1 if case.orphan_segment else 0
@@ -268,8 +277,11 @@ def _padding_lines(case: Case) -> str:
     )
 
 
-def _reference_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], str, str]:
-    """(dense functions to embed, the forward statements, the gradient statements after dout)."""
+def _reference_lines(
+    case: Case, backward: bool, sinks_grad: bool
+) -> tuple[list[Callable[..., Any]], str, str]:
+    """(dense functions to embed, the forward statements, the gradient statements after dout);
+    ``sinks_grad``: the subject returns d(sinks), so the script computes its reference."""
     functions: list[Callable[..., Any]] = [dense.logits]
     lines = ["s = logits(q, k, SCALE)  # float64 [B, Hq, Sq, Sk]"]
     if case.bias is not None:
@@ -280,7 +292,15 @@ def _reference_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any
         lines.append("s, tanh = softcapped(s, SOFTCAP)")
         tanh = "tanh"
     functions.append(dense.softmax_attention)
-    lines.append("ref_out, ref_lse, p = softmax_attention(s, visible, v)")
+    if case.sinks is not None:
+        functions.append(dense.sink_key)
+        lines.append(
+            "s_sink, visible_sink, v_sink = sink_key(s, visible, v, sinks)  # the sink: a key of value 0"
+        )
+        lines.append("ref_out, ref_lse, p = softmax_attention(s_sink, visible_sink, v_sink)")
+        lines.append("p, p_sink = p[..., :-1], p[..., -1]  # the keys' weights, the sink's share")
+    else:
+        lines.append("ref_out, ref_lse, p = softmax_attention(s, visible, v)")
     lines.append("valid = np.isfinite(ref_lse)  # [B, Hq, Sq] rows that see some key; only they are judged")
     grads = []
     if backward:
@@ -295,6 +315,9 @@ def _reference_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any
         if case.bias is not None:
             functions.append(dense.sum_to)
             grads.append("ref_dbias = sum_to(dz, bias.shape)  # summed over the bias's broadcast axes")
+        if case.sinks is not None and sinks_grad:
+            functions.append(dense.sink_grad)
+            grads.append("ref_dsinks = sink_grad(p_sink, ref_out, dout)  # summed over batch and query rows")
     return functions, "\n".join(lines) + "\n", "\n".join(grads) + ("\n" if grads else "")
 
 
@@ -311,14 +334,14 @@ def _storage_lines(case: Case) -> str:
 
 def _digest(case: Case) -> str:
     built = inputs.build_inputs(case)
-    return inputs_digest(built.q, built.k, built.v, built.bias)
+    return inputs_digest(built.q, built.k, built.v, built.bias, built.sinks)
 
 
 def _numeric_judgement(check: CheckDeclaration, recorded: Iterable[TensorMetrics]) -> str:
     recorded = {m.tensor: m for m in recorded}
     names = ("out",) if check.repro == "forward" else ("lse",) if check.repro == "lse" else ()
     if check.repro == "backward":
-        names = tuple(n for n in ("dq", "dk", "dv", "dbias") if n in recorded) or ("dq", "dk", "dv")
+        names = tuple(n for n in ("dq", "dk", "dv", "dbias", "dsinks") if n in recorded) or ("dq", "dk", "dv")
     valid = {"out": "valid[..., None]", "lse": "valid"}
     lines = []
     if not recorded:
@@ -341,12 +364,14 @@ def _numeric_judgement(check: CheckDeclaration, recorded: Iterable[TensorMetrics
 
 
 def _verdict_judgement(
-    case: Case, check: CheckDeclaration, call: StandaloneCall, reason: str, gradients: bool
+    case: Case, check: CheckDeclaration, call: StandaloneCall, reason: str, gradients: bool, sinks_grad: bool
 ) -> str:
     """Statements after the forward call that observe what the check did (with ``gradients``: in
-    the gradients too, as the check did for a case whose backward pass ran)."""
+    the gradients too, as the check did for a case whose backward pass ran; d(sinks) where the
+    subject declares it, ``sinks_grad``)."""
     said = "# The suite saw: " + " ".join(reason.split())[:300] + "\n"
     grads = ("dq", "dk", "dv") + (("dbias",) if case.bias is not None else ())
+    grads += ("dsinks",) if case.sinks is not None and sinks_grad else ()
     if check.name == "finite":
         lines = [
             "failed = report_nonfinite('out', out, ref_out, valid[..., None])",
@@ -363,7 +388,13 @@ def _verdict_judgement(
         lines = []
         if gradients:
             lines.append(call.gradients.rstrip())
-            shapes = {"dq": "q.shape", "dk": "k.shape", "dv": "v.shape", "dbias": "bias.shape"}
+            shapes = {
+                "dq": "q.shape",
+                "dk": "k.shape",
+                "dv": "v.shape",
+                "dbias": "bias.shape",
+                "dsinks": "sinks.shape",
+            }
             expected |= {g: (shapes[g], "(DTYPE,)") for g in grads}
         lines.append("failed = False")
         for name, (shape, dtypes_) in expected.items():
@@ -396,9 +427,6 @@ def script(
     ``gradients``: the case's backward pass ran, so a verdict check looked at it too."""
     if not supports(check, adapter):
         raise ValueError(f"no standalone repro for the {check.name} check of {adapter.name}")
-    if case.sinks is not None:
-        # repro.script catches this and writes the checkout script, which draws sinks as the suite does.
-        raise ValueError("standalone scripts do not draw sinks yet")
     skeleton = case.skeleton()
     call: StandaloneCall = adapter.standalone(skeleton, case.spec)
     gradients = gradients and check.name in ("finite", "shape_dtype") and call.gradients is not None
@@ -410,7 +438,9 @@ def script(
     padding = _padding_lines(case)
     if padding:
         draw_functions.append(inputs.dead_positions)
-    ref_functions, reference, reference_grads = _reference_lines(case, backward)
+    # d(sinks) is judged only where the subject returns it (Capabilities.sinks_grad), as in the suite.
+    sinks_grad = case.sinks is not None and adapter.capabilities().sinks_grad
+    ref_functions, reference, reference_grads = _reference_lines(case, backward, sinks_grad)
     storage = _storage_lines(case)
     needs_ml_dtypes = case.dtype == "bfloat16"
     header = (
@@ -441,8 +471,9 @@ def script(
         padding,
         "q, k, v = (x.astype(DTYPE) for x in (q, k, v))  # the subject's dtype; the reference sees these\n",
         "bias = None if bias is None else bias.astype(DTYPE)\n",
+        "sinks = None if sinks is None else sinks.astype(DTYPE)\n",
         storage,
-        f"if inputs_digest(q, k, v, bias) != {_digest(case)!r}:\n"
+        f"if inputs_digest(q, k, v, bias, sinks) != {_digest(case)!r}:\n"
         '    print("the inputs redrawn here differ from the suite\'s (another NumPy?): cannot reproduce")\n'
         f"    sys.exit({EXIT_INPUTS_DIFFER})\n",
         _section("the float64 answer (reference/dense.py: only what this case uses)"),
@@ -467,7 +498,7 @@ def script(
     elif check.repro == "backward":
         calls, verdict = call.gradients, _numeric_judgement(check, recorded)
     else:
-        calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients)
+        calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients, sinks_grad)
     # The inputs section may already define one of the adapter's helpers (K/V storage rounding).
     defined = {_defined_name(d) for d in re.findall(r"^(?:def \w+|[A-Z0-9_]+ =)", storage, re.M)}
     definitions = [d for d in call.definitions if _defined_name(d) not in defined]

@@ -109,7 +109,7 @@ def test_the_backward_check_judges_dsinks_where_declared_and_says_when_it_cannot
     assert [m.tensor for m in unobserved.metrics] == ["dq", "dk", "dv"]
 
 
-def test_a_sink_case_gets_the_checkout_repro_which_draws_sinks_as_the_suite_does():
+def test_a_sink_case_gets_a_standalone_repro_that_draws_sinks_as_the_suite_does():
     from conformance.judge import repro
     from conformance.judge.checks.registry import declaration
     from kernels.function_adapter import FunctionAdapter
@@ -118,4 +118,7 @@ def test_a_sink_case_gets_the_checkout_repro_which_draws_sinks_as_the_suite_does
     impl = "tests.mutants.correct:attention"
     adapter = FunctionAdapter.wrap(correct.attention, impl)
     text = repro.script(EXTREME, declaration("forward"), impl, adapter=adapter)
-    assert "standalone scripts do not draw sinks yet" in text and "sinks='extreme'" in text
+    assert text.startswith('"""Standalone repro'), text[:300]
+    assert "sinks = draw_sinks(SEED, 8, 0, HQ, SK, True)" in text and "def draw_sinks(" in text
+    assert "sink_key(s, visible, v, sinks)" in text and "inputs_digest(q, k, v, bias, sinks)" in text
+    assert "sinks=sinks" in text  # the user function gets them, as canonical_keywords passes them

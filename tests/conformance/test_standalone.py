@@ -8,11 +8,13 @@ one is the Pallas TPU flash kernel in interpret mode.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,7 +28,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
-from kernels import pallas_gpu
+from kernels import pallas_gpu, splash
 from kernels.jax_runtime import jax_version
 from kernels.registry import resolve
 from reference import attention_backward, attention_forward
@@ -45,7 +47,7 @@ except ImportError:
 
 def attention(q, k, v, *, scale, causal=False, alignment="top_left", window=None, softcap=None,
               bias=None, mask=None, q_segment_ids=None, kv_segment_ids=None, q_lengths=None,
-              kv_lengths=None, factor=1.0, segments=True):
+              kv_lengths=None, sinks=None, factor=1.0, segments=True):
     group = q.shape[1] // k.shape[1]
     k = np.repeat(k.astype(np.float64), group, 1)
     v = np.repeat(v.astype(np.float64), group, 1)
@@ -75,9 +77,16 @@ def attention(q, k, v, *, scale, causal=False, alignment="top_left", window=None
         visible &= mask
     s = np.where(visible, s, -np.inf)
     m = s.max(-1, keepdims=True)
-    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-    d = e.sum(-1, keepdims=True)
+    sink = None if sinks is None else sinks.astype(np.float64)[None, :, None, None]
+    m = m if sink is None else np.maximum(m, sink)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m)
+    d = e.sum(-1, keepdims=True) + (0.0 if sink is None else np.exp(sink - m))
     return np.where(d > 0, (e @ v) / np.where(d > 0, d, 1.0), 0.0).astype(q.dtype)
+
+
+def ignores_sinks(q, k, v, sinks=None, **kw):
+    return attention(q, k, v, **kw)
 
 
 def wrong_scale(q, k, v, **kw):
@@ -103,11 +112,11 @@ def raises_error(q, k, v, **kw):
 
 
 if Capabilities is not None:
-    for fn in (attention, wrong_scale, ignores_segments, nan_row, wrong_dtype, raises_error):
+    for fn in (attention, ignores_sinks, wrong_scale, ignores_segments, nan_row, wrong_dtype, raises_error):
         fn.attention_capabilities = Capabilities(
             dtypes=("float32", "bfloat16", "float16"), causal_alignments=("top_left", "bottom_right"),
             window=True, segment_ids=True, lengths=True, bool_mask=True, gqa=True, bias=True,
-            bias_broadcast=True, softcap=True, distinct_v_dim=True, fully_masked_rows="zeros")
+            bias_broadcast=True, softcap=True, sinks=True, distinct_v_dim=True, fully_masked_rows="zeros")
 '''
 
 CHECKOUT_IMPORT = re.compile(r"^\s*(from|import) (conformance|kernels|reference|reports|tests)\b", re.M)
@@ -257,6 +266,83 @@ def test_int8_pages_on_two_simulated_cores_pass_standalone(tmp_path):
     assert run_isolated(unrounded, tmp_path).returncode == standalone.EXIT_INPUTS_DIFFER
 
 
+def _splash_or_skip(impl: str = "splash", sinks: bool = False):
+    (subject,) = resolve_subjects(impl)
+    if not subject.availability.available:
+        pytest.skip(subject.availability.reason)
+    if sinks and not subject.capabilities.sinks:
+        pytest.skip(splash.SINKS_REASON)
+    return subject
+
+
+def test_splash_causal_segments_gqa_passes_standalone(tmp_path):
+    """The script builds the same CausalMask kernel, pre-scales q, vmaps it over the batch with
+    segment ids, and gets the suite's worst element."""
+    subject = _splash_or_skip()
+    case = Case("splash", "float32", batch=2, q_heads=4, kv_heads=2, q_len=128, kv_len=128, head_dim=128,
+                v_head_dim=128, causal=True, segments=2)  # fmt: skip
+    result = record(case, "forward", "splash")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(case, declaration("forward"), subject.adapter_for(case.config), result.metrics)
+    assert not CHECKOUT_IMPORT.search(text) and "layout = mask_layout(True, 'top_left', None, SQ, SK)" in text
+    assert "def splash_gradients(" not in text  # a forward repro leaves the gradients out
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+SPLASH_SINKS = Case("splash", "float32", batch=2, q_heads=4, kv_heads=2, q_len=128, kv_len=128,
+                    head_dim=128, v_head_dim=128, causal=True, sinks="extreme", segments=2,
+                    orphan_segment=True)  # fmt: skip
+
+
+def test_splash_sinks_forward_passes_standalone_and_fails_without_the_sinks(tmp_path):
+    """Extreme sinks (+30, -1e4) and rows that see only their sink: the script draws the suite's
+    sinks and hands them to the kernel; a script that drops them exits 1."""
+    subject = _splash_or_skip(sinks=True)
+    result = record(SPLASH_SINKS, "forward", "splash")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(SPLASH_SINKS, declaration("forward"), subject.adapter, result.metrics)
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+    arrays = "for x in (q, k, v, q_segment_ids, kv_segment_ids, sinks))"
+    assert arrays in text
+    dropped = run_isolated(text.replace(arrays, arrays.replace("sinks)", "None)")), tmp_path)
+    assert dropped.returncode == 1 and "out: OUT OF TOLERANCE" in dropped.stdout, (
+        dropped.stdout + dropped.stderr
+    )
+
+
+def test_splash_sinks_backward_checks_dsinks_standalone(tmp_path):
+    """dq, dk, dv and d(sinks) through splash's custom VJP, each judged; a wrong d(sinks) exits 1."""
+    subject = _splash_or_skip(sinks=True)
+    result = record(SPLASH_SINKS, "backward", "splash")
+    assert result.verdict == "pass" and [m.tensor for m in result.metrics] == ["dq", "dk", "dv", "dsinks"]
+    text = standalone.script(SPLASH_SINKS, declaration("backward"), subject.adapter, result.metrics)
+    assert "ref_dsinks = sink_grad(p_sink, ref_out, dout)" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+    grads = "dq, dk, dv, dsinks = (None if g is None else np.asarray(g) for g in grads)\n"
+    wrong = run_isolated(text.replace(grads, grads + "dsinks = dsinks * 2\n"), tmp_path)
+    assert wrong.returncode == 1 and "dsinks: OUT OF TOLERANCE" in wrong.stdout, wrong.stdout + wrong.stderr
+
+
+def test_splash_in_tpu_interpret_mode_passes_standalone(tmp_path):
+    """splash[interpreter=tpu]: the script runs the kernel in TPU interpret mode, as the suite did."""
+    subject = _splash_or_skip("splash[interpreter=tpu]")
+    case = Case("splash[interpreter=tpu]", "bfloat16", q_heads=2, kv_heads=1, q_len=128, kv_len=256,
+                head_dim=128, v_head_dim=128, window=(40, 8), mask="b1qk")  # fmt: skip
+    result = record(case, "forward", "splash[interpreter=tpu]")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(case, declaration("forward"), subject.adapter, result.metrics)
+    assert "pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
 # --- a non-default config (kernel tunables): the script calls the kernel with the case's blocks ---
 
 
@@ -288,6 +374,7 @@ def test_tpu_flash_config_case_passes_standalone_with_its_block_sizes(tmp_path):
     [
         ("tpu_flash", dict(q_len=128, kv_len=128, head_dim=64), {"block_k_major": 256}),
         ("pallas_gpu", dict(q_len=96, kv_len=96, head_dim=32), {"block_q": 64}),
+        ("splash", dict(q_len=128, kv_len=128, head_dim=128), {"block_kv": 256}),
     ],
 )
 def test_the_config_reaches_the_kernel_in_the_script(tmp_path, impl, fields, config):
@@ -333,6 +420,31 @@ def test_pallas_gpu_backward_config_reproduces_standalone_with_its_block_sizes(t
     assert_same_worst(done, result)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+def test_splash_backward_config_passes_standalone_with_its_blocks(tmp_path, fused):
+    """block_q != block_kv, compute < kv block, own backward blocks; the fused backward has no dq
+    kernel, so its dq blocks are dropped (kernel_blocks, the adapter's own function)."""
+    _splash_or_skip()
+    config = {"block_q": 64, "block_kv": 256, "block_kv_compute": 128, "block_q_dkv": 64,
+              "block_kv_dkv": 128, "use_fused_bwd_kernel": fused}  # fmt: skip
+    case = Case("splash", "float32", q_len=128, kv_len=256, head_dim=128, v_head_dim=128, causal=True,
+                config=config)  # fmt: skip
+    result = record(case, "backward", "splash")
+    assert result.verdict == "pass", result.reason
+    subject, adapter = _configured("splash", case)
+    text = standalone.script(case, declaration("backward"), adapter, result.metrics)
+    blocks = re.search(r"blocks=kernel_blocks\((\{[^}]*\})\)", text)
+    assert blocks is not None, text[text.index("# --- the subject") :]
+    blocks = eval(blocks.group(1))  # noqa: S307 - the dict literal we just generated
+    assert {k: blocks[k] for k in config} == config and set(blocks) == set(
+        subject.capabilities.tunables.names
+    )
+    assert "save_residuals=False" in text and "splash_gradients" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
 def test_a_failing_config_cases_recorded_repro_is_standalone_at_its_config():
     """The runner writes a failure's repro with the adapter set to the case's config."""
     config = {"block_q": 64, "block_k_major": 256}
@@ -352,6 +464,10 @@ FEATURES = {
     ),
     "window_lengths_mask_bias_gqa": dict(
         q_heads=4, kv_heads=2, window=(7, None), q_lengths=(30,), kv_lengths=(50,), mask="1hqk", bias="bh1k"
+    ),
+    # Rows of the orphan segment see no key: only their sink (out 0, lse the sink); -1e4 vanishes.
+    "sinks_extreme_gqa_segments_softcap": dict(
+        batch=2, q_heads=6, kv_heads=3, segments=2, orphan_segment=True, sinks="extreme", softcap=4.0
     ),
 }
 
@@ -376,7 +492,11 @@ def test_a_correct_user_function_passes_standalone(tmp_path, user_dir, features)
 
 @pytest.mark.parametrize(
     ("function", "features"),
-    [("wrong_scale", "softcap_bottom_right_float16"), ("ignores_segments", "segments_orphan_nan_padding")],
+    [
+        ("wrong_scale", "softcap_bottom_right_float16"),
+        ("ignores_segments", "segments_orphan_nan_padding"),
+        ("ignores_sinks", "sinks_extreme_gqa_segments_softcap"),
+    ],
 )
 def test_a_wrong_user_function_exits_1_with_the_recorded_worst_element(
     tmp_path, user_dir, function, features
@@ -451,12 +571,33 @@ REFERENCE_CASES = [
          kv_lengths=(20, 13, 4), input_kind="nan_padding"),
     Case("x", "float32", batch=2, q_len=6, kv_len=9, head_dim=8, v_head_dim=8, causal=True,
          alignment="bottom_right_valid", kv_lengths=(9, 5)),
+    # Sinks after softcap and bias, with GQA; and extreme sinks (+30, -1e4) where an orphan
+    # segment's rows see no key, so only the sink is left (out 0, lse the sink).
+    Case("x", "float32", batch=2, q_heads=4, kv_heads=2, q_len=20, kv_len=28, head_dim=8, v_head_dim=8,
+         causal=True, alignment="bottom_right", bias="1h1k", softcap=3.0, sinks="normal"),
+    Case("x", "bfloat16", batch=2, q_heads=3, kv_heads=1, q_len=16, kv_len=24, head_dim=8, v_head_dim=8,
+         segments=2, orphan_segment=True, sinks="extreme"),
 ]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReturnsDsinks:
+    """xla's script under a declaration with d(sinks): the prefix (inputs and float64 answer,
+    all that the test below runs) then computes ref_dsinks too, as a sinks subject's does."""
+
+    inner: Any
+    name: str = "xla"
+
+    def standalone(self, inputs, spec):
+        return self.inner.standalone(inputs, spec)
+
+    def capabilities(self):
+        return dataclasses.replace(self.inner.capabilities(), sinks=True, sinks_grad=True)
 
 
 def _prefix_namespace(case: Case, check: str) -> dict:
     """Run a script up to the subject's call, in this process; returns its variables."""
-    text = standalone.script(case, declaration(check), resolve("xla"))
+    text = standalone.script(case, declaration(check), _ReturnsDsinks(resolve("xla")))
     prefix = text[: text.index("# --- the subject")]
     namespace: dict = {"__name__": "repro_prefix"}
     exec(compile(prefix, "repro_prefix", "exec"), namespace)  # noqa: S102 - the text we just generated
@@ -467,7 +608,7 @@ def _prefix_namespace(case: Case, check: str) -> dict:
 def test_the_scripts_inputs_and_float64_answer_are_the_suites(case):
     ns = _prefix_namespace(case, "backward" if case.input_kind != "nan_padding" else "forward")
     inputs = build_inputs(case)
-    for name in ("q", "k", "v", "bias", "q_segment_ids", "kv_segment_ids", "mask"):
+    for name in ("q", "k", "v", "bias", "q_segment_ids", "kv_segment_ids", "mask", "sinks"):
         want, got = getattr(inputs, name), ns[name]
         assert (want is None and got is None) or (want.tobytes() == got.tobytes() and want.dtype == got.dtype)
     ref = attention_forward(inputs, case.spec)
@@ -478,7 +619,8 @@ def test_the_scripts_inputs_and_float64_answer_are_the_suites(case):
         dout = build_dout(case, ref.fully_masked)
         assert ns["dout"].tobytes() == dout.tobytes()
         grads = attention_backward(inputs, dout, case.spec, ref)
-        for name in ("dq", "dk", "dv", "dbias"):
+        for name in ("dq", "dk", "dv", "dbias", "dsinks"):
+            assert (getattr(grads, name) is None) == (f"ref_{name}" not in ns), name
             if getattr(grads, name) is not None:
                 np.testing.assert_allclose(ns[f"ref_{name}"], getattr(grads, name), rtol=1e-9, atol=1e-9)
 
