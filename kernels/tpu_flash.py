@@ -309,8 +309,10 @@ class TpuFlashAdapter:
         arrays = "(q, k, v, bias, q_segment_ids, kv_segment_ids)"
         # TPU interpret mode is a tracing-time setting: it wraps tracing and execution alike.
         tpu_mode = execution.mode == "tpu"
+        # Decided when the script runs, as the module choice below is: natively on a TPU.
         context = (
-            "pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())"
+            "(contextlib.nullcontext() if jax.default_backend() == 'tpu' "
+            "else pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()))"
             if tpu_mode
             else "contextlib.nullcontext()"
         )

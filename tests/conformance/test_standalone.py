@@ -216,6 +216,26 @@ def test_tpu_flash_in_interpret_mode_with_segments_and_bias_passes_standalone(tm
     assert_same_worst(done, result)
 
 
+def test_tpu_flash_in_tpu_interpret_mode_passes_standalone_and_runs_natively_on_a_tpu(tmp_path):
+    """tpu_flash[interpreter=tpu]: TPU interpret mode off a TPU; the choice is made when the script
+    runs, so the same script runs the shipped kernel natively on a TPU."""
+    (subject,) = resolve_subjects("tpu_flash[interpreter=tpu]")
+    if not subject.availability.available:
+        pytest.skip(subject.availability.reason)
+    case = Case("tpu_flash[interpreter=tpu]", "float32", q_len=128, kv_len=128, head_dim=64, v_head_dim=64,
+                causal=True)  # fmt: skip
+    result = record(case, "forward", "tpu_flash[interpreter=tpu]")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(case, declaration("forward"), subject.adapter, result.metrics)
+    assert (
+        "with (contextlib.nullcontext() if jax.default_backend() == 'tpu' "
+        "else pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())):" in text
+    )
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
 def test_tpu_flash_raises_check_is_observed_standalone(tmp_path):
     case = Case("tpu_flash", "float32", q_len=128, kv_len=100, head_dim=64, v_head_dim=64)
     text = standalone.script(case, declaration("raises"), resolve("tpu_flash"), reason="kv_len 100")
