@@ -178,13 +178,10 @@ class PagedAttentionAdapter:
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
     def availability(self) -> Availability:
-        if choose_execution("tpu").mode == "tpu" and tpu_interpret_mode_missing() is not None:
-            return Availability(
-                False,
-                "paged_attention issues DMAs and semaphore waits, which on CPU only Pallas TPU "
-                "interpret mode runs (JAX >= 0.7.0); use JAX >= 0.7.0 here, or a TPU",
-                installed_jax_versions(),
-            )
+        fix = "off a TPU only it runs paged_attention's DMAs and semaphores: use JAX >= 0.7.0, or a TPU"
+        missing = tpu_interpret_mode_missing(fix=fix)
+        if choose_execution("tpu").mode == "tpu" and missing is not None:
+            return Availability(False, missing, installed_jax_versions())
         return pallas_tpu_availability("tpu", MODULE, lambda execution: _load())
 
     def configured(self, config: Config) -> PagedAttentionAdapter:

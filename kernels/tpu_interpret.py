@@ -107,20 +107,15 @@ class TpuExecution:
             yield
 
 
-def tpu_interpret_mode_missing() -> str | None:
-    """Why TPU interpret mode cannot run on this JAX, or None when it can."""
+def tpu_interpret_mode_missing(fix: str = "drop [interpreter=tpu] (the generic interpreter)") -> str | None:
+    """Why TPU interpret mode cannot run on this JAX, or None when it can; ``fix``: what the
+    user can do instead, appended to the reason."""
     if jax_version() < TPU_INTERPRET_MODE_SINCE:
-        return (
-            "TPU interpret mode (pltpu.force_tpu_interpret_mode) arrived in JAX 0.7.0; "
-            "drop [interpreter=tpu] (the generic interpreter) on this version"
-        )
+        return f"TPU interpret mode (pltpu.force_tpu_interpret_mode) arrived in JAX 0.7.0; {fix}"
     from jax.experimental.pallas import tpu as pltpu
 
     if not hasattr(pltpu, "force_tpu_interpret_mode") or not hasattr(pltpu, "InterpretParams"):
-        return (
-            "this JAX has no pltpu.force_tpu_interpret_mode/InterpretParams; "
-            "drop [interpreter=tpu] (the generic interpreter)"
-        )
+        return f"this JAX has no pltpu.force_tpu_interpret_mode/InterpretParams; {fix}"
     return None
 
 
@@ -220,7 +215,7 @@ def _interpret_params_fields() -> set[str]:
 
 def race_detection_missing() -> str | None:
     """Why this JAX cannot detect races between simulated cores, or None when it can."""
-    missing = tpu_interpret_mode_missing()
+    missing = tpu_interpret_mode_missing(fix="races can only be checked on JAX >= 0.7.0")
     if missing is not None:
         return missing
     fields = _interpret_params_fields()
