@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
-from kernels.jax_runtime import Compiled, CompiledCache, array_key, installed_jax_versions, to_jax, to_numpy
+from kernels.jax_runtime import Compiled, CompiledCache, array_key, to_jax, to_numpy
 from kernels.kv_storage import INT8_LIMIT, int8_quantize
 from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
@@ -179,10 +179,7 @@ class PagedAttentionAdapter:
 
     def availability(self) -> Availability:
         fix = "off a TPU only it runs paged_attention's DMAs and semaphores: use JAX >= 0.7.0, or a TPU"
-        missing = tpu_interpret_mode_missing(fix=fix)
-        if choose_execution("tpu").mode == "tpu" and missing is not None:
-            return Availability(False, missing, installed_jax_versions())
-        return pallas_tpu_availability("tpu", MODULE, lambda execution: _load())
+        return pallas_tpu_availability("tpu", MODULE, lambda execution: _load(), fix)
 
     def configured(self, config: Config) -> PagedAttentionAdapter:
         return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())

@@ -129,16 +129,19 @@ def choose_execution(interpreter: Interpreter) -> TpuExecution:
 
 
 def pallas_tpu_availability(
-    interpreter: Interpreter, module_name: str, load: Callable[[TpuExecution], object]
+    interpreter: Interpreter,
+    module_name: str,
+    load: Callable[[TpuExecution], object],
+    fix: str = "drop [interpreter=tpu] (the generic interpreter)",
 ) -> Availability:
     """Whether a Pallas TPU kernel runs here, and how: natively on a TPU, else through
-    ``interpreter`` (TPU interpret mode needs JAX >= 0.7.0). ``load(execution)`` imports the
-    kernel's entry points from ``module_name``; any failure there makes it unavailable, never
-    a crash."""
+    ``interpreter`` (TPU interpret mode needs JAX >= 0.7.0; ``fix``: the way out without it).
+    ``load(execution)`` imports the kernel's entry points from ``module_name``; any failure
+    there makes it unavailable, never a crash."""
     try:
         execution = choose_execution(interpreter)
         if execution.mode == "tpu":
-            missing = tpu_interpret_mode_missing()
+            missing = tpu_interpret_mode_missing(fix)
             if missing is not None:
                 return Availability(False, missing, installed_jax_versions())
         load(execution)
