@@ -17,6 +17,7 @@ import numpy as np
 
 from kernels.dtypes import DTYPES  # the one list, stdlib only so that reports reads it too
 from kernels.kv_storage import KV_STORAGES
+from kernels.lowering import PLATFORMS
 from kernels.tunables import Config, Tunables
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
 
@@ -25,6 +26,12 @@ FullyMaskedConvention = Literal["zeros", "mean_v", "nan", "unspecified"]
 
 ConstraintBasis = Literal["raises", "api"]
 CONSTRAINT_BASES: tuple[str, ...] = ("raises", "api")
+
+# Where a ``raises`` constraint's exception comes from: the call itself (every execution,
+# interpreters included), or only the target hardware's compiler (the interpreter runs the case;
+# Mosaic or Triton rejects it when lowering). See ``ShapeConstraint.stage``.
+ConstraintStage = Literal["call", "lowering"]
+CONSTRAINT_STAGES: tuple[str, ...] = ("call", "lowering")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +53,10 @@ class ShapeConstraint:
     ``sees_config``: ``holds`` takes a third argument, the case's tunables resolved
     (``Tunables.resolved``: every block's value, defaults filled in), for limits that
     depend on the blocks (a block must divide the length).
+    ``stage`` (basis ``raises`` only): ``"call"`` when the call raises wherever it runs;
+    ``"lowering"`` when only the target's compiler rejects it (an interpreter runs it). Such a
+    case is asserted by the ``lowers`` check (it must fail to lower), not by ``raises``, and
+    its numbers are not judged: no TPU or GPU would produce them.
     """
 
     name: str
@@ -55,12 +66,18 @@ class ShapeConstraint:
     applies_to: Literal["forward", "backward", "both"] = "both"
     features: tuple[str, ...] = ()
     sees_config: bool = False
+    stage: ConstraintStage = "call"
 
     def __post_init__(self) -> None:
         if self.basis not in CONSTRAINT_BASES:
             raise ValueError(
                 f"constraint {self.name!r}: basis {self.basis!r} is not one of {CONSTRAINT_BASES}; "
                 "a kernel that returns wrong numbers gets a known-issue entry, not a constraint"
+            )
+        if self.stage not in CONSTRAINT_STAGES or (self.stage == "lowering" and not self.raises):
+            raise ValueError(
+                f"constraint {self.name!r}: stage {self.stage!r} must be one of {CONSTRAINT_STAGES}, "
+                "and 'lowering' needs basis 'raises' (the target's compiler rejects the case)"
             )
 
     @property
@@ -138,13 +155,29 @@ class Capabilities:
     # e.g. "int8"): every case of it carries this storage and its K/V are rounded to it, so
     # the reference sees exactly the values the implementation computes with. None: the dtype.
     kv_storage: str | None = None
+    # The hardware the kernel is written for, when the adapter can lower its call for it with
+    # the interpreter off (``Adapter.lowering``; kernels/lowering.py): "tpu" (Mosaic) or "cuda"
+    # (Triton). The lowers, vmem and observable checks need it. None: nothing to lower.
+    lowers_for: str | None = None
 
     def __post_init__(self) -> None:
+        if self.lowers_for is not None and self.lowers_for not in PLATFORMS:
+            raise ValueError(f"unknown lowers_for {self.lowers_for!r}; choose from {PLATFORMS} (or None)")
         unknown = set(self.dtypes) - set(DTYPES)
         if unknown:
             raise ValueError(f"unknown dtypes {sorted(unknown)}; choose from {DTYPES}")
         if self.kv_storage is not None and self.kv_storage not in KV_STORAGES:
             raise ValueError(f"unknown kv_storage {self.kv_storage!r}; choose from {KV_STORAGES} (or None)")
+
+    @property
+    def lowering(self) -> bool:
+        """The call can be lowered for its target hardware (the ``lowers`` check's need)."""
+        return self.lowers_for is not None
+
+    @property
+    def tpu_lowering(self) -> bool:
+        """The call lowers to Mosaic TPU kernels: VMEM and cost estimates exist (``vmem``, ``observable``)."""
+        return self.lowers_for == "tpu"
 
     def admits(
         self,
@@ -281,6 +314,9 @@ class Availability:
     versions: tuple[tuple[str, str], ...] = ()  # e.g. (("jax", "0.10.2"),)
     execution: Execution = "native"
     execution_detail: str = ""
+    # Unavailable, yet its call lowers for its target here (``Capabilities.lowers_for``): the
+    # checks that only lower (lowers, vmem, observable) still run; the others are unavailable.
+    lowerable: bool = False
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:
@@ -333,3 +369,7 @@ class Adapter(Protocol):
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Only called when ``capabilities().backward`` is True."""
         ...
+
+    # Optional, for subjects that declare ``Capabilities.lowers_for``:
+    #   def lowering(self, inputs, spec, direction: "forward" | "backward") -> kernels.lowering.LoweringCall
+    # the same call as forward/gradients, built for the target hardware with the interpreter off.

@@ -45,6 +45,7 @@ import numpy as np
 from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.jax_runtime import Compiled, CompiledCache, array_key, to_jax, to_numpy
 from kernels.kv_storage import INT8_LIMIT, int8_quantize
+from kernels.lowering import LoweringCall, abstract_arrays
 from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
     TpuExecution,
@@ -95,6 +96,16 @@ def tunables(megacore: bool) -> Tunables:
 TUNABLES = tunables(megacore=True)
 
 CONSTRAINTS = (
+    ShapeConstraint(
+        name="head_dim_multiple_of_128",
+        reason="lowered for TPU, the kernel's [B, Hq, 1, 1]-shaped softmax-statistics outputs get "
+        "blocks whose last dimension is head_dim: only a multiple of 128 lowers (Mosaic: 'the "
+        "last two dimensions of your block shape are divisible by 8 and 128'); TPU interpret mode "
+        "runs any head_dim",
+        holds=lambda shape, spec: shape.head_dim % 128 == 0,
+        basis="raises",
+        stage="lowering",
+    ),
     ShapeConstraint(
         name="decode_one_query_token",
         reason="paged_attention decodes one query token per sequence (q is [B, Hq, D]): Sq > 1 "
@@ -197,6 +208,7 @@ class PagedAttentionAdapter:
             constraints=CONSTRAINTS,
             tunables=tunables(_two_cores(choose_execution("tpu"))),
             kv_storage=None if self.kv == "float" else self.kv,
+            lowers_for="tpu",
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
@@ -216,6 +228,18 @@ class PagedAttentionAdapter:
             )
             out = compiled.fn(*args)
         return SubjectOutput(out=to_numpy(out)[:, :, None, :], lse=None, ran=compiled.ran)
+
+    def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
+        """The kernel call on the same paged layout, for Mosaic (a forward-only kernel)."""
+        block, megacore = self._settings()
+        layout = paged_layout(
+            inputs.k, inputs.v, inputs.kv_lengths, block, self.kv, layout_seed(inputs.k.shape)
+        )
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        fn = functools.partial(
+            paged_forward, _load(), _quantized_tensor(), scale, spec.softcap, block, megacore, self.kv
+        )
+        return LoweringCall("tpu", fn, abstract_arrays(inputs.q[:, :, 0, :], *layout))
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """This adapter's call as standalone script text (``kernels.standalone``): the same layout
@@ -366,6 +390,12 @@ def _load() -> Any:
     return importlib.import_module(MODULE).paged_attention
 
 
+def _quantized_tensor() -> Any:
+    import importlib
+
+    return importlib.import_module(MODULE + ".quantization_utils").QuantizedTensor
+
+
 def _build(
     execution: TpuExecution,
     scale: float,
@@ -375,13 +405,10 @@ def _build(
     kv: str,
     args: tuple,
 ) -> Compiled:
-    import importlib
 
     import jax
 
-    quantized = importlib.import_module(MODULE + ".quantization_utils").QuantizedTensor
-
-    fn = functools.partial(paged_forward, _load(), quantized, scale, softcap, block, megacore, kv)
+    fn = functools.partial(paged_forward, _load(), _quantized_tensor(), scale, softcap, block, megacore, kv)
 
     ran = pallas_ran(fn, args, execution, fallback="no kernel")
     cores = "" if megacore == "none" else f", megacore {megacore} on 2 cores"

@@ -40,6 +40,7 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
+from kernels.lowering import LoweringCall, abstract_arrays
 from kernels.standalone import StandaloneCall, source_of
 from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
@@ -63,6 +64,10 @@ BLOCK = 128  # default forward block_q = block_k = 128 (clipped to the lengths)
 
 RAISES_ON_NON_MULTIPLE_SINCE = (0, 6, 2)
 FORWARD_BLOCKS = ("block_q", "block_k")
+# Lowered for a GPU (kernels/lowering.py): before 0.9 Triton's dot needs every dimension of at
+# least 16 and head_dim a power of two (Sq=1 and D=96 do not lower); from 0.9 Pallas pads them.
+TRITON_SMALL_DOT_SINCE = (0, 9, 0)
+TRITON_MIN_DOT = 16
 BACKWARD_BLOCKS = ("block_q_dkv", "block_kv_dkv", "block_q_dq", "block_kv_dq")
 
 
@@ -146,7 +151,61 @@ def _constraints(api: _Api) -> tuple[ShapeConstraint, ...]:
                 sees_config=True,
             )
         )
+    constraints += _triton_constraints(api)
     return tuple(constraints)
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _triton_constraints(api: _Api) -> list[ShapeConstraint]:
+    """What only Triton rejects (the interpreter runs these): every array in the kernel is a
+    power of two in size, so each block as clipped to its length, and head_dim."""
+    names = set(api.tunables.names) if api.tunables is not None else {"block_q", "block_k"}
+    backward = [n for n in BACKWARD_BLOCKS if n in names]
+
+    before_0_9 = jax_version() < TRITON_SMALL_DOT_SINCE
+
+    def blocks_ok(shape: Any, blocks: dict, which: tuple[str, ...]) -> bool:
+        lengths = {"q": shape.q_len, "k": shape.kv_len, "kv": shape.kv_len}
+        sizes = [min(blocks[n], lengths[n.split("_")[1]]) for n in which]
+        if before_0_9:  # head_dim too, and Triton's dot takes no dimension under 16
+            sizes.append(shape.head_dim)
+            if min(sizes) < TRITON_MIN_DOT:
+                return False
+        return all(_power_of_two(s) for s in sizes)
+
+    triton = (
+        "Pallas's Triton lowering needs every array a power of two in size ('all operations "
+        "have array arguments and results whose size is a power of 2'); the interpreter accepts any"
+    )
+    constraints = [
+        ShapeConstraint(
+            name="triton_power_of_two_forward",
+            reason=f"lowered for a GPU, the forward blocks min(block_q, q_len) and min(block_k, kv_len) "
+            f"must be powers of two (before JAX 0.9 head_dim too, and all at least {TRITON_MIN_DOT}): "
+            f"{triton}",
+            holds=lambda shape, spec, b: blocks_ok(shape, b, FORWARD_BLOCKS),
+            basis="raises",
+            sees_config=True,
+            stage="lowering",
+        )
+    ]
+    if backward:
+        constraints.append(
+            ShapeConstraint(
+                name="triton_power_of_two_backward",
+                reason=f"lowered for a GPU, the backward blocks ({', '.join(backward)}, each clipped "
+                f"to its length) must be powers of two: {triton}",
+                holds=lambda shape, spec, b: blocks_ok(shape, b, tuple(backward)),
+                basis="raises",
+                applies_to="backward",
+                sees_config=True,
+                stage="lowering",
+            )
+        )
+    return constraints
 
 
 # --------------------------------------------------------------------------------------
@@ -205,6 +264,7 @@ class PallasGpuAdapter:
             fully_masked_rows="unspecified",
             constraints=_constraints(api),
             tunables=api.tunables,
+            lowers_for="cuda",
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
@@ -253,6 +313,22 @@ class PallasGpuAdapter:
         compiled = self._cache.get(("backward", array_key(*arrays), scale, spec.causal), build)
         dq, dk, dv = compiled.fn(*args)
         return SubjectGrads(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv))
+
+    def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
+        """The forward or gradients call with ``interpret=False``, for Pallas's Triton lowering."""
+        api = _load_api()
+        options = dict(
+            scale=spec.resolved_scale(inputs.q.shape[-1]),
+            causal=spec.causal,
+            interpret=False,
+            block_kwargs=self._block_kwargs(api),
+        )
+        args = abstract_arrays(inputs.q, inputs.k, inputs.v)
+        if direction == "forward":
+            return LoweringCall(
+                "cuda", functools.partial(mha_forward, api.mha, with_lse=api.has_lse, **options), args
+            )
+        return LoweringCall("cuda", functools.partial(mha_gradients, api.mha, **options), (*args, args[0]))
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """This adapter's calls as standalone script text (``kernels.standalone``)."""

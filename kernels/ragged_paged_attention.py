@@ -46,6 +46,7 @@ from kernels.jax_runtime import (
     jax_version,
     to_jax,
 )
+from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
 from kernels.paged_attention import GARBAGE_STD, PAGE_SIZE
 from kernels.tpu_interpret import (
     TpuExecution,
@@ -257,6 +258,7 @@ class RaggedPagedAttentionAdapter:
                 "VMEM ref, and the interpreter resolves only indexer transforms); JAX < 0.7.0 has no "
                 "TPU interpret mode at all",
                 installed_jax_versions(),
+                lowerable=_lowerable(),
             )
         return pallas_tpu_availability("tpu", MODULE, lambda execution: _load())
 
@@ -276,16 +278,28 @@ class RaggedPagedAttentionAdapter:
             fully_masked_rows="unspecified",
             constraints=CONSTRAINTS,
             tunables=TUNABLES,
+            lowers_for="tpu",
         )
+
+    def _packed(self, inputs: AttentionInputs, spec: AttentionSpec, native: bool) -> tuple[Packed, tuple]:
+        """The packed arrays and the kernel options of a case (``_call``'s)."""
+        explicit = dict(self.config).get("num_kv_pages_per_block")
+        packed = pack(inputs, None if explicit is None else int(explicit), _layout_seed(inputs))
+        width, tokens = packed.page_indices.shape[1], packed.q.shape[0]  # the kernel's max_num_batched_tokens
+        blocks = block_sizes(self.config, width, tokens, native)
+        return packed, (spec.resolved_scale(inputs.q.shape[-1]), sliding_window(spec), spec.softcap, blocks)
+
+    def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
+        """The kernel call on the same packed layout, for Mosaic, under an abstract TPU v5e. The
+        default blocks are passed as off a TPU (the tuning table reads ``jax.devices()``, which an
+        abstract device does not change)."""
+        packed, options = self._packed(inputs, spec, native=False)
+        return LoweringCall("tpu", _call(options), abstract_arrays(*packed.arrays), DEFAULT_DEVICE_KIND)
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype (NaN on rows past q_lengths); no lse."""
         execution = choose_execution("tpu")
-        explicit = dict(self.config).get("num_kv_pages_per_block")
-        packed = pack(inputs, None if explicit is None else int(explicit), _layout_seed(inputs))
-        width, tokens = packed.page_indices.shape[1], int(packed.cu_q_lens[-1])
-        blocks = block_sizes(self.config, width, tokens, execution.mode == "native")
-        options = (spec.resolved_scale(inputs.q.shape[-1]), sliding_window(spec), spec.softcap, blocks)
+        packed, options = self._packed(inputs, spec, execution.mode == "native")
         key = (execution.mode, array_key(*packed.arrays), options)
         with execution.context():
             args = tuple(to_jax(a) for a in packed.arrays)
@@ -295,6 +309,17 @@ class RaggedPagedAttentionAdapter:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         raise NotImplementedError("ragged_paged_attention is an inference kernel: it has no backward pass")
+
+
+def _lowerable() -> bool:
+    """Whether the kernel can at least be lowered for a TPU here (it imports, and this JAX has the
+    abstract devices its tuning table needs): then lowers, vmem and observable still run."""
+    try:
+        _load()
+        with abstract_tpu(DEFAULT_DEVICE_KIND):
+            return True
+    except Exception:  # noqa: BLE001 - not lowerable: the availability reason stands alone
+        return False
 
 
 def _layout_seed(inputs: AttentionInputs) -> int:
@@ -316,9 +341,9 @@ def _kv_arguments(kernel: Any, kv_pages: Any) -> tuple[Any, ...]:
     return kv_pages[:, :, 0::2], kv_pages[:, :, 1::2]
 
 
-def _build(execution: TpuExecution, options: tuple, args: tuple) -> Compiled:
-    import jax
-
+def _call(options: tuple) -> Any:
+    """The kernel's call on ``Packed.arrays`` (as JAX arrays) with ``options``
+    (scale, sliding window, softcap, (kv pages per block, queries per block))."""
     kernel = _load()
     scale, window, softcap, (kv_block, q_block) = options
     extra = {} if window is None and softcap is None else {"sliding_window": window, "soft_cap": softcap}
@@ -337,6 +362,13 @@ def _build(execution: TpuExecution, options: tuple, args: tuple) -> Compiled:
             **extra,
         )
 
+    return fn
+
+
+def _build(execution: TpuExecution, options: tuple, args: tuple) -> Compiled:
+    import jax
+
+    fn = _call(options)
     ran = pallas_ran(fn, args, execution, fallback="no kernel")
     return Compiled(
         jax.jit(fn),

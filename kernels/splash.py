@@ -49,6 +49,7 @@ from kernels.jax_runtime import (
     to_jax,
     to_numpy,
 )
+from kernels.lowering import LoweringCall, abstract_arrays
 from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
     INTERPRETERS,
@@ -111,6 +112,30 @@ CONSTRAINTS = (
         applies_to="backward",
         features=("segment_ids",),
         sees_config=True,
+    ),
+)
+
+
+def _lanes(block: int, q_len: int) -> bool:
+    return block % BLOCK == 0 or block == q_len
+
+
+# What only the TPU's compiler rejects: the interpreter runs these cases, Mosaic does not lower them.
+LOWERING_CONSTRAINTS = (
+    ShapeConstraint(
+        name="backward_q_blocks_on_lanes",
+        reason="lowered for TPU, the backward kernels take q blocks along the lanes of their "
+        "per-row statistics (lse, di): block_q_dkv, and block_q_dq unless use_fused_bwd_kernel, "
+        "must be a multiple of 128 or the whole q_len (Mosaic: 'the last two dimensions of your "
+        "block shape are divisible by 8 and 128'); the interpreters accept any",
+        holds=lambda shape, spec, b: (
+            _lanes(b["block_q_dkv"], shape.q_len)
+            and (b["use_fused_bwd_kernel"] or _lanes(b["block_q_dq"], shape.q_len))
+        ),
+        basis="raises",
+        applies_to="backward",
+        sees_config=True,
+        stage="lowering",
     ),
 )
 
@@ -288,8 +313,9 @@ class SplashAdapter:
             backward=True,
             lse=True,
             fully_masked_rows="unspecified",
-            constraints=CONSTRAINTS + head_dim_constraints,
+            constraints=CONSTRAINTS + LOWERING_CONSTRAINTS + head_dim_constraints,
             tunables=TUNABLES,
+            lowers_for="tpu",
         )
 
     def _sinks_supported(self) -> bool:
@@ -354,6 +380,19 @@ class SplashAdapter:
     ) -> Compiled:
         import jax
 
+        fn = self._fn(direction, execution.mode != "native", inputs, plan, scale, softcap)
+        return Compiled(jax.jit(fn), pallas_ran(fn, args, execution, fallback="fell back"))
+
+    def _fn(
+        self,
+        direction: str,
+        interpret: bool,
+        inputs: AttentionInputs,
+        plan: _MaskPlan,
+        scale: float,
+        softcap: float | None,
+    ) -> Any:
+        """The forward (or gradients) function of JAX arrays, its kernels built for this case."""
         api = _load_api()
         _, hq, sq, _ = inputs.q.shape
         kernels = splash_kernels(
@@ -366,12 +405,26 @@ class SplashAdapter:
             save_residuals=direction == "forward",
             softcap=softcap,
             blocks=self._blocks(),
-            interpret=execution.mode != "native",
+            interpret=interpret,
             shard_kwargs=dict(api.shard_kwargs),
         )
         call = splash_forward if direction == "forward" else splash_gradients
-        fn = functools.partial(call, api.module, kernels, scale=scale)
-        return Compiled(jax.jit(fn), pallas_ran(fn, args, execution, fallback="fell back"))
+        return functools.partial(call, api.module, kernels, scale=scale)
+
+    def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
+        """The same kernels built with ``interpret=False``, for Mosaic."""
+        if inputs.sinks is not None and not _load_api().sinks:
+            raise NotImplementedError(SINKS_REASON)
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        fn = self._fn(direction, False, inputs, _plan(inputs, spec), scale, spec.softcap)
+        arrays = (inputs.q, inputs.k, inputs.v, inputs.q_segment_ids, inputs.kv_segment_ids, inputs.sinks)
+        args = abstract_arrays(*arrays)
+        if direction == "backward":
+            import jax
+
+            b, hq, sq, _ = inputs.q.shape
+            args += (jax.ShapeDtypeStruct((b, hq, sq, inputs.v.shape[-1]), inputs.q.dtype),)
+        return LoweringCall("tpu", fn, args)
 
     # -- standalone repro ------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from kernels.jax_runtime import (
     to_jax,
     to_numpy,
 )
+from kernels.lowering import LoweringCall, abstract_arrays
 from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
     INTERPRETERS,
@@ -244,6 +245,7 @@ class TpuFlashAdapter:
             fully_masked_rows="unspecified",
             constraints=CONSTRAINTS,
             tunables=TUNABLES,
+            lowers_for="tpu",
         )
 
     # -- forward ---------------------------------------------------------------------
@@ -264,11 +266,31 @@ class TpuFlashAdapter:
     def _build_forward(self, execution: TpuExecution, scale: float, causal: bool, args: tuple) -> Compiled:
         import jax
 
-        api = _load_api(execution)
-        forward = functools.partial(
+        forward = self._forward_fn(_load_api(execution), scale, causal)
+        return Compiled(jax.jit(forward), _ran(forward, args, execution))
+
+    def _forward_fn(self, api: _Api, scale: float, causal: bool) -> Any:
+        return functools.partial(
             flash_forward, api.module, scale=scale, causal=causal, with_lse=api.has_lse, blocks=self._blocks()
         )
-        return Compiled(jax.jit(forward), _ran(forward, args, execution))
+
+    def _gradients_fn(self, api: _Api, scale: float, causal: bool) -> Any:
+        return functools.partial(
+            flash_gradients, api.module, scale=scale, causal=causal, blocks=self._blocks()
+        )
+
+    # -- lowering for the TPU --------------------------------------------------------
+
+    def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
+        """The forward or gradients call on the kernel module as shipped (no interpreter), for Mosaic."""
+        api = _load_api(TpuExecution("native"))
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        args = abstract_arrays(
+            inputs.q, inputs.k, inputs.v, inputs.bias, inputs.q_segment_ids, inputs.kv_segment_ids
+        )
+        if direction == "forward":
+            return LoweringCall("tpu", self._forward_fn(api, scale, spec.causal), args)
+        return LoweringCall("tpu", self._gradients_fn(api, scale, spec.causal), (*args, args[0]))
 
     # -- backward --------------------------------------------------------------------
 
@@ -291,9 +313,7 @@ class TpuFlashAdapter:
         import jax
         import jax.numpy as jnp
 
-        grads = functools.partial(
-            flash_gradients, _load_api(execution).module, scale=scale, causal=causal, blocks=self._blocks()
-        )
+        grads = self._gradients_fn(_load_api(execution), scale, causal)
         dout = jnp.zeros(args[0].shape, args[0].dtype)
         return Compiled(jax.jit(grads), _ran(grads, (*args, dout), execution))
 

@@ -18,6 +18,7 @@ the controller's seed.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import os
@@ -35,6 +36,7 @@ from conformance.plan.catalogue import Planned, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
 from kernels.base import DTYPES
 from kernels.registry import UnknownSubjectError, subject_names
+from kernels.tpu_chips import DEFAULT_TPU_TARGETS, TPU_CHIPS, parse_targets
 from reports import known_issues
 from reports.environment import environment_block
 from reports.folder_lock import FolderBusyError, FolderLock
@@ -114,6 +116,13 @@ def add_options(parser: pytest.Parser) -> None:
         help="run only shard K of N of the planned checks (whole cases, balanced by estimated cost; "
         "the same slice on every machine); merge the folders with `python -m reports merge`",
     )
+    group.addoption(
+        "--tpu",
+        default=",".join(DEFAULT_TPU_TARGETS),
+        metavar="CHIPS",
+        help="TPU chips the vmem check budgets for, comma-separated: the smallest VMEM among them "
+        f"counts ({', '.join(TPU_CHIPS)}). Default: %(default)s",
+    )
     isolation.add_options(group)
     progress.add_options(group)
 
@@ -166,7 +175,9 @@ class ConformancePlugin:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.impl: str = config.getoption("impl")
-        self.profile = profiles.get(config.getoption("profile"))
+        self.profile = dataclasses.replace(
+            profiles.get(config.getoption("profile")), tpu_targets=_tpu_option(config.getoption("tpu"))
+        )
         self.seed = self._choose_seed()
         report_dir = config.getoption("report_dir")
         self.report_dir = Path(report_dir) if report_dir else _default_report_dir(config.rootpath)
@@ -491,6 +502,13 @@ class ConformancePlugin:
         self._ledger_lines = _ledger_lines(statuses)
         if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = _exit_status(results, statuses, self.strict_known, interrupted)
+
+
+def _tpu_option(text: str) -> tuple[str, ...]:
+    try:
+        return parse_targets(text)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 def _shard_option(text: str | None) -> tuple[int, int] | None:

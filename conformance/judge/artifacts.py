@@ -27,6 +27,7 @@ from conformance.judge import inputs as case_inputs
 from conformance.judge.baseline import BaselineGrads, BaselineOutput
 from conformance.plan.cases import Case
 from kernels.base import Adapter, SubjectGrads, SubjectOutput
+from kernels.lowering import Lowering, lower
 from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
 from reference.spec import AttentionInputs
 
@@ -170,6 +171,24 @@ class SubjectRun:
 
     def __init__(self, case: Case, adapter: Adapter, oracle: Oracle):
         self.case, self.adapter, self.oracle = case, adapter, oracle
+        self._lowerings: dict[str, Lowering] = {}
+
+    def lowering(self, direction: str) -> Lowering:
+        """The ``direction`` call (``forward``/``backward``) lowered for the subject's hardware
+        with the interpreter off (``Adapter.lowering``), once: lowers, vmem and observable share it.
+        An adapter that raises while building the call is a failure to lower, recorded as such."""
+        if direction not in self._lowerings:
+            start = time.perf_counter()
+            try:
+                call = self.adapter.lowering(self.oracle.inputs, self.case.spec, direction)
+            except Exception as error:  # noqa: BLE001 - a kernel rejecting the case while being built
+                platform = getattr(self.adapter.capabilities(), "lowers_for", None) or "tpu"
+                self._lowerings[direction] = Lowering(
+                    platform, f"{type(error).__name__}: {error}", seconds=time.perf_counter() - start
+                )
+            else:
+                self._lowerings[direction] = lower(call)
+        return self._lowerings[direction]
 
     @functools.cached_property
     def forward_call(self) -> Call:

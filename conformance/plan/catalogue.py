@@ -20,7 +20,13 @@ from typing import Literal
 
 import numpy as np
 
-from conformance.judge.checks.registry import CHECKS, REGISTRY, CheckDeclaration, declaration
+from conformance.judge.checks.registry import (
+    CHECKS,
+    LOWERING_SAMPLINGS,
+    REGISTRY,
+    CheckDeclaration,
+    declaration,
+)
 from conformance.judge.dtypes import DTYPE_NAMES
 from conformance.judge.inputs import mask_arrays
 from conformance.plan import edge_matrix, strategies
@@ -129,8 +135,11 @@ def _config_shapes(caps: Capabilities) -> tuple[tuple[int, Case, bool], ...]:
     return edge_matrix.CONFIG_SHAPES
 
 
-def _raising(constraints: tuple[ShapeConstraint, ...]) -> ShapeConstraint | None:
-    return next((c for c in constraints if c.raises), None)
+def _raising(
+    constraints: tuple[ShapeConstraint, ...], stages: tuple[str, ...] = ("call", "lowering")
+) -> ShapeConstraint | None:
+    """The first constraint declared to raise at one of ``stages`` (``ShapeConstraint.stage``)."""
+    return next((c for c in constraints if c.raises and c.stage in stages), None)
 
 
 def _constraint_reasons(constraints: tuple[ShapeConstraint, ...]) -> str:
@@ -157,13 +166,15 @@ def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities
     fwd = tuple(e.constraint for e in outside if e.constraint is not None)
     bwd = tuple(e.constraint for e in outside_bwd if e.constraint is not None)
     name = check.name
+    if check.sampling in LOWERING_SAMPLINGS:
+        return _for_lowering(check, case, caps, reason, fwd, bwd)
     if check.sampling == "raising_cases":
         if reason is not None:
             return None
         if fwd and _raising(fwd) is None:
             return None  # outside a non-raising forward constraint: out of scope in both directions
         for direction, violated in (("forward", fwd), ("backward", bwd)):
-            hit = _raising(violated)
+            hit = _raising(violated, stages=("call",))  # lowering-stage ones: the lowers check
             if hit is not None:
                 return Planned(name, case, "raises", f"{hit.name}: {hit.reason}", direction)
         return None
@@ -175,10 +186,38 @@ def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities
         return Planned(name, case, "unsupported", reason)
     violated = fwd + (bwd if check.runs_backward else ())
     if violated:
-        raising = _raising(violated)
-        note = " (declared to raise; see the raises check)" if raising else ""
+        note = (
+            " (declared to raise; see the raises check)"
+            if _raising(violated, stages=("call",))
+            else " (declared to raise when lowered for the hardware; see the lowers check)"
+            if _raising(violated)
+            else ""
+        )
         return Planned(name, case, "unsupported", _constraint_reasons(violated) + note)
     return Planned(name, case, "run", backward=_backward_runs(case, caps, fwd, bwd))
+
+
+def _for_lowering(
+    check: CheckDeclaration,
+    case: Case,
+    caps: Capabilities,
+    reason: str | None,
+    fwd: tuple[ShapeConstraint, ...],
+    bwd: tuple[ShapeConstraint, ...],
+) -> Planned | None:
+    """A case to a check that lowers its call: ``lowering_cases`` takes cases declared to raise
+    too (status ``raises``: they must fail to lower), ``lowered_cases`` only those that lower."""
+    if reason is not None:
+        return Planned(check.name, case, "unsupported", reason)
+    hit = _raising(fwd) or _raising(bwd)
+    if hit is not None:
+        if check.sampling != "lowering_cases":
+            return None
+        direction = "forward" if _raising(fwd) else "backward"
+        return Planned(check.name, case, "raises", f"{hit.name}: {hit.reason}", direction, caps.backward)
+    if fwd:
+        return Planned(check.name, case, "unsupported", _constraint_reasons(fwd))
+    return Planned(check.name, case, "run", backward=caps.backward and not bwd)
 
 
 def _backward_runs(
@@ -251,14 +290,19 @@ def plan(subjects: tuple[Subject, ...], profile: Profile, draw_seed: int) -> dic
     for subject in subjects:
         if not subject.available:
             for check in REGISTRY:
-                if check.sampling != "raising_cases":
+                if check.sampling != "raising_cases" and not (
+                    subject.lowerable and check.sampling in LOWERING_SAMPLINGS
+                ):
                     by_check[check.name].append(
                         Planned(check.name, unavailable_case(subject.name), "unavailable", subject.reason)
                     )
-            continue
+            if not subject.lowerable:
+                continue
         cases = cases_for(subject, profile, draw_seed)
         caps = subject.capabilities
         for check in REGISTRY:
+            if not subject.available and check.sampling not in LOWERING_SAMPLINGS:
+                continue
             items = [p for p in (_against_declaration(check, c, caps) for c in cases) if p is not None]
             if check.sampling == "one_case":
                 items = _leak_case([p for p in items if p.status == "run"])

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from kernels.tpu_chips import DEFAULT_TPU_TARGETS
+
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
@@ -38,6 +40,8 @@ class Profile:
     # Drawn cases also draw a config of the subject's tunables (``ci`` keeps the defaults
     # for its draws: its edge configs come from the curated matrix).
     draw_configs: bool = False
+    # TPU chips the vmem check budgets for (``--tpu``; kernels/tpu_chips.py).
+    tpu_targets: tuple[str, ...] = DEFAULT_TPU_TARGETS
 
 
 PROFILES: dict[str, Profile] = {

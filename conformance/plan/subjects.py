@@ -19,7 +19,8 @@ PRIMARY_SUBJECT = "tpu_flash"
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Subject:
-    """One adapter with its declarations. ``capabilities`` is None when unavailable."""
+    """One adapter with its declarations. ``capabilities`` is None when unavailable (unless
+    ``Availability.lowerable``: then the lowering checks need them)."""
 
     name: str
     impl: str  # what --impl named it by: resolve(impl) gives this adapter again (repro scripts)
@@ -40,6 +41,11 @@ class Subject:
         return self.availability.available and self.capabilities is not None
 
     @property
+    def lowerable(self) -> bool:
+        """Unavailable, but the checks that only lower its call for its target still run."""
+        return not self.available and self.availability.lowerable and self.capabilities is not None
+
+    @property
     def reason(self) -> str:
         return self.availability.reason or "unavailable"
 
@@ -50,7 +56,7 @@ def _declared_subject(impl: str, adapter: Adapter) -> Subject:
     except Exception as error:  # noqa: BLE001 - a broken adapter is a finding, not a crash
         availability = Availability(False, f"availability() raised {type(error).__name__}: {error}")
     capabilities = None
-    if availability.available:
+    if availability.available or availability.lowerable:
         try:
             capabilities = adapter.capabilities()
         except Exception as error:  # noqa: BLE001

@@ -22,7 +22,7 @@ from typing import Any, Literal
 # What a check can need from a subject's declared capabilities. A subject that lacks one
 # gets the check as ``unsupported`` with NEED_REASONS[need]: a check that cannot observe a
 # subject never passes vacuously.
-Need = Literal["backward", "lse", "jax_runtime", "race_detection"]
+Need = Literal["backward", "lse", "jax_runtime", "race_detection", "lowering", "tpu_lowering"]
 NEED_REASONS: dict[str, str] = {
     "backward": "backward pass not declared",
     "lse": "lse not exposed",
@@ -35,6 +35,14 @@ NEED_REASONS: dict[str, str] = {
         "run through Pallas TPU interpret mode (NAME[interpreter=tpu]) on a JAX whose interpret "
         "mode detects races (InterpretParams.detect_races, JAX >= 0.7.0)"
     ),
+    "lowering": (
+        "no target hardware to lower for (Capabilities.lowers_for): declared by Pallas kernels, "
+        "whose adapters build their call with the interpreter off (Adapter.lowering)"
+    ),
+    "tpu_lowering": (
+        "not lowered to Mosaic TPU kernels (Capabilities.lowers_for == 'tpu'): VMEM and the "
+        "cost estimate exist only there (Pallas's Triton custom call carries a name, no cost estimate)"
+    ),
 }
 
 # Which planned cases a check runs on:
@@ -43,10 +51,23 @@ NEED_REASONS: dict[str, str] = {
 #   raising_cases       cases outside a constraint declared to raise (the call must raise);
 #   runtime_sample      the largest cheap runnable cases, a few per dtype (calls repeat);
 #   one_case            one cheap case with the largest output (a per-call leak stands out);
-#   race_sample         a few cheap cases per dtype with parallel work inside one kernel call.
+#   race_sample         a few cheap cases per dtype with parallel work inside one kernel call;
+#   lowering_cases      every case and config, those declared to raise included (they must
+#                       fail to lower), both directions, lowered for the target hardware;
+#   lowered_cases       every case that no constraint declares to raise (what lowers is measured).
 Sampling = Literal[
-    "every_case", "fully_masked_cases", "raising_cases", "runtime_sample", "one_case", "race_sample"
+    "every_case",
+    "fully_masked_cases",
+    "raising_cases",
+    "runtime_sample",
+    "one_case",
+    "race_sample",
+    "lowering_cases",
+    "lowered_cases",
 ]
+# Samplings whose checks only lower the call: they run for a subject that cannot execute here
+# but whose call lowers for its target (Availability.lowerable).
+LOWERING_SAMPLINGS: tuple[str, ...] = ("lowering_cases", "lowered_cases")
 
 # What a repro script shows: the judged tensor (out, lse), the gradients, or the verdict.
 Repro = Literal["forward", "lse", "backward", "verdict"]
@@ -151,6 +172,33 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         11,
         needs=("race_detection",),
         sampling="race_sample",  # each call runs the detector: seconds per case
+        shrinks=False,
+    ),
+    CheckDeclaration(
+        "lowers",
+        f"{_CHECKS}.hardware:lowers",
+        "lowers for its hardware",
+        12,
+        needs=("lowering",),
+        sampling="lowering_cases",
+        shrinks=False,  # lowering is shape-exact: the failing case is already the repro
+    ),
+    CheckDeclaration(
+        "vmem",
+        f"{_CHECKS}.hardware:vmem",
+        "fits VMEM",
+        13,
+        needs=("tpu_lowering",),
+        sampling="lowered_cases",
+        shrinks=False,
+    ),
+    CheckDeclaration(
+        "observable",
+        f"{_CHECKS}.hardware:observable",
+        "kernel name and cost estimate",
+        14,
+        needs=("tpu_lowering",),
+        sampling="lowered_cases",
         shrinks=False,
     ),
 )
