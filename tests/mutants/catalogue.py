@@ -253,6 +253,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "data races",
         "two simulated cores both write the whole output (the same values: the numbers pass)",
     ),
+    _m(
+        "hundred_row_blocks",
+        "lowering:HundredRowBlocks",
+        "lowers",
+        "target hardware",
+        "blocks of 100 rows: the interpreter runs them, Mosaic (rows tiled by 8) does not lower them",
+    ),
+    _m(
+        "no_cost_estimate",
+        "lowering:NoCostEstimate",
+        "observable",
+        "profiler visibility",
+        "pallas_call without cost_estimate: XLA and profilers see the kernel as free",
+    ),
 )
 
 
@@ -279,6 +293,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.ragged:RaggedPaged", RUNS_EVERYWHERE),
     # Right attention copied out through a Pallas TPU kernel, one half per core: no race.
     Control(f"{PACKAGE}.races:RaceFreeCopy", (*RUNS_EVERYWHERE, "races")),
+    # Right attention copied out through a Pallas TPU kernel that lowers, with a cost estimate.
+    Control(f"{PACKAGE}.lowering:LoweringCopy", (*RUNS_EVERYWHERE, "lowers", "vmem", "observable")),
 )
 
 

@@ -1,0 +1,121 @@
+"""Kernels only an interpreter accepts, or that a profiler cannot see: right attention (plain JAX,
+``tests.mutants.jax_attention``) copied out through a one-operand Pallas TPU kernel.
+
+* ``LoweringCopy`` (control): blocks of 128 rows, a kernel name and a cost estimate that
+  claims the attention's flops; it lowers for TPU and passes lowers, vmem and observable.
+* ``HundredRowBlocks``: blocks of 100 rows. The generic interpreter copies them fine (every
+  numeric check passes); Mosaic tiles rows by 8 and rejects it. Only ``lowers`` can tell.
+* ``NoCostEstimate``: the control without ``cost_estimate``: XLA and profilers see the kernel
+  as free. Only ``observable`` can tell.
+
+The copy runs in the generic interpreter (``interpret=True``), so every JAX version runs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.lowering import LoweringCall, abstract_arrays
+from reference.spec import AttentionInputs, AttentionSpec
+from tests.mutants import jax_attention as core
+from tests.mutants.correct import keywords
+
+
+def _copy(x: jax.Array, *, rows: int, flops: int, moved: int, estimate: bool, interpret: bool) -> jax.Array:
+    """x ``[..., D]`` through a Pallas kernel that copies blocks of ``rows`` rows of the
+    flattened ``[N, D]`` array (padded to a whole number of blocks). Its cost estimate claims
+    the attention's ``flops`` and bytes ``moved``: the kernel stands for the whole attention."""
+    from jax.experimental import pallas as pl
+
+    flat = x.reshape(-1, x.shape[-1])
+    padded = jnp.pad(flat, ((0, -flat.shape[0] % rows), (0, 0)))
+
+    def copy_attention_output(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    spec = pl.BlockSpec((rows, padded.shape[1]), lambda i: (i, 0))
+    cost = pl.CostEstimate(flops=flops, transcendentals=0, bytes_accessed=moved)
+    out = pl.pallas_call(
+        copy_attention_output,
+        grid=(padded.shape[0] // rows,),
+        in_specs=[spec],
+        out_specs=spec,
+        out_shape=jax.ShapeDtypeStruct(padded.shape, padded.dtype),
+        interpret=interpret,
+        **({"cost_estimate": cost} if estimate else {}),
+    )(padded)
+    return out[: flat.shape[0]].reshape(x.shape)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoweringCopy:
+    """Right attention (float32, causal top-left, GQA), copied out in blocks of 128 rows."""
+
+    ROWS: ClassVar[int] = 128
+    ESTIMATE: ClassVar[bool] = True
+    name: str = "mutants_lowering_copy"
+    description: str = "JAX attention copied out through a Pallas TPU kernel (blocks of 128 rows)"
+
+    def availability(self) -> Availability:
+        return Availability(True, "", (), "interpret", "Pallas generic interpreter (interpret=True) on CPU")
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            jax_runtime=True,
+            dtypes=("float32",),
+            causal_alignments=("top_left",),
+            gqa=True,
+            lowers_for="tpu",
+        )
+
+    def _fn(self, inputs: AttentionInputs, spec: AttentionSpec, interpret: bool):
+        b, hq, sq, d = inputs.q.shape
+        flops = 2 * b * hq * sq * inputs.k.shape[2] * (d + inputs.v.shape[-1])
+        out_size = b * hq * sq * inputs.v.shape[-1]
+        moved = 4 * (inputs.q.size + inputs.k.size + inputs.v.size + out_size)  # float32
+        copy = functools.partial(
+            _copy, rows=self.ROWS, flops=flops, moved=moved, estimate=self.ESTIMATE, interpret=interpret
+        )
+        kw = keywords(inputs, spec)
+
+        def forward(q, k, v):
+            return copy(core.attention(q, k, v, **kw)[0])
+
+        return forward
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        out = jax.jit(self._fn(inputs, spec, interpret=True))(
+            *(jnp.asarray(a, jnp.float32) for a in (inputs.q, inputs.k, inputs.v))
+        )
+        return SubjectOutput(out=core.host(out, inputs.q.dtype), ran=self.name)
+
+    def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
+        return LoweringCall(
+            "tpu", self._fn(inputs, spec, interpret=False), abstract_arrays(inputs.q, inputs.k, inputs.v)
+        )
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        raise NotImplementedError("no backward pass declared")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HundredRowBlocks(LoweringCopy):
+    """BUG: blocks of 100 rows; a TPU tiles rows by 8, so Mosaic refuses what the interpreter ran."""
+
+    ROWS: ClassVar[int] = 100
+    name: str = "mutants_hundred_row_blocks"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NoCostEstimate(LoweringCopy):
+    """BUG: the pallas_call passes no cost_estimate: XLA schedules it as free, profiles show nothing."""
+
+    ESTIMATE: ClassVar[bool] = False
+    name: str = "mutants_no_cost_estimate"
