@@ -55,8 +55,8 @@ class ShapeConstraint:
     depend on the blocks (a block must divide the length).
     ``stage`` (basis ``raises`` only): ``"call"`` when the call raises wherever it runs;
     ``"lowering"`` when only the target's compiler rejects it (an interpreter runs it). Such a
-    case is asserted by the ``lowers`` check (it must fail to lower), not by ``raises``, and
-    its numbers are not judged: no TPU or GPU would produce them.
+    case is asserted by the ``lowers`` check (it must fail to lower), not by ``raises``; every
+    other check still judges it in the interpreter (its numbers are the kernel's math).
     """
 
     name: str

@@ -167,7 +167,9 @@ def _lowered_text(call: LoweringCall) -> str:
     import jax
 
     if call.platform == "tpu":
-        return jax.export.export(jax.jit(call.fn), platforms=["tpu"])(*call.args).mlir_module()
+        from jax import export  # a submodule older releases do not import with jax
+
+        return export.export(jax.jit(call.fn), platforms=["tpu"])(*call.args).mlir_module()
     return jax.jit(call.fn).trace(*call.args).lower(lowering_platforms=("cuda",)).as_text()
 
 

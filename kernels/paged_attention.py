@@ -99,9 +99,9 @@ CONSTRAINTS = (
     ShapeConstraint(
         name="head_dim_multiple_of_128",
         reason="lowered for TPU, the kernel's [B, Hq, 1, 1]-shaped softmax-statistics outputs get "
-        "blocks whose last dimension is head_dim: only a multiple of 128 lowers (Mosaic: 'the "
-        "last two dimensions of your block shape are divisible by 8 and 128'); TPU interpret mode "
-        "runs any head_dim",
+        "blocks whose last dimension is head_dim: only a multiple of 128 lowers (Mosaic raises "
+        "ValueError: 'the last two dimensions of your block shape are divisible by 8 and 128'); "
+        "TPU interpret mode runs any head_dim",
         holds=lambda shape, spec: shape.head_dim % 128 == 0,
         basis="raises",
         stage="lowering",

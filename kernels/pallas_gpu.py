@@ -64,8 +64,8 @@ BLOCK = 128  # default forward block_q = block_k = 128 (clipped to the lengths)
 
 RAISES_ON_NON_MULTIPLE_SINCE = (0, 6, 2)
 FORWARD_BLOCKS = ("block_q", "block_k")
-# Lowered for a GPU (kernels/lowering.py): before 0.9 Triton's dot needs every dimension of at
-# least 16 and head_dim a power of two (Sq=1 and D=96 do not lower); from 0.9 Pallas pads them.
+# Lowered for a GPU (kernels/lowering.py): before 0.9 a kv block under 16 does not lower (Sq=Sk=1:
+# "all dimensions ... at least 16"; Sq=1 with Sk=128 does); measured at 0.7.2 and 0.8.3.
 TRITON_SMALL_DOT_SINCE = (0, 9, 0)
 TRITON_MIN_DOT = 16
 BACKWARD_BLOCKS = ("block_q_dkv", "block_kv_dkv", "block_q_dq", "block_kv_dq")
@@ -169,22 +169,22 @@ def _triton_constraints(api: _Api) -> list[ShapeConstraint]:
 
     def blocks_ok(shape: Any, blocks: dict, which: tuple[str, ...]) -> bool:
         lengths = {"q": shape.q_len, "k": shape.kv_len, "kv": shape.kv_len}
-        sizes = [min(blocks[n], lengths[n.split("_")[1]]) for n in which]
-        if before_0_9:  # head_dim too, and Triton's dot takes no dimension under 16
-            sizes.append(shape.head_dim)
-            if min(sizes) < TRITON_MIN_DOT:
-                return False
-        return all(_power_of_two(s) for s in sizes)
+        clipped = {n: min(blocks[n], lengths[n.split("_")[1]]) for n in which}
+        kv_blocks = [v for n, v in clipped.items() if n.split("_")[1] in ("k", "kv")]
+        if before_0_9 and min(kv_blocks, default=TRITON_MIN_DOT) < TRITON_MIN_DOT:
+            return False  # Triton's dot then takes no kv dimension under 16
+        return all(_power_of_two(s) for s in clipped.values())
 
     triton = (
-        "Pallas's Triton lowering needs every array a power of two in size ('all operations "
-        "have array arguments and results whose size is a power of 2'); the interpreter accepts any"
+        "Pallas's Triton lowering raises ValueError unless every array is a power of two in size "
+        "('all operations have array arguments and results whose size is a power of 2'); "
+        "the interpreter accepts any"
     )
     constraints = [
         ShapeConstraint(
             name="triton_power_of_two_forward",
             reason=f"lowered for a GPU, the forward blocks min(block_q, q_len) and min(block_k, kv_len) "
-            f"must be powers of two (before JAX 0.9 head_dim too, and all at least {TRITON_MIN_DOT}): "
+            f"must be powers of two (before JAX 0.9 the kv block also at least {TRITON_MIN_DOT}): "
             f"{triton}",
             holds=lambda shape, spec, b: blocks_ok(shape, b, FORWARD_BLOCKS),
             basis="raises",

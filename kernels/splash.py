@@ -126,8 +126,8 @@ LOWERING_CONSTRAINTS = (
         name="backward_q_blocks_on_lanes",
         reason="lowered for TPU, the backward kernels take q blocks along the lanes of their "
         "per-row statistics (lse, di): block_q_dkv, and block_q_dq unless use_fused_bwd_kernel, "
-        "must be a multiple of 128 or the whole q_len (Mosaic: 'the last two dimensions of your "
-        "block shape are divisible by 8 and 128'); the interpreters accept any",
+        "must be a multiple of 128 or the whole q_len (Mosaic raises ValueError: 'the last two "
+        "dimensions of your block shape are divisible by 8 and 128'); the interpreters accept any",
         holds=lambda shape, spec, b: (
             _lanes(b["block_q_dkv"], shape.q_len)
             and (b["use_fused_bwd_kernel"] or _lanes(b["block_q_dq"], shape.q_len))
