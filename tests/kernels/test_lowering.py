@@ -1,0 +1,70 @@
+"""kernels/lowering.py and kernels/tpu_chips.py: what a lowered Pallas call is read as."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from kernels.lowering import LoweringCall, lower, tile_padded_bytes
+from kernels.tpu_chips import MIB, parse_targets, vmem_budget
+
+
+def test_tile_padding_rounds_rows_to_the_sublane_tile_and_lanes_to_128():
+    assert tile_padded_bytes((8, 128), 4) == 8 * 128 * 4
+    assert tile_padded_bytes((1, 64), 4) == 8 * 128 * 4  # one row still takes a whole tile
+    assert tile_padded_bytes((9, 129), 2) == 16 * 256 * 2  # bfloat16 packs 16 rows a tile
+    assert tile_padded_bytes((3, 8, 128), 1) == 3 * 32 * 128  # int8: 32 rows a tile
+
+
+def test_budget_is_the_smallest_among_targets_and_honours_a_kernels_own_limit():
+    assert vmem_budget(("v5e", "v6e"), None)[1] == 16 * MIB
+    assert vmem_budget(("v6e",), None)[1] == 32 * MIB
+    assert vmem_budget(("v5e",), 100 * MIB)[1] == 100 * MIB
+    assert vmem_budget(("v4", "v5e"), 100 * MIB)[:2] == ("v4", 16 * MIB)
+
+
+def test_an_unknown_chip_is_one_line_naming_the_choices():
+    with pytest.raises(ValueError, match="unknown chip.*v5e"):
+        parse_targets("v9z")
+
+
+def _copy(rows, estimate):
+    from jax.experimental import pallas as pl
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    def fn(x):
+        spec = pl.BlockSpec((rows, 128), lambda i: (i, 0))
+        extra = {"cost_estimate": pl.CostEstimate(flops=7, transcendentals=0, bytes_accessed=9)}
+        return pl.pallas_call(
+            kernel,
+            grid=(x.shape[0] // rows,),
+            in_specs=[spec],
+            out_specs=spec,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            **(extra if estimate else {}),
+        )(x)
+
+    return fn
+
+
+def test_a_legal_kernel_lowers_with_its_name_cost_and_vmem():
+    lowering = lower(LoweringCall("tpu", _copy(128, True), (jax.ShapeDtypeStruct((256, 128), jnp.float32),)))
+    assert lowering.lowered, lowering.error
+    (kernel,) = lowering.kernels
+    assert kernel.name == "kernel" and kernel.cost["flops"] == 7 and kernel.cost["bytes_accessed"] == 9
+    (footprint,) = lowering.footprints
+    assert footprint.blocks == 2 * 2 * 128 * 128 * 4 and footprint.scratch == 0  # in + out, two buffers
+
+
+def test_a_block_mosaic_cannot_tile_does_not_lower_and_the_error_is_kept():
+    lowering = lower(LoweringCall("tpu", _copy(100, False), (jax.ShapeDtypeStruct((200, 128), jnp.float32),)))
+    assert not lowering.lowered
+    assert "divisible by 8 and 128" in lowering.error
+
+
+def test_without_a_cost_estimate_the_kernel_carries_none():
+    lowering = lower(LoweringCall("tpu", _copy(128, False), (jax.ShapeDtypeStruct((256, 128), jnp.float32),)))
+    assert lowering.lowered and lowering.kernels[0].cost.get("flops", 0) == 0
