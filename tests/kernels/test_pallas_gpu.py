@@ -49,7 +49,7 @@ def test_half_precision_forward(adapter, dtype):
 
 def test_declared_raising_constraints_really_raise(adapter):
     capabilities = adapter.capabilities()
-    raising = [c for c in capabilities.constraints if c.raises]
+    raising = [c for c in capabilities.constraints if c.raises and c.stage == "call"]
     if not raising:
         pytest.skip("no raising constraint declared on this JAX")
     for constraint in raising:
@@ -68,3 +68,21 @@ def test_declared_raising_constraints_really_raise(adapter):
 def test_runs_natively_on_gpu(adapter):
     assert "native Triton" in adapter.availability().execution_detail
     assert adapter.availability().execution == "native"
+
+
+def test_lowering_stage_constraints_are_what_triton_rejects(adapter):
+    """A lowering-stage constraint is the interpreter running what Triton refuses: the case
+    breaks it, the interpreted call runs, and lowering for CUDA fails."""
+    from kernels.lowering import lower
+
+    capabilities = adapter.capabilities()
+    if capabilities.lowers_for != "cuda":
+        pytest.skip("this JAX cannot lower the Triton kernel for CUDA here")
+    forward = next(c for c in capabilities.constraints if c.name == "triton_power_of_two_forward")
+    legal = make_inputs(4, b=1, hq=1, hkv=1, sq=128, sk=128, d=32)
+    broken = make_inputs(4, b=1, hq=1, hkv=1, sq=96, sk=96, d=32)  # a 96-row block: not a power of two
+    assert forward not in capabilities.violated_constraints(legal.shape, AttentionSpec(), "forward")
+    assert forward in capabilities.violated_constraints(broken.shape, AttentionSpec(), "forward")
+    assert lower(adapter.lowering(legal, AttentionSpec(), "forward")).error is None
+    assert "power of 2" in lower(adapter.lowering(broken, AttentionSpec(), "forward")).error
+    check_forward(adapter, broken, AttentionSpec(), "float32")

@@ -54,6 +54,15 @@ def _copy(x: jax.Array, *, rows: int, flops: int, moved: int, estimate: bool, in
     return out[: flat.shape[0]].reshape(x.shape)
 
 
+@functools.partial(jax.jit, static_argnames=("rows", "estimate", "interpret", *core.STATIC))
+def _forward(q, k, v, *, rows: int, estimate: bool, interpret: bool, **static):
+    b, hq, sq, d = q.shape
+    flops = 2 * b * hq * sq * k.shape[2] * (d + v.shape[-1])
+    moved = 4 * (q.size + k.size + v.size + b * hq * sq * v.shape[-1])  # float32
+    out = core.attention(q, k, v, **static)[0]
+    return _copy(out, rows=rows, flops=flops, moved=moved, estimate=estimate, interpret=interpret)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LoweringCopy:
     """Right attention (float32, causal top-left, GQA), copied out in blocks of 128 rows."""
@@ -76,22 +85,14 @@ class LoweringCopy:
         )
 
     def _fn(self, inputs: AttentionInputs, spec: AttentionSpec, interpret: bool):
-        b, hq, sq, d = inputs.q.shape
-        flops = 2 * b * hq * sq * inputs.k.shape[2] * (d + inputs.v.shape[-1])
-        out_size = b * hq * sq * inputs.v.shape[-1]
-        moved = 4 * (inputs.q.size + inputs.k.size + inputs.v.size + out_size)  # float32
-        copy = functools.partial(
-            _copy, rows=self.ROWS, flops=flops, moved=moved, estimate=self.ESTIMATE, interpret=interpret
+        static = {n: v for n, v in keywords(inputs, spec).items() if n in core.STATIC}
+        # one jitted function with static options: a second same-shape call must not recompile
+        return functools.partial(
+            _forward, rows=self.ROWS, estimate=self.ESTIMATE, interpret=interpret, **static
         )
-        kw = keywords(inputs, spec)
-
-        def forward(q, k, v):
-            return copy(core.attention(q, k, v, **kw)[0])
-
-        return forward
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
-        out = jax.jit(self._fn(inputs, spec, interpret=True))(
+        out = self._fn(inputs, spec, interpret=True)(
             *(jnp.asarray(a, jnp.float32) for a in (inputs.q, inputs.k, inputs.v))
         )
         return SubjectOutput(out=core.host(out, inputs.q.dtype), ran=self.name)
