@@ -21,6 +21,7 @@ from pathlib import Path
 from reports import markdown as md
 from reports.describe import describe_case, describe_tolerance, describe_worst_element, excess, worst_metric
 from reports.environment import one_line
+from reports.fidelity import fidelity_section
 from reports.grid import FAILED, Grid, feature_grid, label, unavailable_subjects
 from reports.grouping import FailureGroup, count_line, group_failures, minimal_case_id
 from reports.plots import RUN_PLOT, plot_run
@@ -629,6 +630,9 @@ def _top(run: Run, plot_note: str | None) -> list[str]:
     execution = execution_line(run)
     if execution:
         parts += [execution, ""]
+    fidelity = fidelity_section(results)
+    if fidelity:
+        parts += [fidelity, ""]
     for subject, reason in unavailable.items():
         parts += [f"🚫 **{subject}** is unavailable here: {md.cell(reason) or 'no reason given'}", ""]
     if plot_note:

@@ -42,7 +42,7 @@ def lowers(ctx: CheckContext) -> Outcome:
     raises there; a declared one must fail to lower (or raise while being built)."""
     platform = ctx.capabilities.lowers_for
     problems, notes = [], []
-    details: dict[str, object] = {}
+    details: dict[str, object] = {"platform": platform}  # the report's fidelity table names it
     for direction in _directions(ctx):
         lowering = ctx.run.lowering(direction)
         declared = _declared_raising(ctx, direction)

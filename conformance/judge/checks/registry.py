@@ -207,6 +207,12 @@ CHECKS: tuple[str, ...] = tuple(d.name for d in REGISTRY)
 BY_NAME: dict[str, CheckDeclaration] = {d.name: d for d in REGISTRY}
 REPORT_ORDER: tuple[str, ...] = tuple(d.name for d in sorted(REGISTRY, key=lambda d: d.report_rank))
 LABELS: dict[str, str] = {d.name: d.label for d in REGISTRY}
+# The checks that judge what the target hardware gets (they lower the call, interpreter off);
+# every other verdict of an interpreted subject is the interpreter's (reports/fidelity.py).
+HARDWARE_NEEDS: tuple[Need, ...] = ("lowering", "tpu_lowering")
+HARDWARE_CHECKS: tuple[str, ...] = tuple(
+    d.name for d in sorted(REGISTRY, key=lambda d: d.report_rank) if set(d.needs) & set(HARDWARE_NEEDS)
+)
 
 
 def declaration(name: str) -> CheckDeclaration:
