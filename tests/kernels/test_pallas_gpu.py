@@ -86,3 +86,50 @@ def test_lowering_stage_constraints_are_what_triton_rejects(adapter):
     assert lower(adapter.lowering(legal, AttentionSpec(), "forward")).error is None
     assert "power of 2" in lower(adapter.lowering(broken, AttentionSpec(), "forward")).error
     check_forward(adapter, broken, AttentionSpec(), "float32")
+
+
+# Shapes on both sides of Triton's rules: lengths not a power of two, a 1-row query, D=96,
+# kv blocks under 16, lengths the default blocks do not divide.
+NATIVE_SHAPES = [
+    (sq, sk, d)
+    for sq, sk in (
+        (1, 1),
+        (1, 128),
+        (8, 8),
+        (16, 16),
+        (96, 96),
+        (128, 128),
+        (128, 256),
+        (200, 256),
+        (256, 64),
+    )
+    for d in (32, 96)
+]
+
+
+@pytest.mark.skipif(default_backend() != "gpu", reason="needs an NVIDIA GPU to compile Triton natively")
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_the_cpu_lowering_verdict_is_what_the_gpu_does(adapter, direction):
+    """The ``lowers`` check decides on a CPU from a CUDA lowering; on a GPU, the native call
+    runs exactly when that lowering succeeds (and then agrees with the reference)."""
+    from kernels.lowering import lower
+
+    disagreements = []
+    for sq, sk, d in NATIVE_SHAPES:
+        inputs = make_inputs(5, b=1, hq=2, hkv=2, sq=sq, sk=sk, d=d)
+        lowering = lower(adapter.lowering(inputs, AttentionSpec(), direction))
+        try:
+            if direction == "forward":
+                check_forward(adapter, inputs, AttentionSpec(), "float32")
+            else:
+                check_gradients(adapter, inputs, AttentionSpec(), "float32")
+            native = None
+        except AssertionError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any compile or call failure is the GPU's answer
+            native = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+        if (lowering.error is None) != (native is None):
+            disagreements.append(
+                f"Sq={sq} Sk={sk} D={d}: lowering {lowering.error!r:.160}, native {native!r}"
+            )
+    assert not disagreements, "\n".join(disagreements)
