@@ -10,7 +10,7 @@ consume adapters generically and never name a subject.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -92,6 +92,28 @@ class ShapeConstraint:
         return self.holds(shape, spec, blocks or {}) if self.sees_config else self.holds(shape, spec)
 
 
+def compiled_where_run(constraints: Iterable[ShapeConstraint], native: bool) -> tuple[ShapeConstraint, ...]:
+    """The constraints as they apply where the subject runs. On its own TPU or GPU the
+    compiler runs inside the call, so what only lowering rejects (stage ``"lowering"``)
+    raises at the call there (stage ``"call"``); in an interpreter it stays a lowering matter
+    and the interpreter's numbers are still judged."""
+    if not native:
+        return tuple(constraints)
+    return tuple(dataclasses.replace(c, stage="call") if c.stage == "lowering" else c for c in constraints)
+
+
+BROADCAST_DIMS: tuple[str, ...] = ("batch", "heads", "q", "kv")
+
+
+def broadcast_over(array: np.ndarray | None, shape: AttentionShape) -> tuple[str, ...]:
+    """The dims (``BROADCAST_DIMS``) a ``[B|1, H|1, Sq|1, Sk|1]`` array broadcasts over."""
+    if array is None:
+        return ()
+    full = (shape.batch, shape.q_heads, shape.q_len, shape.kv_len)
+    sizes = (1,) * (4 - array.ndim) + tuple(array.shape)  # NumPy broadcasting pads on the left
+    return tuple(n for n, size, want in zip(BROADCAST_DIMS, sizes, full, strict=True) if size == 1 < want)
+
+
 @dataclasses.dataclass(frozen=True)
 class Exclusion:
     """One reason a case is outside a subject's declaration (``Capabilities.admits``).
@@ -131,6 +153,9 @@ class Capabilities:
     gqa: bool = False
     bias: bool = False
     bias_broadcast: bool = False
+    # With bias_broadcast: the dims a bias (or a boolean mask, which jax.nn folds into the bias)
+    # may hold as 1; cuDNN takes (Sq, Sk) whole and broadcasts over batch and heads only.
+    broadcast_dims: tuple[str, ...] = BROADCAST_DIMS
     softcap: bool = False
     # Attention sinks (one logit per query head in the denominator, docs/semantics.md);
     # sinks_grad: the backward pass returns d(sinks) too (otherwise it is not observed).
@@ -249,6 +274,17 @@ class Capabilities:
                 and not self.bias_broadcast
                 and bias.shape != (shape.batch, shape.q_heads, shape.q_len, shape.kv_len),
                 "broadcast bias not supported (needs full [B, Hq, Sq, Sk])",
+            ),
+            (
+                inputs is not None
+                and self.bias_broadcast
+                and bool(
+                    set(broadcast_over(bias, shape) + broadcast_over(inputs.mask, shape))
+                    - set(self.broadcast_dims)
+                ),
+                "bias or mask broadcast over "
+                f"{', '.join(d for d in BROADCAST_DIMS if d not in self.broadcast_dims)} "
+                f"not supported (only over {', '.join(self.broadcast_dims)})",
             ),
             (spec.softcap is not None and not self.softcap, "softcap not supported"),
             (

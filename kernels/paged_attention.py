@@ -42,7 +42,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.base import (
+    Availability,
+    Capabilities,
+    ShapeConstraint,
+    SubjectGrads,
+    SubjectOutput,
+    compiled_where_run,
+)
 from kernels.jax_runtime import Compiled, CompiledCache, array_key, to_jax, to_numpy
 from kernels.kv_storage import INT8_LIMIT, int8_quantize
 from kernels.lowering import LoweringCall, abstract_arrays
@@ -205,7 +212,7 @@ class PagedAttentionAdapter:
             gqa=True,
             softcap=True,
             fully_masked_rows="unspecified",
-            constraints=CONSTRAINTS,
+            constraints=compiled_where_run(CONSTRAINTS, choose_execution("tpu").mode == "native"),
             tunables=tunables(_two_cores(choose_execution("tpu"))),
             kv_storage=None if self.kv == "float" else self.kv,
             lowers_for="tpu",

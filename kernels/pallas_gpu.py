@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.base import (
+    Availability,
+    Capabilities,
+    ShapeConstraint,
+    SubjectGrads,
+    SubjectOutput,
+    compiled_where_run,
+)
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -64,10 +71,17 @@ BLOCK = 128  # default forward block_q = block_k = 128 (clipped to the lengths)
 
 RAISES_ON_NON_MULTIPLE_SINCE = (0, 6, 2)
 FORWARD_BLOCKS = ("block_q", "block_k")
-# Lowered for a GPU (kernels/lowering.py): before 0.9 a kv block under 16 does not lower (Sq=Sk=1:
-# "all dimensions ... at least 16"; Sq=1 with Sk=128 does); measured at 0.7.2 and 0.8.3.
-TRITON_SMALL_DOT_SINCE = (0, 9, 0)
+# Lowered for a GPU (kernels/lowering.py), Pallas's Triton dot refused operands under 16 (its
+# lowering.py, _dot_general_lowering): both operands before 0.5.1 ("all dimensions of x and y"
+# / "of a and b must be >= 16", so a q block of 1 too), the right-hand one (k and v blocks,
+# head_dim) from 0.5.1 ("all dimensions of b"); 0.9.2 dropped the check. Measured by lowering
+# at 0.4.35 (Sq=1 refused), 0.7.2 and 0.8.3 (Sq=1 lowers, Sq=Sk=1 does not), 0.10.2 (both lower).
+TRITON_LHS_SMALL_DOT_SINCE = (0, 5, 1)
+TRITON_SMALL_DOT_SINCE = (0, 9, 2)
 TRITON_MIN_DOT = 16
+# Before 0.6.2 the kernel did not pad head_dim to a power of two (head_dim_padded), so D=96
+# met the power-of-two rule; measured by lowering at 0.4.35.
+HEAD_DIM_PADDED_SINCE = (0, 6, 2)
 BACKWARD_BLOCKS = ("block_q_dkv", "block_kv_dkv", "block_q_dq", "block_kv_dq")
 
 
@@ -165,14 +179,22 @@ def _triton_constraints(api: _Api) -> list[ShapeConstraint]:
     names = set(api.tunables.names) if api.tunables is not None else {"block_q", "block_k"}
     backward = [n for n in BACKWARD_BLOCKS if n in names]
 
-    before_0_9 = jax_version() < TRITON_SMALL_DOT_SINCE
+    version = jax_version()
+    small_dots = version >= TRITON_SMALL_DOT_SINCE
+    small_lhs = version >= TRITON_LHS_SMALL_DOT_SINCE
+    padded_head_dim = version >= HEAD_DIM_PADDED_SINCE
 
     def blocks_ok(shape: Any, blocks: dict, which: tuple[str, ...]) -> bool:
         lengths = {"q": shape.q_len, "k": shape.kv_len, "kv": shape.kv_len}
         clipped = {n: min(blocks[n], lengths[n.split("_")[1]]) for n in which}
-        kv_blocks = [v for n, v in clipped.items() if n.split("_")[1] in ("k", "kv")]
-        if before_0_9 and min(kv_blocks, default=TRITON_MIN_DOT) < TRITON_MIN_DOT:
-            return False  # Triton's dot then takes no kv dimension under 16
+        if not padded_head_dim and not _power_of_two(shape.head_dim):
+            return False
+        if not small_dots:
+            # the dots' right-hand operands hold the kv blocks and head_dim; before 0.5.1 the
+            # left-hand ones (q blocks) too
+            checked = [v for n, v in clipped.items() if not small_lhs or n.split("_")[1] in ("k", "kv")]
+            if min([*checked, shape.head_dim]) < TRITON_MIN_DOT:
+                return False
         return all(_power_of_two(s) for s in clipped.values())
 
     triton = (
@@ -180,12 +202,18 @@ def _triton_constraints(api: _Api) -> list[ShapeConstraint]:
         "('all operations have array arguments and results whose size is a power of 2'); "
         "the interpreter accepts any"
     )
+    limits = []  # what this JAX adds to the power-of-two rule
+    if not small_dots:
+        operands = "kv blocks and head_dim" if small_lhs else "q and kv blocks and head_dim"
+        limits.append(f"the {operands} at least {TRITON_MIN_DOT} (a dot operand under 16 raises)")
+    if not padded_head_dim:
+        limits.append("head_dim a power of two (not padded before 0.6.2)")
+    extra = f" ({'; '.join(limits)})" if limits else ""
     constraints = [
         ShapeConstraint(
             name="triton_power_of_two_forward",
             reason=f"lowered for a GPU, the forward blocks min(block_q, q_len) and min(block_k, kv_len) "
-            f"must be powers of two (before JAX 0.9 the kv block also at least {TRITON_MIN_DOT}): "
-            f"{triton}",
+            f"must be powers of two{extra}: {triton}",
             holds=lambda shape, spec, b: blocks_ok(shape, b, FORWARD_BLOCKS),
             basis="raises",
             sees_config=True,
@@ -197,7 +225,7 @@ def _triton_constraints(api: _Api) -> list[ShapeConstraint]:
             ShapeConstraint(
                 name="triton_power_of_two_backward",
                 reason=f"lowered for a GPU, the backward blocks ({', '.join(backward)}, each clipped "
-                f"to its length) must be powers of two: {triton}",
+                f"to its length) must be powers of two{extra}: {triton}",
                 holds=lambda shape, spec, b: blocks_ok(shape, b, tuple(backward)),
                 basis="raises",
                 applies_to="backward",
@@ -262,7 +290,7 @@ class PallasGpuAdapter:
             backward=True,
             lse=api.has_lse,
             fully_masked_rows="unspecified",
-            constraints=_constraints(api),
+            constraints=compiled_where_run(_constraints(api), self._native()),
             tunables=api.tunables,
             lowers_for="cuda",
         )

@@ -40,7 +40,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.base import (
+    Availability,
+    Capabilities,
+    ShapeConstraint,
+    SubjectGrads,
+    SubjectOutput,
+    compiled_where_run,
+)
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -313,7 +320,10 @@ class SplashAdapter:
             backward=True,
             lse=True,
             fully_masked_rows="unspecified",
-            constraints=CONSTRAINTS + LOWERING_CONSTRAINTS + head_dim_constraints,
+            constraints=compiled_where_run(
+                CONSTRAINTS + LOWERING_CONSTRAINTS + head_dim_constraints,
+                choose_execution(self.interpreter).mode == "native",
+            ),
             tunables=TUNABLES,
             lowers_for="tpu",
         )

@@ -207,6 +207,9 @@ def _for_lowering(
     too (status ``raises``: they must fail to lower), ``lowered_cases`` only those that lower."""
     if reason is not None:
         return Planned(check.name, case, "unsupported", reason)
+    unmet = check.unmet_needs(caps)  # a subject with nothing to lower has no case to refuse either
+    if unmet:
+        return Planned(check.name, case, "unsupported", unmet[0])
     hit = _raising(fwd) or _raising(bwd)
     if hit is not None:
         if check.sampling != "lowering_cases":

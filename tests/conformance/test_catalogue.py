@@ -25,6 +25,19 @@ def test_a_raising_constraint_goes_to_the_raises_check_only():
     assert forward.status == "unsupported" and "declared to raise" in forward.reason
 
 
+def test_a_subject_with_nothing_to_lower_gets_no_lowering_item_even_for_a_case_it_refuses():
+    """cuDNN raises on odd lengths but lowers for no target: lowers must not expect a refusal
+    to lower from it (seen on an H200: every such case failed lowers)."""
+    case = Case("s", "float32", q_len=128, kv_len=100)
+    assert BLOCKED.lowers_for is None
+    for check in ("lowers", "vmem", "observable"):
+        planned = catalogue.classify(check, case, BLOCKED)
+        assert planned is not None and planned.status == "unsupported"
+        assert "Capabilities.lowers_for" in planned.reason or "Mosaic" in planned.reason
+    lowering = dataclasses.replace(BLOCKED, lowers_for="tpu")
+    assert catalogue.classify("lowers", case, lowering).status == "raises"
+
+
 def test_a_non_raising_constraint_is_unsupported_and_not_a_raises_item():
     case = Case("s", "float32", q_len=64, kv_len=128)
     assert catalogue.classify("raises", case, BLOCKED) is None

@@ -13,6 +13,13 @@ from tests.kernels.cases import check_forward, check_gradients, make_inputs
 
 pytestmark = pytest.mark.timeout(300)
 
+NATIVE = default_backend() == "gpu"
+# float32 natively: the kernel's dots run at TF32 (kernels/known_issues.toml,
+# pallas-gpu-float32-dots-at-tf32); strict, so a fix shows as an unexpected pass.
+tf32_natively = pytest.mark.xfail(
+    NATIVE, reason="float32 dots at TF32 on a GPU (pallas-gpu-float32-dots-at-tf32)", strict=True
+)
+
 
 @pytest.fixture(scope="module")
 def adapter():
@@ -23,6 +30,7 @@ def adapter():
     return adapter
 
 
+@tf32_natively
 def test_forward_and_gradients(adapter):
     inputs = make_inputs(0, b=1, hq=2, hkv=2, sq=128, sk=128, d=64)
     spec = AttentionSpec(causal=True, scale=0.3)
@@ -30,6 +38,7 @@ def test_forward_and_gradients(adapter):
     check_gradients(adapter, inputs, spec, "float32")
 
 
+@tf32_natively
 def test_causal_top_left_with_longer_kv_and_odd_head_dim(adapter):
     """D=48 is padded to 64 inside the kernel; Sq != Sk needs the BlockSizes-era kernel."""
     inputs = make_inputs(1, b=2, hq=1, hkv=1, sq=128, sk=256, d=48)
@@ -52,16 +61,25 @@ def test_declared_raising_constraints_really_raise(adapter):
     raising = [c for c in capabilities.constraints if c.raises and c.stage == "call"]
     if not raising:
         pytest.skip("no raising constraint declared on this JAX")
+    # lengths no default block divides (200), or blocks no power of two (96): each raising
+    # constraint is broken by one of them
+    candidates = [(200, 256), (128, 256), (96, 96)]
     for constraint in raising:
         direction = "backward" if constraint.applies_to == "backward" else "forward"
-        sq, sk = (128, 256) if direction == "backward" else (200, 256)
-        inputs = make_inputs(3, b=1, hq=1, hkv=1, sq=sq, sk=sk, d=32)
-        assert constraint in capabilities.violated_constraints(inputs.shape, AttentionSpec(), direction)
+        breaking = [
+            make_inputs(3, b=1, hq=1, hkv=1, sq=sq, sk=sk, d=32)
+            for sq, sk in candidates
+            if constraint
+            in capabilities.violated_constraints(
+                make_inputs(3, b=1, hq=1, hkv=1, sq=sq, sk=sk, d=32).shape, AttentionSpec(), direction
+            )
+        ]
+        assert breaking, f"no candidate shape breaks {constraint.name}"
         with pytest.raises(ValueError):
             if direction == "forward":
-                adapter.forward(inputs, AttentionSpec())
+                adapter.forward(breaking[0], AttentionSpec())
             else:
-                adapter.gradients(inputs, AttentionSpec(), np.zeros(inputs.q.shape, np.float32))
+                adapter.gradients(breaking[0], AttentionSpec(), np.zeros(breaking[0].q.shape, np.float32))
 
 
 @pytest.mark.skipif(default_backend() != "gpu", reason="needs an NVIDIA GPU to run Triton natively")
@@ -71,8 +89,9 @@ def test_runs_natively_on_gpu(adapter):
 
 
 def test_lowering_stage_constraints_are_what_triton_rejects(adapter):
-    """A lowering-stage constraint is the interpreter running what Triton refuses: the case
-    breaks it, the interpreted call runs, and lowering for CUDA fails."""
+    """A lowering-stage constraint is what Triton refuses: the case breaks it and lowering for
+    CUDA fails. In the interpreter the call still runs (its numbers are judged); on a GPU the
+    compiler runs inside the call, so the constraint is a call-stage one and the call raises."""
     from kernels.lowering import lower
 
     capabilities = adapter.capabilities()
@@ -85,7 +104,13 @@ def test_lowering_stage_constraints_are_what_triton_rejects(adapter):
     assert forward in capabilities.violated_constraints(broken.shape, AttentionSpec(), "forward")
     assert lower(adapter.lowering(legal, AttentionSpec(), "forward")).error is None
     assert "power of 2" in lower(adapter.lowering(broken, AttentionSpec(), "forward")).error
-    check_forward(adapter, broken, AttentionSpec(), "float32")
+    if adapter.availability().execution == "native":
+        assert forward.stage == "call"
+        with pytest.raises(ValueError, match="power of 2"):
+            adapter.forward(broken, AttentionSpec())
+    else:
+        assert forward.stage == "lowering"
+        check_forward(adapter, broken, AttentionSpec(), "float32")
 
 
 # Shapes on both sides of Triton's rules: lengths not a power of two, a 1-row query, D=96,
@@ -107,29 +132,34 @@ NATIVE_SHAPES = [
 ]
 
 
+# Lowering for CUDA stops before Triton compiles for the chip, so it cannot see the chip's
+# shared memory: on an H200 (jax 0.11.2) float32, D=96 (padded to 128), Sk=256 lowers and
+# then fails to compile (requested 262144 bytes, 232448 available). docs/hardware.md says so.
+SHARED_MEMORY = "Shared memory size limit exceeded"
+
+
 @pytest.mark.skipif(default_backend() != "gpu", reason="needs an NVIDIA GPU to compile Triton natively")
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 def test_the_cpu_lowering_verdict_is_what_the_gpu_does(adapter, direction):
     """The ``lowers`` check decides on a CPU from a CUDA lowering; on a GPU, the native call
-    runs exactly when that lowering succeeds (and then agrees with the reference)."""
+    runs exactly when that lowering succeeds."""
     from kernels.lowering import lower
 
     disagreements = []
     for sq, sk, d in NATIVE_SHAPES:
         inputs = make_inputs(5, b=1, hq=2, hkv=2, sq=sq, sk=sk, d=d)
         lowering = lower(adapter.lowering(inputs, AttentionSpec(), direction))
-        try:
+        try:  # whether it runs, not its numbers: those are the conformance suite's (and ledger's)
             if direction == "forward":
-                check_forward(adapter, inputs, AttentionSpec(), "float32")
+                adapter.forward(inputs, AttentionSpec())
             else:
-                check_gradients(adapter, inputs, AttentionSpec(), "float32")
+                adapter.gradients(inputs, AttentionSpec(), np.ones(inputs.q.shape, np.float32))
             native = None
-        except AssertionError:
-            raise
         except Exception as error:  # noqa: BLE001 - any compile or call failure is the GPU's answer
             native = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+        if native and SHARED_MEMORY in native:
+            continue  # past lowering: see SHARED_MEMORY
         if (lowering.error is None) != (native is None):
-            disagreements.append(
-                f"Sq={sq} Sk={sk} D={d}: lowering {lowering.error!r:.160}, native {native!r}"
-            )
+            lowered = "lowered" if lowering.error is None else lowering.error.splitlines()[0][:160]
+            disagreements.append(f"Sq={sq} Sk={sk} D={d}: lowering: {lowered}; native: {native or 'ran'}")
     assert not disagreements, "\n".join(disagreements)
