@@ -10,7 +10,12 @@ skips it. The declarations below come from JAX's ``jax/_src/cudnn/fused_attentio
   exclusive of its edge inside cuDNN; jax.nn converts, but we leave windows undeclared
   until they are checked on a GPU;
 * Dv != D only on Hopper with cuDNN >= 9.10 (MLA), so undeclared;
-* the bias gradient only for some bias shapes (``should_export_dbias``), so undeclared.
+* the bias gradient only for some bias shapes (``should_export_dbias``), so undeclared;
+* a bias or mask broadcast over batch and heads only (``check_layout``: "Bias must have same
+  seq length as QKV");
+* even Sq and Sk in every backward call (a placeholder bias meets the bias-only rule).
+
+The last two were seen natively (an H200, JAX 0.11.2) and then read in the source.
 """
 
 from __future__ import annotations
@@ -34,12 +39,14 @@ CONSTRAINTS = (
         basis="raises",
     ),
     ShapeConstraint(
-        name="even_lengths_with_bias_backward",
-        reason="with a bias, cuDNN's backward needs even Sq and Sk (NotImplementedError otherwise)",
+        name="even_lengths_backward",
+        reason="cuDNN's backward needs even Sq and Sk (NotImplementedError 'Unsupported sequence "
+        "length'): check_is_flash_attention means the rule for a bias, but jax.nn hands it a "
+        "placeholder bias when there is none, so every backward call meets it (seen on an H200 "
+        "at 0.11.2: Sq=Sk=1, 7, 113/129 without a bias)",
         holds=lambda shape, spec: shape.q_len % 2 == 0 and shape.kv_len % 2 == 0,
         basis="raises",
         applies_to="backward",
-        features=("bias",),
     ),
 )
 
@@ -86,6 +93,9 @@ class CudnnAdapter:
             gqa=True,
             bias=True,
             bias_broadcast=True,
+            # check_layout: "Bias must have same seq length as QKV" (ValueError) unless the bias
+            # (and a mask, folded into it) is whole along Sq and Sk; seen on an H200 at 0.11.2
+            broadcast_dims=("batch", "heads"),
             backward=True,
             lse=api_has_lse(),
             fully_masked_rows="unspecified",

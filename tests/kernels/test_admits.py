@@ -90,3 +90,32 @@ def test_a_bare_shape_cannot_show_input_features() -> None:
         "bias not supported"
     ]
     assert CAPS.admits(with_bias.shape, AttentionSpec(), "float32", "forward") == ()
+
+
+def test_a_subject_broadcasting_only_over_batch_and_heads_rejects_a_bias_or_mask_broadcast_over_lengths():
+    """cuDNN takes a bias (and a mask, folded into it) whole along Sq and Sk."""
+    import dataclasses
+
+    import numpy as np
+
+    from kernels.base import Capabilities
+    from reference.spec import AttentionSpec
+    from tests.kernels.cases import make_inputs
+
+    caps = Capabilities(
+        dtypes=("float16",), bias=True, bias_broadcast=True, bool_mask=True, broadcast_dims=("batch", "heads")
+    )
+    base = make_inputs(0, b=2, hq=2, hkv=2, sq=8, sk=8, d=8)
+    whole = dataclasses.replace(base, bias=np.zeros((1, 2, 8, 8), np.float32))
+    over_q = dataclasses.replace(base, bias=np.zeros((2, 1, 1, 8), np.float32))
+    mask_over_q = dataclasses.replace(base, mask=np.ones((2, 1, 1, 8), bool))
+    assert caps.unsupported_reason(whole, AttentionSpec(), "float16") is None
+    for inputs in (over_q, mask_over_q):
+        reason = caps.unsupported_reason(inputs, AttentionSpec(), "float16")
+        assert reason == "bias or mask broadcast over q, kv not supported (only over batch, heads)"
+    assert (
+        Capabilities(dtypes=("float16",), bias=True, bias_broadcast=True).unsupported_reason(
+            over_q, AttentionSpec(), "float16"
+        )
+        is None
+    )
