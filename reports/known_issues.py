@@ -31,6 +31,7 @@ from reports.records import CaseResult
 
 BUILTIN_LEDGER = Path(__file__).resolve().parent.parent / "kernels" / "known_issues.toml"
 FAILING = ("fail", "error")
+EXECUTIONS = ("native", "interpret")  # Availability.execution; kernels.base is not imported here
 _KEYS = {
     "id",
     "subject",
@@ -41,6 +42,7 @@ _KEYS = {
     "dtype",
     "jax",
     "reason",
+    "execution",
     "link",
     "summary",
 }
@@ -62,6 +64,9 @@ class KnownIssue:
     jax: a PEP 440 specifier of the JAX versions where it reproduces; empty = any.
     reason: a regular expression the failure's reason must contain (e.g. the compiler's error), so
     an entry for one error never explains another on the same cases.
+    execution: "native" or "interpret" (``Availability.execution``): a defect of the compiled
+    kernel on its hardware, or of an interpreter only; empty matches both. On a run where the
+    subject never ran that way the entry is ``not run here``, never ``no longer reproduces``.
     """
 
     id: str
@@ -75,6 +80,7 @@ class KnownIssue:
     dtype: str | None = None
     jax: str = ""
     reason: str | None = None
+    execution: str | None = None
     source: str = ""  # the ledger file it came from
 
     def selects(self, result: CaseResult) -> bool:
@@ -94,6 +100,7 @@ class KnownIssue:
             and set(self.features) <= set(result.features)
             and (self.input_kind is None or case.input_kind == self.input_kind)
             and (self.dtype is None or case.dtype == self.dtype)
+            and (self.execution is None or result.availability.get("execution") == self.execution)
         )
 
     def explains(self, result: CaseResult) -> bool:
@@ -189,6 +196,8 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
     unknown = set(raw) - _KEYS
     if unknown:
         raise LedgerError(f"{where}: unknown key(s) {sorted(unknown)}; known keys are {sorted(_KEYS)}")
+    if raw.get("execution", "native") not in EXECUTIONS:
+        raise LedgerError(f"{where}: execution = {raw['execution']!r}; write one of {', '.join(EXECUTIONS)}")
     for key in ("id", "subject", "link", "summary", "jax", "dtype", "input_kind", "reason"):
         if key in raw and not (isinstance(raw[key], str) and (raw[key].strip() or key == "jax")):
             raise LedgerError(f"{where}: {key} must be a non-empty string")
@@ -230,6 +239,7 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         dtype=raw.get("dtype"),
         jax=jax,
         reason=raw.get("reason"),
+        execution=raw.get("execution"),
         source=str(path),
     )
 
@@ -259,6 +269,7 @@ def ledger_status(
     # a variant (``tpu_flash[interpreter=tpu]``) running counts for the kernel's own entries
     ran_subjects |= {name.partition("[")[0] for name in ran_subjects}
     available |= {name.partition("[")[0] for name in available}
+    executions = {(r.case.subject.partition("[")[0], r.availability.get("execution")) for r in results}
     statuses = []
     for issue in ledger.issues:
         selected = [r for r in results if issue.selects(r)]
@@ -286,7 +297,13 @@ def ledger_status(
         elif ran:
             status = "no longer reproduces"
             entry["passing"] = len(ran)
-        elif issue.subject in ran_subjects and issue.subject in available and not selected and not narrowed:
+        elif (
+            issue.subject in ran_subjects
+            and issue.subject in available
+            and (issue.execution is None or (issue.subject, issue.execution) in executions)
+            and not selected
+            and not narrowed
+        ):
             status = "stale"
         else:
             status = "not run here"

@@ -84,6 +84,10 @@ def test_an_entry_matches_only_failures_inside_every_part_of_its_selector(tmp_pa
         (GOOD.replace("dtype =", "dtypes ="), "unknown key(s) ['dtypes']"),
         (GOOD.replace('cases = ["*-seg*"]', 'cases = "*-seg*"'), "cases must be a list of strings"),
         ('title = "x"\n', "unknown top-level key(s) ['title']"),
+        (
+            GOOD.replace('dtype = "float32"', 'execution = "gpu"'),
+            "execution = 'gpu'; write one of native, interpret",
+        ),
     ],
 )
 def test_bad_ledger_input_is_one_line_naming_the_file_the_entry_and_the_fix(tmp_path, text, message):
@@ -225,3 +229,21 @@ def test_an_entry_is_not_stale_when_the_user_narrowed_the_run(tmp_path):
     assert (
         ledger_status(ledger, [other], "0.8.3", ["tpu_flash"], narrowed=True)[0]["status"] == "not run here"
     )
+
+
+def test_an_entry_for_the_compiled_kernel_explains_native_failures_only(tmp_path):
+    """A defect seen only on the hardware: the interpreter's failures are not it, and an
+    interpreted run that passes says nothing about it (not run here, never 'fixed')."""
+    ledger = load(tmp_path, GOOD.replace('dtype = "float32"', 'dtype = "float32"\nexecution = "native"'))
+
+    def ran(record, execution):
+        return dataclasses.replace(record, availability={"available": True, "execution": execution})
+
+    native, interpreted = ran(failing(), "native"), ran(failing(), "interpret")
+    assert ledger.apply(native, "0.8.3").verdict == "known"
+    assert ledger.apply(interpreted, "0.8.3").verdict == "fail"
+    passing_in_interpreter = ran(failing(verdict="pass"), "interpret")
+    (entry,) = ledger_status(ledger, [passing_in_interpreter], "0.8.3", ["tpu_flash"])
+    assert entry["status"] == "not run here"
+    (entry,) = ledger_status(ledger, [ran(failing(verdict="pass"), "native")], "0.8.3", ["tpu_flash"])
+    assert entry["status"] == "no longer reproduces"
