@@ -4,7 +4,7 @@
 (``jax/_src/pallas/mosaic/tpu_info.py``, JAX 0.10.2). ``scoped``: the compiler's default
 scoped-VMEM limit, what a kernel gets when its ``CompilerParams`` set no ``vmem_limit_bytes``
 (XLA's ``xla_tpu_scoped_vmem_limit_kib`` default). A kernel that sets its own limit gets that
-much, up to the chip's VMEM. docs/checks.md renders this table.
+much, up to the chip's VMEM. docs/hardware.md renders this table.
 """
 
 from __future__ import annotations

@@ -68,3 +68,17 @@ def test_a_block_mosaic_cannot_tile_does_not_lower_and_the_error_is_kept():
 def test_without_a_cost_estimate_the_kernel_carries_none():
     lowering = lower(LoweringCall("tpu", _copy(128, False), (jax.ShapeDtypeStruct((256, 128), jnp.float32),)))
     assert lowering.lowered and lowering.kernels[0].cost.get("flops", 0) == 0
+
+
+def test_the_chip_table_in_the_docs_is_the_one_in_the_code():
+    from pathlib import Path
+
+    from kernels.tpu_chips import MIB, TPU_CHIPS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "hardware.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| TPU ")]
+    expected = [
+        f"| {c.name} | {key} | {c.device_kind} | {c.vmem // MIB} MiB | {c.scoped // MIB} MiB |"
+        for key, c in TPU_CHIPS.items()
+    ]
+    assert rows == expected
