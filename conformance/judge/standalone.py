@@ -356,7 +356,7 @@ def _numeric_judgement(check: CheckDeclaration, recorded: Iterable[TensorMetrics
             lines.append(
                 f"# {name}: {metric.k:g} x the baseline's max-abs error {metric.baseline_max_abs:.6g} "
                 f"+ floor {metric.floor:.3g}; mean-abs: {metric.k_mean} x {metric.baseline_mean_abs:.6g} "
-                f"+ {metric.floor_mean:.3g} (baseline: plain attention in the dtype; see the README)"
+                f"+ {metric.floor_mean:.3g} (baseline: plain attention in the dtype; see docs/tolerances.md)"
             )
         lines.append(f"failed |= check_tensor({name!r}, {got}, ref_{name}, {valid.get(name, 'None')}, {tol})")
     lines.append("sys.exit(1 if failed else 0)")

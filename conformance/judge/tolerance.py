@@ -14,7 +14,7 @@ than ``floor_max / sqrt(n)`` over n compared elements: a mean of a few elements 
 noisy sample, and over one element the mean *is* the max. The floors only matter
 when the baseline happens to be (nearly) exact, e.g. in float64 or tiny tensors. Max-abs alone misses
 systematic drift, mean-abs alone misses single outliers; both must hold.
-The README's "Tolerance policy" section explains each k.
+docs/tolerances.md ("Tolerance policy") explains each k.
 """
 
 from __future__ import annotations

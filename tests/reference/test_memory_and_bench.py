@@ -1,6 +1,6 @@
 """The reference's memory stays chunk-sized, and its benchmark's quick mode reports JSON.
 
-The memory test is a scaled-down guard for the README's promise (a 32k x 32k forward
+The memory test is a scaled-down guard for docs/suite.md's promise (a 32k x 32k forward
 under 1 GiB, measured by ``python -m reference.bench``): at 4096 x 4096 one naive
 [Sq, Sk] float64 plane is already 128 MiB, and a chunked forward needs a few chunks.
 """

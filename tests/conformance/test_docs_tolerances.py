@@ -1,4 +1,4 @@
-"""The README's "Tolerance policy" states the numbers ``conformance.judge.tolerance`` uses:
+"""docs/tolerances.md's "Tolerance policy" states the numbers ``conformance.judge.tolerance`` uses:
 each row's k and k_mean, the floors' ulps, and a row for every tensor. A change on either side
 without the other fails here."""
 
@@ -11,14 +11,14 @@ import pytest
 
 from conformance.judge import tolerance
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "tolerances.md"
 SECTION = "## Tolerance policy"
 HEADER = ("tensor", "k", "k_mean", "why")
 
 
 def _section() -> str:
-    text = README.read_text()
-    assert SECTION in text, f"README lost its section {SECTION!r}"
+    text = DOC.read_text()
+    assert SECTION in text, f"docs/tolerances.md lost its section {SECTION!r}"
     body = text.split(SECTION, 1)[1]
     return body.split("\n## ", 1)[0]
 
@@ -27,7 +27,7 @@ def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
-def readme_table() -> dict[str, tuple[float, float]]:
+def documented_table() -> dict[str, tuple[float, float]]:
     """tensor -> (k, k_mean) from the section's table; a row naming several tensors ("dk, dv")
     gives each of them."""
     lines = [line for line in _section().splitlines() if line.startswith("|")]
@@ -37,7 +37,7 @@ def readme_table() -> dict[str, tuple[float, float]]:
     for line in lines[2:]:
         names, k, k_mean, *_ = _cells(line)
         for name in (n.strip() for n in names.split(",")):
-            assert name not in rows, f"the README's table lists {name!r} twice"
+            assert name not in rows, f"docs/tolerances.md lists {name!r} twice"
             rows[name] = (float(k), float(k_mean))
     return rows
 
@@ -45,19 +45,20 @@ def readme_table() -> dict[str, tuple[float, float]]:
 def readme_floor_ulps(floor: str) -> float:
     """The ulps the section's prose gives ``floor`` ("**floor_max** is 2 eps ...")."""
     found = re.findall(rf"\*\*{floor}\*\*(?: is)? ([0-9.]+) eps", _section())
-    assert len(found) == 1, f"the README states {floor}'s eps {len(found)} times, expected once"
+    assert len(found) == 1, f"docs/tolerances.md states {floor}'s eps {len(found)} times, expected once"
     return float(found[0])
 
 
 def test_every_tensor_has_a_row_and_every_row_a_tensor():
-    assert sorted(readme_table()) == sorted(tolerance.TOLERANCES)
+    assert sorted(documented_table()) == sorted(tolerance.TOLERANCES)
 
 
 @pytest.mark.parametrize("tensor", sorted(tolerance.TOLERANCES))
 def test_each_rows_k_and_k_mean_are_the_policys(tensor):
     rule = tolerance.TOLERANCES[tensor]
-    assert readme_table().get(tensor) == (rule.k, rule.k_mean), (
-        f"README row for {tensor} differs from TOLERANCES[{tensor!r}] (k={rule.k:g}, k_mean={rule.k_mean:g})"
+    assert documented_table().get(tensor) == (rule.k, rule.k_mean), (
+        f"docs/tolerances.md row for {tensor} differs from TOLERANCES[{tensor!r}] "
+        f"(k={rule.k:g}, k_mean={rule.k_mean:g})"
     )
 
 
