@@ -24,6 +24,7 @@ from reports.environment import one_line
 from reports.fidelity import fidelity_section
 from reports.grid import FAILED, Grid, feature_grid, label, unavailable_subjects
 from reports.grouping import FailureGroup, count_line, group_failures, minimal_case_id
+from reports.pairwise import pairwise_section
 from reports.plots import RUN_PLOT, plot_run
 from reports.records import RESULTS_FILE, CaseResult, write_text_atomic
 from reports.run import Run, load_run
@@ -661,6 +662,7 @@ def _tail(run: Run, *, short: bool) -> list[str]:
         unsupported_summary(results),
         known_issues_section(run, findings=not short),
         observed_section(results),
+        pairwise_section(run.summary),
     ]
     if short:
         flaky = sum(r.verdict == "flaky" for r in results)

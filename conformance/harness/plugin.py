@@ -32,7 +32,7 @@ from conformance.harness import isolation, jax_compat, progress, recording
 from conformance.judge.checks.registry import CHECKS
 from conformance.judge.runner import Runner, case_description
 from conformance.plan import profiles, shards, user_cases
-from conformance.plan.catalogue import Planned, plan
+from conformance.plan.catalogue import Planned, pairwise_coverage, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
 from kernels.base import DTYPES
 from kernels.registry import UnknownSubjectError, subject_names
@@ -470,6 +470,23 @@ class ConformancePlugin:
         if dsession is not None:
             dsession.shouldstop = self._disk_full
 
+    def _pairwise(self) -> dict[str, Any]:
+        """Per subject that plans cases: its pairwise coverage of optional inputs (the plan's
+        cases, whatever -k selected: coverage is the plan's property)."""
+        out = {}
+        for subject in self.subjects:
+            cases = tuple(
+                dict.fromkeys(
+                    item.case
+                    for items in self.plan.values()
+                    for item in items
+                    if item.case.subject == subject.name and item.status != "unavailable"
+                )
+            )
+            if cases:
+                out[subject.name] = pairwise_coverage(subject, cases).as_record()
+        return out
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self._disk_full:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -493,6 +510,7 @@ class ConformancePlugin:
         for status in statuses:  # summaries get pasted into reviews: no absolute paths
             status["source"] = _display(Path(status["source"]), self.config.rootpath)
         summary["known_issues"] = statuses
+        summary["pairwise"] = self._pairwise()
         summary["ledger_files"] = [_display(Path(f), self.config.rootpath) for f in self.ledger.files]
         # Checks that never ran (xdist out of worker restarts) leave the file incomplete, for --resume.
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or isolation.unfinished(self.config) > 0

@@ -29,7 +29,7 @@ from conformance.judge.checks.registry import (
 )
 from conformance.judge.dtypes import DTYPE_NAMES
 from conformance.judge.inputs import mask_arrays
-from conformance.plan import edge_matrix, strategies
+from conformance.plan import edge_matrix, pairwise, strategies
 from conformance.plan.cases import Case
 from conformance.plan.profiles import Profile
 from conformance.plan.subjects import Subject
@@ -122,7 +122,36 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
     drawn = strategies.draw_cases(
         strategies.cases(subject.name, caps, profile), profile.drawn_cases, draw_seed
     )
-    return tuple(dict.fromkeys([*curated, *drawn]))
+    cases = list(dict.fromkeys([*curated, *drawn]))
+    # Pairs of optional inputs the matrix leaves out, in the first dtype: they test how the
+    # kernel combines masks and options, which no dtype changes.
+    runs = runs_forward(caps)
+    added, _ = (
+        pairwise.covering_cases(subject.name, caps, dtypes[0], [c for c in cases if runs(c) is None], runs)
+        if dtypes
+        else ((), {})
+    )
+    return tuple(dict.fromkeys([*cases, *added]))
+
+
+def runs_forward(caps: Capabilities) -> pairwise.RunsCheck:
+    """Why the forward check would not run a case for this subject, or None when it runs."""
+    check = declaration("forward")
+
+    def why_not(case: Case) -> str | None:
+        planned = _against_declaration(check, case, caps)
+        if planned is None:
+            return "not planned"
+        return None if planned.status == "run" else planned.reason or planned.status
+
+    return why_not
+
+
+def pairwise_coverage(subject: Subject, cases: tuple[Case, ...]) -> pairwise.PairCoverage:
+    """The subject's pairwise coverage over ``cases`` (its planned cases)."""
+    caps = subject.capabilities
+    dtype = next((d for d in DTYPE_NAMES if d in caps.dtypes), "float32")
+    return pairwise.report(subject.name, caps, dtype, cases, runs_forward(caps))
 
 
 def _config_shapes(caps: Capabilities) -> tuple[tuple[int, Case, bool], ...]:

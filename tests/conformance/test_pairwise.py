@@ -1,0 +1,85 @@
+"""Pairwise coverage of optional inputs (conformance/plan/pairwise.py) and its report section."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conformance.plan import catalogue, pairwise, profiles
+from conformance.plan.cases import Case
+from conformance.plan.subjects import resolve_subjects
+from kernels.base import Capabilities
+from reports.pairwise import pairwise_section
+from tests.conformance.fakes import FULL
+
+THREE = Capabilities(dtypes=("float32",), bias=True, gqa=True, window=True)
+
+
+def plain(subject: str = "s") -> Case:
+    return Case(subject, "float32", batch=2, q_heads=2, kv_heads=2)
+
+
+def test_covering_cases_complete_every_pair_from_a_plan_that_has_none():
+    runs = catalogue.runs_forward(THREE)
+    added, excluded = pairwise.covering_cases("s", THREE, "float32", [plain()], runs)
+    assert not excluded and 1 <= len(added) <= 4
+    assert all(runs(c) is None for c in added)
+    result = pairwise.coverage("s", THREE, [plain(), *added], excluded)
+    assert result.features == ("bias", "gqa", "window")
+    assert (result.covered, result.total, result.uncovered) == (12, 12, ())
+
+
+def test_a_pair_the_declaration_forbids_is_ruled_out_with_its_reason_not_uncovered():
+    def runs(case: Case) -> str | None:
+        if case.bias is not None and case.window is not None:
+            return "bias_with_window: the kernel raises"
+        return catalogue.runs_forward(THREE)(case)
+
+    added, excluded = pairwise.covering_cases("s", THREE, "float32", [plain()], runs)
+    assert excluded == {("bias", True, "window", True): "bias_with_window: the kernel raises"}
+    result = pairwise.coverage("s", THREE, [plain(), *added], excluded)
+    assert result.uncovered == () and result.covered == 11
+    record = result.as_record()
+    assert record["excluded"] == [
+        {"combination": "bias + window", "reason": "bias_with_window: the kernel raises"}
+    ]
+
+
+def test_a_combination_no_case_holds_is_reported_uncovered():
+    result = pairwise.coverage("s", THREE, [plain()], {})
+    assert "bias + gqa" in [pairwise.describe(c) for c in result.uncovered]
+    assert "no bias + no gqa" not in [pairwise.describe(c) for c in result.uncovered]
+    assert result.covered == 3  # the plain case holds "no x + no y" for each of the three pairs
+
+
+def test_every_feature_the_suite_knows_is_declared_by_the_full_fake():
+    names = {
+        f.name for f in pairwise.declared_features(dataclasses.replace(FULL, sinks=True, q_lengths=True))
+    }
+    assert names == {f.name for f in pairwise.FEATURES} - {"config"}
+
+
+@pytest.mark.parametrize("name", ["tpu_flash", "splash", "xla"])
+def test_ci_leaves_no_pair_of_optional_inputs_uncovered(name):
+    (subject,) = resolve_subjects(name)
+    if not subject.available:
+        pytest.skip(f"{name} unavailable: {subject.reason}")
+    cases = catalogue.cases_for(subject, profiles.get("ci"), 0)
+    result = catalogue.pairwise_coverage(subject, cases)
+    assert result.total > 0 and not result.uncovered, [pairwise.describe(c) for c in result.uncovered]
+
+
+def test_the_report_section_lists_coverage_rulings_and_gaps():
+    summary = {
+        "pairwise": {
+            "s": pairwise.coverage(
+                "s", THREE, [plain()], {("bias", True, "window", True): "forbidden"}
+            ).as_record(),
+            "bare": {"features": [], "combinations": 0, "covered": 0, "excluded": [], "uncovered": []},
+        }
+    }
+    text = pairwise_section(summary)
+    assert "| **s** | bias, gqa, window | 3 of 12 | bias + window (forbidden) | ⚠️ bias + gqa" in text
+    assert "bare" not in text
+    assert pairwise_section({}) is None
