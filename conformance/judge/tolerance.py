@@ -8,8 +8,10 @@ float64 reference on the same quantised inputs:
 
 ``baseline`` is ``conformance.judge.baseline``: the attention a user would write in the
 subject's dtype. ``floor_max`` is ``FLOOR_ULPS`` x eps of the dtype at max |ref|,
-``floor_mean`` is ``MEAN_FLOOR_ULPS`` x eps at mean |ref| (an average element is
-off by a fraction of an ulp, so a full ulp there would hide drift), but never less
+``floor_mean`` is ``MEAN_FLOOR_ULPS`` x eps at mean |ref| (where the baseline is exact, a
+correct kernel that rounds once more, e.g. a softcapped max recomputed inside a fused exp,
+is off by up to an ulp on every element: Sk=1 with a softcap, seen on an int8 decode
+control; half an ulp failed it), but never less
 than ``floor_max / sqrt(n)`` over n compared elements: a mean of a few elements is a
 noisy sample, and over one element the mean *is* the max. The floors only matter
 when the baseline happens to be (nearly) exact, e.g. in float64 or tiny tensors. Max-abs alone misses
@@ -28,7 +30,7 @@ from conformance.judge import dtypes, metrics
 from reports.records import TensorMetrics
 
 FLOOR_ULPS = 2.0
-MEAN_FLOOR_ULPS = 0.5
+MEAN_FLOOR_ULPS = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
