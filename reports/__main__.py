@@ -1,5 +1,8 @@
 """Command line: ``python -m reports render DIR | matrix [ROOT] | gate BASE CANDIDATE | merge OUT IN...``.
 
+``ledger-sweep DIR...``: where each known issue reproduced, one conformance run per release
+(``reports/ledger_sweep.py``), and the range that says so.
+
 Also ``bisect --impl S --case ID --good X --bad Y``: it finds the first JAX release where a check starts
 (or stops) failing (``reports/bisect_cli.py``).
 
@@ -14,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from reports import bisect_cli
+from reports import bisect_cli, ledger_sweep
 from reports.gate import EXIT_BAD_INPUT, Thresholds, gate, render_gate
 from reports.matrix import MATRIX_DIR, write_matrix
 from reports.merge import MergeError, merge
@@ -68,6 +71,12 @@ def parser() -> argparse.ArgumentParser:
     merge_cmd.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
 
     bisect_cli.add_parser(commands)
+
+    sweep = commands.add_parser(
+        "ledger-sweep",
+        help="per known issue: the releases it reproduced at across one run per release, and its range",
+    )
+    sweep.add_argument("dirs", type=Path, nargs="+", metavar="dir")
 
     gate_cmd = commands.add_parser(
         "gate",
@@ -150,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "bisect":
             return bisect_cli.run(args)
+        if args.command == "ledger-sweep":
+            print(ledger_sweep.table(ledger_sweep.reproducing(args.dirs)))
+            return 0
         if args.command == "merge":
             merged = merge(args.out, args.inputs)
             state = "complete" if merged.complete else "INCOMPLETE (a shard did not finish)"

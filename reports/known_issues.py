@@ -43,6 +43,7 @@ _KEYS = {
     "jax",
     "reason",
     "execution",
+    "bisection",
     "link",
     "summary",
 }
@@ -81,6 +82,9 @@ class KnownIssue:
     jax: str = ""
     reason: str | None = None
     execution: str | None = None
+    # The release sweep behind ``jax`` (reports/ledger_sweep.py): span, reproduces, clean; or
+    # not_observable with the reason. Optional for a team's ledger, required of the built-in one.
+    bisection: dict[str, Any] | None = dataclasses.field(default=None, compare=False)
     source: str = ""  # the ledger file it came from
 
     def selects(self, result: CaseResult) -> bool:
@@ -196,6 +200,11 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
     unknown = set(raw) - _KEYS
     if unknown:
         raise LedgerError(f"{where}: unknown key(s) {sorted(unknown)}; known keys are {sorted(_KEYS)}")
+    if "bisection" in raw and not isinstance(raw["bisection"], dict):
+        raise LedgerError(
+            f'{where}: bisection must be a table, e.g. bisection = {{ span = ["0.4.35", "0.10.2"], '
+            'reproduces = ["0.7.2"], clean = ["0.7.0"] }'
+        )
     if raw.get("execution", "native") not in EXECUTIONS:
         raise LedgerError(f"{where}: execution = {raw['execution']!r}; write one of {', '.join(EXECUTIONS)}")
     for key in ("id", "subject", "link", "summary", "jax", "dtype", "input_kind", "reason"):
@@ -240,6 +249,7 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         jax=jax,
         reason=raw.get("reason"),
         execution=raw.get("execution"),
+        bisection=raw.get("bisection"),
         source=str(path),
     )
 
@@ -292,6 +302,7 @@ def ledger_status(
             entry["failing_outside_range"] = sum(
                 1 for r in failing if r.verdict != "known" or r.known_issue.get("id") == issue.id
             )
+            entry["ran_outside_range"] = len(ran)  # with no failure: clean evidence (ledger sweeps)
         elif failing:
             status = "reproduced"
         elif ran:

@@ -247,3 +247,56 @@ def test_an_entry_for_the_compiled_kernel_explains_native_failures_only(tmp_path
     assert entry["status"] == "not run here"
     (entry,) = ledger_status(ledger, [ran(failing(verdict="pass"), "native")], "0.8.3", ["tpu_flash"])
     assert entry["status"] == "no longer reproduces"
+
+
+def test_every_builtin_entry_records_its_release_sweep_and_its_range_agrees():
+    """A range bounded by the matrix's versions is wrong for a user between them (0.7.1 failed
+    like 0.7.2 while the entry said ==0.7.2): each built-in entry records the releases it was
+    swept over, and its range must hold exactly the ones it reproduced at."""
+    from reports.ledger_sweep import range_problem
+
+    ledger = load_ledger([BUILTIN_LEDGER], subjects=BUILTIN, checks=CHECKS)
+    problems = [range_problem(i.id, i.jax, i.bisection) for i in ledger.issues]
+    assert not [p for p in problems if p], "\n".join(p for p in problems if p)
+
+
+def test_a_range_that_leaves_out_a_reproducing_release_or_holds_a_clean_one_is_named():
+    from reports.ledger_sweep import range_problem
+
+    sweep = {"span": ["0.7.0", "0.8.0"], "reproduces": ["0.7.1", "0.7.2"], "clean": ["0.7.0", "0.8.0"]}
+    assert range_problem("x", ">=0.7.1,<0.8.0", sweep) is None
+    assert "reproduces outside it at ['0.7.1']" in range_problem("x", "==0.7.2", sweep)
+    assert "clean inside it at ['0.8.0']" in range_problem("x", ">=0.7.1", sweep)
+    assert "no recorded sweep" in range_problem("x", ">=0.7.1", None)
+    assert range_problem("x", ">=0.11.2", {"not_observable": "native GPU only"}) is None
+    assert "not releases inside the span" in range_problem("x", "", {**sweep, "reproduces": ["0.9.0"]})
+
+
+def test_the_sweep_reads_each_release_status_including_failures_outside_the_range(tmp_path):
+    import json
+
+    from reports.ledger_sweep import reproducing, suggested_range
+
+    statuses = {
+        "0.7.0": {"status": "out of range", "failing_outside_range": 0, "ran_outside_range": 4},
+        "0.7.1": {"status": "out of range", "failing_outside_range": 18, "ran_outside_range": 18},
+        "0.7.2": {"status": "reproduced"},
+        "0.8.0": {"status": "no longer reproduces"},
+        "0.8.1": {"status": "not run here"},
+    }
+    folders = []
+    for version, status in statuses.items():
+        folder = tmp_path / version
+        folder.mkdir()
+        summary = {"environment": {"libraries": {"jax": version}}, "known_issues": [{"id": "e", **status}]}
+        (folder / "summary.json").write_text(json.dumps(summary))
+        folders.append(folder)
+    seen = reproducing(reversed(folders))["e"]
+    assert [(o.version, o.state) for o in seen] == [
+        ("0.7.0", "clean"),
+        ("0.7.1", "reproduced"),
+        ("0.7.2", "reproduced"),
+        ("0.8.0", "clean"),
+        ("0.8.1", "unobserved"),
+    ]
+    assert suggested_range(seen) == ">=0.7.1,<0.8.0"
