@@ -58,6 +58,17 @@ def _lengths(length: int, batch: int, short: int) -> tuple[int, ...]:
     return tuple(length if b % 2 == 0 else short for b in range(batch))
 
 
+def _optional_field(field: str, capability: str, value: object) -> OptionalFeature:
+    """A feature that is one Case field, set to ``value`` or None, declared by one capability."""
+    return OptionalFeature(
+        field,
+        lambda c: bool(getattr(c, capability)),
+        lambda k: getattr(k, field) is not None,
+        lambda k, c: dataclasses.replace(k, **{field: value}),
+        lambda k: dataclasses.replace(k, **{field: None}),
+    )
+
+
 FEATURES: tuple[OptionalFeature, ...] = (
     OptionalFeature(
         "q_lengths",
@@ -73,20 +84,8 @@ FEATURES: tuple[OptionalFeature, ...] = (
         lambda k, c: dataclasses.replace(k, kv_lengths=_lengths(k.kv_len, k.batch, k.kv_len * 5 // 8)),
         lambda k: dataclasses.replace(k, kv_lengths=None),
     ),
-    OptionalFeature(
-        "bias",
-        lambda c: c.bias,
-        lambda k: k.bias is not None,
-        lambda k, c: dataclasses.replace(k, bias="bhqk"),
-        lambda k: dataclasses.replace(k, bias=None),
-    ),
-    OptionalFeature(
-        "mask",
-        lambda c: c.bool_mask,
-        lambda k: k.mask is not None,
-        lambda k, c: dataclasses.replace(k, mask="b1qk"),
-        lambda k: dataclasses.replace(k, mask=None),
-    ),
+    _optional_field("bias", "bias", "bhqk"),
+    _optional_field("mask", "bool_mask", "b1qk"),
     OptionalFeature(
         "segment_ids",
         lambda c: c.segment_ids,
@@ -94,27 +93,9 @@ FEATURES: tuple[OptionalFeature, ...] = (
         lambda k, c: dataclasses.replace(k, segments=3),
         lambda k: dataclasses.replace(k, segments=0, orphan_segment=False),
     ),
-    OptionalFeature(
-        "window",
-        lambda c: c.window,
-        lambda k: k.window is not None,
-        lambda k, c: dataclasses.replace(k, window=(24, 8)),
-        lambda k: dataclasses.replace(k, window=None),
-    ),
-    OptionalFeature(
-        "softcap",
-        lambda c: c.softcap,
-        lambda k: k.softcap is not None,
-        lambda k, c: dataclasses.replace(k, softcap=20.0),
-        lambda k: dataclasses.replace(k, softcap=None),
-    ),
-    OptionalFeature(
-        "sinks",
-        lambda c: c.sinks,
-        lambda k: k.sinks is not None,
-        lambda k, c: dataclasses.replace(k, sinks="normal"),
-        lambda k: dataclasses.replace(k, sinks=None),
-    ),
+    _optional_field("window", "window", (24, 8)),
+    _optional_field("softcap", "softcap", 20.0),
+    _optional_field("sinks", "sinks", "normal"),
     OptionalFeature(
         "gqa",
         lambda c: c.gqa,
