@@ -17,9 +17,12 @@ import numpy as np
 
 from kernels.dtypes import DTYPES  # the one list, stdlib only so that reports reads it too
 from kernels.kv_storage import KV_STORAGES
-from kernels.lowering import PLATFORMS
 from kernels.tunables import Config, Tunables
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
+
+# The hardware a kernel can be lowered for (``Capabilities.lowers_for``; kernels/lowering.py).
+Platform = Literal["tpu", "cuda"]
+PLATFORMS: tuple[str, ...] = ("tpu", "cuda")
 
 FullyMaskedConvention = Literal["zeros", "mean_v", "nan", "unspecified"]
 

@@ -15,10 +15,9 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
-from packaging.version import InvalidVersion
+from packaging.version import InvalidVersion, Version
 
 from kernels.base import Availability
-from reports.jax_versions import parse_version
 
 
 def installed_version(distribution: str) -> str | None:
@@ -30,10 +29,11 @@ def installed_version(distribution: str) -> str | None:
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """``"0.4.38"`` -> ``(0, 4, 38)``: the release numbers of ``reports.jax_versions.parse_version``
-    (the one parser); ``rc1``, ``.dev20250101`` or ``+cpu`` are dropped; ``()`` when not PEP 440."""
+    """``"0.4.38"`` -> ``(0, 4, 38)``: the release numbers of the PEP 440 version (``packaging``,
+    as ``reports.jax_versions`` reads it); ``rc1``, ``.dev20250101`` or ``+cpu`` are dropped;
+    ``()`` when not PEP 440."""
     try:
-        return parse_version(version).release
+        return Version(version).release
     except InvalidVersion:
         return ()
 

@@ -34,8 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-Platform = Literal["tpu", "cuda"]
-PLATFORMS: tuple[str, ...] = ("tpu", "cuda")
+from kernels.base import PLATFORMS, Platform
 
 # The custom-call targets Pallas lowers to, per platform.
 _TARGETS = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}

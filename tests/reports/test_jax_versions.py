@@ -185,7 +185,7 @@ def test_one_parser_reads_releases_and_prereleases(text, release):
     from kernels.jax_runtime import version_tuple
 
     assert jv.parse_version(text).release == release
-    assert version_tuple(text) == release  # kernels read versions through the same parser
+    assert version_tuple(text) == release  # kernels read versions as PEP 440 too (packaging)
 
 
 def test_parsed_versions_order_by_pep_440():
@@ -194,14 +194,11 @@ def test_parsed_versions_order_by_pep_440():
     assert jv.version_key("0.4.38") < jv.version_key("0.10.2")
 
 
-def test_kernels_parse_through_the_reports_parser(monkeypatch):
-    import kernels.jax_runtime as runtime
+def test_kernels_drop_local_labels_and_refuse_what_is_not_pep_440():
+    from kernels.jax_runtime import version_tuple
 
-    seen = []
-    monkeypatch.setattr(runtime, "parse_version", lambda text: seen.append(text) or jv.parse_version(text))
-    assert runtime.version_tuple("2.13.0+cpu") == (2, 13, 0)
-    assert runtime.version_tuple("not a version") == ()
-    assert seen == ["2.13.0+cpu", "not a version"]
+    assert version_tuple("2.13.0+cpu") == (2, 13, 0)
+    assert version_tuple("not a version") == ()
 
 
 def test_the_gate_imports_without_site_packages():
