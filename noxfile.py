@@ -29,7 +29,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checkout's reports/, whatever nox's cwd
 from benchmarks.sessions import bench_versions  # noqa: E402  (jax_versions' rules, for `bench`)
-from conformance.harness.launch import isolated_args  # noqa: E402  (worker process, per-test timeout)
+from conformance.suite.launch import isolated_args  # noqa: E402  (worker process, per-test timeout)
 from reports import jax_versions  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"

@@ -5,7 +5,7 @@
 Everything after the module name goes to pytest, so ``-k``, ``-x``, ``-n 2`` and the
 suite's own options (``--impl``, ``--profile``, ``--report-dir``, ``--resume``) all work.
 ``--impl`` imports and runs the code it names. The checks run in a worker process with
-a per-test timeout (``conformance/harness/launch.py``) unless the arguments say otherwise (``-n 0``).
+a per-test timeout (``conformance/suite/launch.py``) unless the arguments say otherwise (``-n 0``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness.launch import isolated_args
+from conformance.suite.launch import isolated_args
 
 
 def main(argv: list[str] | None = None) -> int:

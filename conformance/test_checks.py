@@ -1,5 +1,5 @@
 """The pytest entry points: one ``test_<check>`` per check declared in the registry
-(``conformance/judge/checks/registry.py``), so ``-k test_forward`` selects a check.
+(``conformance/suite/check_registry.py``), so ``-k test_forward`` selects a check.
 
 The conformance plugin (``conformance/harness/plugin.py``) parametrizes each over its
 planned (case, check) items and records the verdicts; the checks themselves live in
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from conformance.judge.checks.registry import REGISTRY, CheckDeclaration
+from conformance.suite.check_registry import REGISTRY, CheckDeclaration
 
 
 def _entry_point(check: CheckDeclaration) -> Callable[[Any, Any], None]:

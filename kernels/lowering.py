@@ -32,7 +32,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 from kernels.base import PLATFORMS, Platform
 

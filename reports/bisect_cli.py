@@ -23,8 +23,8 @@ from reports import bisect_env, ledger_range, release_versions
 from reports.records import write_json_atomic, write_text_atomic
 
 EXIT_BAD_INPUT = 2
-# Not imported from reports.known_issues: that needs `packaging` at import, and `python -m reports`
-# (the gate) must run on the standard library alone.
+# Not imported from conformance.judge.known_issues: reports sit below the suite (docs/architecture.md),
+# and `python -m reports` (the gate) must run on the standard library alone.
 BUILTIN_LEDGER = bisect_env.ROOT / "kernels" / "known_issues.toml"
 
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from conformance.harness.launch import isolated_args
+from conformance.suite.launch import isolated_args
 from reports.bisect import Install, Observation
 from reports.records import ResultsFileError, read_results, write_text_atomic
 

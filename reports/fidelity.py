@@ -15,7 +15,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 
-from conformance.judge.checks.registry import HARDWARE_CHECKS, REPORT_ORDER
+from conformance.suite.check_registry import HARDWARE_CHECKS, REPORT_ORDER
 from reports import markdown as md
 from reports.grid import FAILED
 from reports.records import CaseResult

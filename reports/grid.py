@@ -5,7 +5,7 @@ A result counts towards every grid feature named in ``CaseResult.features``
 thing that happened in it, so one failure is never hidden by a hundred passes:
 fail > known > flaky > pass > unsupported > unavailable. ``error`` (the check itself
 crashed, or the subject did) counts as a failure; ``known`` is a failure the ledger
-explains (reports/known_issues.py), shown apart so it neither hides nor cries wolf.
+explains (conformance/judge/known_issues.py), shown apart so it neither hides nor cries wolf.
 
 Features fall into three groups, in this order: checks (any feature that is also
 the name of a check), masks and options, dtypes.
@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Literal
 
-from conformance.judge.checks.registry import LABELS as CHECK_LABELS
-from conformance.judge.checks.registry import REPORT_ORDER
+from conformance.suite.check_registry import LABELS as CHECK_LABELS
+from conformance.suite.check_registry import REPORT_ORDER
 from kernels.dtypes import DTYPES  # stdlib only: the gate imports this module with no installs
 from reports.records import CaseResult
 

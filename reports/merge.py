@@ -157,7 +157,7 @@ def _check_disjoint(shards: Sequence[Shard]) -> None:
 
 
 def _combine_status(entries: list[dict[str, Any]], shards_with_subject: list[bool]) -> dict[str, Any]:
-    """One known-issue entry over the shards (``reports.known_issues.ledger_status``'s rules):
+    """One known-issue entry over the shards (``conformance.judge.known_issues.ledger_status``'s rules):
     reproduced anywhere wins, then "no longer reproduces"; out of range is the same in every shard
     (one JAX); "stale" only if every shard that ran the subject found nothing its selector names."""
     merged = dict(entries[0])

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.judge.checks.registry import CHECKS, REGISTRY
 from conformance.plan.subjects import resolve_subjects
+from conformance.suite.check_registry import CHECKS, REGISTRY
 from reports.records import CaseResult, read_results
 from tests.conftest import MUTANT_PROPERTY
 from tests.mutants.catalogue import CONTROLS, MUTANTS, Control, Mutant, by_name

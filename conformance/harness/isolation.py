@@ -1,6 +1,6 @@
 """Process isolation: a subject that crashes, hangs or exhausts memory costs one case, not the run.
 
-The mechanism is pytest-xdist and pytest-timeout (``conformance/harness/launch.py`` turns
+The mechanism is pytest-xdist and pytest-timeout (``conformance/suite/launch.py`` turns
 them on); this module only makes their outcome *say what happened*:
 
 * xdist runs the checks in a worker process, reused until it dies; a dead worker
@@ -55,13 +55,13 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import jax_compat, recording
-from conformance.judge import repro
+from conformance.harness import recording
+from conformance.judge import jax_compat, repro
 from conformance.judge.artifacts import SubjectError
-from conformance.judge.checks.registry import declaration
 from conformance.judge.runner import case_description, run_check
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned
+from conformance.suite.check_registry import declaration
 from reports.records import CaseResult, write_json_atomic
 
 PLUGIN_NAME = "conformance-isolation"

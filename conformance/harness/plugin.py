@@ -28,16 +28,16 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import isolation, jax_compat, progress, recording
-from conformance.judge.checks.registry import CHECKS
+from conformance.harness import isolation, progress, recording
+from conformance.judge import jax_compat, known_issues
 from conformance.judge.runner import Runner, case_description
 from conformance.plan import profiles, shards, user_cases
 from conformance.plan.catalogue import Planned, pairwise_coverage, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
+from conformance.suite.check_registry import CHECKS
 from kernels.base import DTYPES
 from kernels.registry import UnknownSubjectError, subject_names
 from kernels.tpu_chips import DEFAULT_TPU_TARGETS, TPU_CHIPS, parse_targets
-from reports import known_issues
 from reports.environment import environment_block
 from reports.folder_lock import FolderBusyError, FolderLock
 from reports.records import (

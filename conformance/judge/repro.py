@@ -14,13 +14,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from conformance.judge import standalone
-from conformance.judge.checks.registry import CheckDeclaration
 from conformance.plan.cases import Case
+from conformance.suite.check_registry import CheckDeclaration
 from reports.records import TensorMetrics
 
 _HEADER = '''"""Repro: the {check} check of {case_id}.
 Not standalone ({why}): run it from the attention-conformance checkout:  python repro.py"""
-from conformance.judge.checks.registry import CheckDeclaration
+from conformance.suite.check_registry import CheckDeclaration
 from conformance.plan.cases import Case
 '''
 

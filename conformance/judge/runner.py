@@ -14,11 +14,11 @@ import time
 from conformance.judge import repro
 from conformance.judge.artifacts import ArtifactStore, SubjectError
 from conformance.judge.checks.base import CheckContext, Outcome
-from conformance.judge.checks.registry import declaration
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned, classify
 from conformance.plan.profiles import Profile, get
 from conformance.plan.subjects import Subject, resolve_subjects
+from conformance.suite.check_registry import declaration
 from reports.grouping import MINIMAL_CASE_KEY
 from reports.records import CaseDescription, CaseResult
 

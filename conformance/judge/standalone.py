@@ -3,7 +3,7 @@ JAX and the subject's own module, never this checkout.
 
 The script is assembled from the code the suite ran, so the two cannot drift apart:
 
-* inputs: the pure draws of ``conformance/judge/inputs.py`` (source embedded), called with
+* inputs: the pure draws of ``conformance/plan/draws.py`` (source embedded), called with
   the case's seed and streams; a SHA-256 of q, k, v, bias and sinks proves they are bit-identical;
 * the subject's call: ``adapter.standalone(inputs, spec)`` (``kernels/standalone.py``), the
   adapter's own translation functions, interpret shim included;
@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from conformance.judge import inputs, metrics
-from conformance.judge.checks.registry import CheckDeclaration
 from conformance.judge.metrics import abs_error
+from conformance.plan import draws
 from conformance.plan.cases import Case
+from conformance.suite.check_registry import CheckDeclaration
 from kernels import kv_storage
 from kernels.standalone import StandaloneCall
 from reference import dense
@@ -182,8 +183,8 @@ def _case_block(case: Case) -> str:
 
 def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], str]:
     """(input functions to embed, the statements that draw q, k, v, bias and the masks)."""
-    stream, integers = inputs.STREAMS, case.input_kind == "integers"
-    functions: list[Callable[..., Any]] = [inputs.draw_values]
+    stream, integers = draws.STREAMS, case.input_kind == "integers"
+    functions: list[Callable[..., Any]] = [draws.draw_values]
     lines = [
         f"q = draw_values(SEED, {stream['q']}, 0, (B, HQ, SQ, D), {inputs.q_std(case)!r}, {integers})",
         f"k = draw_values(SEED, {stream['k']}, 0, (B, HKV, SK, D), 1.0, {integers})",
@@ -197,7 +198,7 @@ def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], s
     else:
         lines.append("bias = None")
     if case.sinks is not None:
-        functions.append(inputs.draw_sinks)
+        functions.append(draws.draw_sinks)
         lines.append(
             f"sinks = draw_sinks(SEED, {stream['sinks']}, 0, HQ, SK, {case.sinks == 'extreme'})"
             f"  # [Hq] one logit per query head ({case.sinks})"
@@ -205,7 +206,7 @@ def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], s
     else:
         lines.append("sinks = None")
     if case.segments:
-        functions += [inputs.segment_runs, inputs.draw_segment_ids]
+        functions += [draws.segment_runs, draws.draw_segment_ids]
         kv_first = 1 if case.orphan_segment else 0
         note = "  # q's first run has an id no key has" if case.orphan_segment else ""
         lines.append(
@@ -215,7 +216,7 @@ def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], s
     else:
         lines.append("q_segment_ids = kv_segment_ids = None")
     if case.mask is not None:
-        functions.append(inputs.draw_mask)
+        functions.append(draws.draw_mask)
         lines.append(f"mask = draw_mask(SEED, {stream['mask']}, {case.mask_shape})  # True = may attend")
     else:
         lines.append("mask = None")
@@ -225,7 +226,7 @@ def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], s
             f"{name} = None" if value is None else f"{name} = np.array({list(value)}, dtype=np.int32)"
         )
     if backward:
-        functions.append(inputs.draw_dout)
+        functions.append(draws.draw_dout)
     return functions, "\n".join(lines) + "\n"
 
 
@@ -306,7 +307,7 @@ def _reference_lines(
     if backward:
         functions += [dense.group_sum, dense.attention_grads]
         grads.append(
-            f"dout = draw_dout(SEED, {inputs.STREAMS['dout']}, (B, HQ, SQ, DV), ~valid).astype(DTYPE)"
+            f"dout = draw_dout(SEED, {draws.STREAMS['dout']}, (B, HQ, SQ, DV), ~valid).astype(DTYPE)"
             "  # zero on rows that see no key"
         )
         grads.append(
@@ -433,11 +434,11 @@ def script(
     backward = check.repro == "backward" or gradients
     if backward and call.gradients is None:
         raise ValueError(f"{adapter.name} has a backward check but no standalone gradients call")
-    draw_functions, draws = _draw_lines(case, backward)
+    draw_functions, draw_statements = _draw_lines(case, backward)
     mask_functions, visibility = _visibility(case)
     padding = _padding_lines(case)
     if padding:
-        draw_functions.append(inputs.dead_positions)
+        draw_functions.append(draws.dead_positions)
     # d(sinks) is judged only where the subject returns it (Capabilities.sinks_grad), as in the suite.
     sinks_grad = case.sinks is not None and adapter.capabilities().sinks_grad
     ref_functions, reference, reference_grads = _reference_lines(case, backward, sinks_grad)
@@ -466,7 +467,7 @@ def script(
         _section("inputs: drawn from SEED exactly as the suite drew them"),
         _source(*draw_functions, *mask_functions),
         "\n\n",
-        draws,
+        draw_statements,
         visibility,
         padding,
         "q, k, v = (x.astype(DTYPE) for x in (q, k, v))  # the subject's dtype; the reference sees these\n",

@@ -26,7 +26,7 @@ from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 InputKind = Literal["normal", "large", "integers", "nan_padding"]
 INPUT_KINDS: tuple[str, ...] = ("normal", "large", "integers", "nan_padding")
-# How sink logits are drawn (conformance.judge.inputs.draw_sinks): ``normal`` near a row's
+# How sink logits are drawn (conformance.plan.draws.draw_sinks): ``normal`` near a row's
 # lse, so the sink takes a real share of the denominator; ``extreme`` gives the heads in
 # turn +30 (the sink dominates), -1e4 (it vanishes) and a normal draw.
 SINK_KINDS: tuple[str, ...] = ("normal", "extreme")

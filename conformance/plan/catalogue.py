@@ -20,20 +20,20 @@ from typing import Literal
 
 import numpy as np
 
-from conformance.judge.checks.registry import (
+from conformance.plan import edge_matrix, pairwise, strategies
+from conformance.plan.cases import Case
+from conformance.plan.draws import mask_arrays
+from conformance.plan.profiles import Profile
+from conformance.plan.subjects import Subject
+from conformance.suite.check_registry import (
     CHECKS,
     LOWERING_SAMPLINGS,
     REGISTRY,
     CheckDeclaration,
     declaration,
 )
-from conformance.judge.dtypes import DTYPE_NAMES
-from conformance.judge.inputs import mask_arrays
-from conformance.plan import edge_matrix, pairwise, strategies
-from conformance.plan.cases import Case
-from conformance.plan.profiles import Profile
-from conformance.plan.subjects import Subject
 from kernels.base import Capabilities, ShapeConstraint
+from kernels.dtypes import DTYPES
 from reference.masks import full_visibility, has_mask
 from reference.spec import AttentionInputs
 
@@ -102,7 +102,7 @@ def _small_heads(inputs: AttentionInputs) -> AttentionInputs:
 def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case, ...]:
     """The curated matrix in each declared dtype, its edge configs, then drawn cases; no duplicates."""
     caps = subject.capabilities
-    dtypes = tuple(d for d in DTYPE_NAMES if d in caps.dtypes)
+    dtypes = tuple(d for d in DTYPES if d in caps.dtypes)
     curated = [
         edge_matrix.instantiate(t, subject.name, d)
         for t in edge_matrix.edge_cases(profile.edge_level)
@@ -150,7 +150,7 @@ def runs_forward(caps: Capabilities) -> pairwise.RunsCheck:
 def pairwise_coverage(subject: Subject, cases: tuple[Case, ...]) -> pairwise.PairCoverage:
     """The subject's pairwise coverage over ``cases`` (its planned cases)."""
     caps = subject.capabilities
-    dtype = next((d for d in DTYPE_NAMES if d in caps.dtypes), "float32")
+    dtype = next((d for d in DTYPES if d in caps.dtypes), "float32")
     return pairwise.report(subject.name, caps, dtype, cases, runs_forward(caps))
 
 

@@ -14,10 +14,10 @@ import dataclasses
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from conformance.judge.dtypes import DTYPE_NAMES
 from conformance.plan.cases import SINK_KINDS, Case
 from conformance.plan.profiles import Profile
 from kernels.base import Capabilities
+from kernels.dtypes import DTYPES
 from kernels.tunables import Config, Tunables
 from reference.spec import AttentionShape, AttentionSpec
 
@@ -105,7 +105,7 @@ def _config(draw: st.DrawFn, tunables: Tunables, q_len: int, kv_len: int, batch:
 
 @st.composite
 def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -> Case:
-    dtypes = tuple(d for d in caps.dtypes if d in DTYPE_NAMES)
+    dtypes = tuple(d for d in caps.dtypes if d in DTYPES)
     head_dims = _admissible_dims(caps, profile.head_dims, 128)
     q_lengths_space, kv_lengths_space = _admissible_lengths(caps, profile.lengths, head_dims[0])
     batch = draw(st.integers(1, profile.max_batch))

@@ -9,7 +9,7 @@ Keys (all optional; defaults are ``conformance.plan.cases.Case``'s):
 ``mask`` broadcast patterns over ``bhqk`` such as ``1h1k``; ``segments`` count;
 ``q_lengths``, ``kv_lengths`` one length per batch row, ``/``-separated (``100/128``);
 ``input`` = normal | large | integers | nan_padding; ``sinks`` = normal | extreme | no
-(one sink logit per query head, drawn as ``conformance.judge.inputs.draw_sinks`` says).
+(one sink logit per query head, drawn as ``conformance.plan.draws.draw_sinks`` says).
 
 A case is parsed and validated here, once, with ``reference.spec.validate``: a case that
 cannot exist (Hq not a multiple of Hkv, a mask that does not broadcast, a length past
@@ -23,10 +23,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from conformance.judge.checks.registry import REGISTRY
 from conformance.plan.cases import SINK_KINDS, Case
 from conformance.plan.catalogue import Planned, classify
 from conformance.plan.subjects import Subject
+from conformance.suite.check_registry import REGISTRY
 from reference.spec import validate
 
 EXAMPLE = "B=1,Hq=4,Hkv=2,Sq=128,Sk=256,D=64,causal=bottom_right,dtype=bfloat16"

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from conformance.judge import dtypes
-from conformance.judge.inputs import build_dout, build_inputs, mask_arrays, padding
+from conformance.judge.inputs import build_dout, build_inputs, padding
 from conformance.plan.cases import Case
+from conformance.plan.draws import mask_arrays
 from reference import attention_forward
 
 

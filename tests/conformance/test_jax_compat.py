@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from conformance.harness.jax_compat import CompileCounter, live_array_count
+from conformance.judge.jax_compat import CompileCounter, live_array_count
 
 
 def test_compile_counter_sees_a_compile_and_then_none():

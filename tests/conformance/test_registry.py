@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from conformance import test_checks as entry_points
-from conformance.judge.checks.registry import (
+from conformance.judge.repro import script
+from conformance.plan.cases import Case
+from conformance.plan.user_cases import USER_CHECKS
+from conformance.suite.check_registry import (
     CHECKS,
     LABELS,
     REGISTRY,
@@ -19,9 +22,6 @@ from conformance.judge.checks.registry import (
     declaration,
     validate,
 )
-from conformance.judge.repro import script
-from conformance.plan.cases import Case
-from conformance.plan.user_cases import USER_CHECKS
 from reports import grid
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -111,7 +111,7 @@ def test_the_backward_check_judges_dsinks_where_declared_and_says_when_it_cannot
 
 def test_a_sink_case_gets_a_standalone_repro_that_draws_sinks_as_the_suite_does():
     from conformance.judge import repro
-    from conformance.judge.checks.registry import declaration
+    from conformance.suite.check_registry import declaration
     from kernels.function_adapter import FunctionAdapter
     from tests.mutants import correct
 

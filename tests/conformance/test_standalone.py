@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from conformance.judge import standalone
-from conformance.judge.checks.registry import declaration
 from conformance.judge.inputs import build_dout, build_inputs
 from conformance.judge.repro import script
 from conformance.judge.runner import Runner
@@ -28,6 +27,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
+from conformance.suite.check_registry import declaration
 from kernels import pallas_gpu, splash
 from kernels.jax_runtime import jax_version
 from kernels.registry import resolve

@@ -1,11 +1,11 @@
-"""The persistent compilation cache helper (``conformance.harness.jax_compat``): which JAX config it sets,
+"""The persistent compilation cache helper (``conformance.judge.jax_compat``): which JAX config it sets,
 that every name exists in the installed JAX, and that a name a version lacks is skipped."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.harness import jax_compat
+from conformance.judge import jax_compat
 
 
 class FakeConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.harness.isolation import parse_size
-from conformance.harness.launch import isolated_args
+from conformance.suite.launch import isolated_args
 
 
 def test_defaults_isolate_every_run():

@@ -55,7 +55,7 @@ def test_the_run_is_the_suites_own_narrowed_to_one_test_id(tmp_path):
         "-x",
     ):
         assert part in joined
-    assert "--timeout 600" in joined  # the matrix's isolation defaults (conformance.harness.launch)
+    assert "--timeout 600" in joined  # the matrix's isolation defaults (conformance.suite.launch)
 
 
 def test_observe_reads_the_verdict_and_worst_ratio(tmp_path):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.judge.checks.registry import CHECKS
+from conformance.judge.known_issues import BUILTIN_LEDGER, Ledger, LedgerError, ledger_status, load_ledger
+from conformance.suite.check_registry import CHECKS
 from kernels.registry import BUILTIN
-from reports.known_issues import BUILTIN_LEDGER, Ledger, LedgerError, ledger_status, load_ledger
 from tests.reports.synthetic import result
 
 SUBJECTS = ("tpu_flash", "xla")

@@ -11,7 +11,7 @@ import tracemalloc
 import numpy as np
 import psutil
 
-from conformance.harness import jax_compat
+from conformance.judge import jax_compat
 from conformance.judge.artifacts import call_forward, call_gradients
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
 from conformance.judge.inputs import build_inputs

@@ -10,8 +10,9 @@ An entry never changes what a check measures or which cases run: it only names a
 failure that is already understood. Entries describe wrong answers; declarations
 (``kernels.base.ShapeConstraint``) describe what an API rejects or cannot express.
 
-Parsing needs ``packaging`` (PEP 440 specifiers); reports that only read records
-(gate, matrix) never import this module.
+The pytest plugin matches each record as it is judged; the report tools (``reports/``, a
+lower layer) read only the statuses it writes into summary.json. Parsing needs ``packaging``
+(PEP 440 specifiers).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from reports.records import CaseResult
 
-BUILTIN_LEDGER = Path(__file__).resolve().parent.parent / "kernels" / "known_issues.toml"
+BUILTIN_LEDGER = Path(__file__).resolve().parents[2] / "kernels" / "known_issues.toml"
 FAILING = ("fail", "error")
 EXECUTIONS = ("native", "interpret")  # Availability.execution; kernels.base is not imported here
 _KEYS = {
