@@ -94,7 +94,7 @@ def script(
             return standalone.script(case, check, adapter, recorded, reason, versions, gradients)
         except Exception as error:  # a repro must never cost the run its record
             why = f"writing it failed: {type(error).__name__}: {error}"
-    elif adapter is not None and check.repro == "verdict":
+    elif adapter is not None and check.repro == "suite_only":
         why = f"the {check.name} check observes the suite's own machinery"
     return _checkout_script(minimal or case, check, impl, why.replace('"', "'"))
 
@@ -102,10 +102,10 @@ def script(
 def _checkout_script(case: Case, check: CheckDeclaration, impl: str, why: str) -> str:
     head = _HEADER.format(check=check.name, case_id=case.case_id, why=why)
     fields = {"case": case, "impl": impl, "dtype": case.dtype, "check": check.name}
-    if check.repro == "forward":
+    if check.repro == "out_tensor":
         return head + _FORWARD.format(tensor="out", extra="[..., None]", **fields)
-    if check.repro == "lse":
+    if check.repro == "lse_tensor":
         return head + _FORWARD.format(tensor="lse", extra="", **fields)
-    if check.repro == "backward":
+    if check.repro == "gradient_tensors":
         return head + _BACKWARD.format(**fields)
     return head + _GENERIC.format(**fields)

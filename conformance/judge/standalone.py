@@ -13,10 +13,11 @@ The script is assembled from the code the suite ran, so the two cannot drift apa
   ``mean_tolerance``), as numbers.
 
 Exit status: 1 while the bug is present, 0 once it is gone, 2 when the redrawn inputs
-differ from the suite's. Checks with repro kind ``forward``/``lse``/``backward`` get a
-numeric script; ``raises``, ``finite``, ``shape_dtype`` and ``determinism`` one that observes
-what the check observed; other checks (and subjects without ``standalone``) get none here
-(``conformance.judge.repro`` falls back to a script that runs from the checkout).
+differ from the suite's. What the script does is the check's declared recipe
+(``CheckDeclaration.repro``): ``out_tensor``, ``lse_tensor`` and ``gradient_tensors`` get a
+numeric script; ``call_raises``, ``nonfinite``, ``output_shapes`` and ``rerun_bitwise`` one
+that observes what the check observed; ``suite_only`` (and subjects without ``standalone``)
+get none here (``conformance.judge.repro`` falls back to a script that runs from the checkout).
 """
 
 from __future__ import annotations
@@ -40,15 +41,16 @@ from kernels.standalone import StandaloneCall
 from reference import dense
 from reports.records import TensorMetrics
 
-# Checks whose observation a standalone script makes without the suite.
-VERDICT_CHECKS = ("raises", "finite", "shape_dtype", "determinism")
+# The judged tensors of each numeric recipe (``gradient_tensors``: those the suite recorded).
+NUMERIC_TENSORS = {"out_tensor": ("out",), "lse_tensor": ("lse",), "gradient_tensors": ("dq", "dk", "dv")}
+# Recipes that observe the gradients too where the case's backward pass ran, as their checks do.
+SEES_GRADIENTS = ("nonfinite", "output_shapes")
 EXIT_INPUTS_DIFFER = 2
 
 
 def supports(check: CheckDeclaration, adapter: Any) -> bool:
     """Whether ``script`` can write a standalone repro for this check and subject."""
-    numeric = check.repro in ("forward", "lse", "backward")
-    return callable(getattr(adapter, "standalone", None)) and (numeric or check.name in VERDICT_CHECKS)
+    return callable(getattr(adapter, "standalone", None)) and check.repro != "suite_only"
 
 
 # --- embedded verbatim in every script ------------------------------------------------
@@ -119,7 +121,7 @@ def report_shape_dtype(name, got, shape, dtypes):
 
 
 def _verdict_helpers(check: CheckDeclaration) -> tuple[Callable[..., Any], ...]:
-    return {"finite": (report_nonfinite,), "shape_dtype": (report_shape_dtype,)}.get(check.name, ())
+    return {"nonfinite": (report_nonfinite,), "output_shapes": (report_shape_dtype,)}.get(check.repro, ())
 
 
 # --- assembly ---------------------------------------------------------------------------
@@ -340,9 +342,9 @@ def _digest(case: Case) -> str:
 
 def _numeric_judgement(check: CheckDeclaration, recorded: Iterable[TensorMetrics]) -> str:
     recorded = {m.tensor: m for m in recorded}
-    names = ("out",) if check.repro == "forward" else ("lse",) if check.repro == "lse" else ()
-    if check.repro == "backward":
-        names = tuple(n for n in ("dq", "dk", "dv", "dbias", "dsinks") if n in recorded) or ("dq", "dk", "dv")
+    names = NUMERIC_TENSORS[check.repro]
+    if check.repro == "gradient_tensors":
+        names = tuple(n for n in ("dq", "dk", "dv", "dbias", "dsinks") if n in recorded) or names
     valid = {"out": "valid[..., None]", "lse": "valid"}
     lines = []
     if not recorded:
@@ -373,7 +375,7 @@ def _verdict_judgement(
     said = "# The suite saw: " + " ".join(reason.split())[:300] + "\n"
     grads = ("dq", "dk", "dv") + (("dbias",) if case.bias is not None else ())
     grads += ("dsinks",) if case.sinks is not None and sinks_grad else ()
-    if check.name == "finite":
+    if check.repro == "nonfinite":
         lines = [
             "failed = report_nonfinite('out', out, ref_out, valid[..., None])",
             "if lse is not None:",
@@ -383,7 +385,7 @@ def _verdict_judgement(
             lines.append(call.gradients.rstrip())
             lines += [f"failed |= report_nonfinite({g!r}, {g}, ref_{g}, None)" for g in grads]
         return said + "\n".join(lines) + "\nsys.exit(1 if failed else 0)\n"
-    if check.name == "shape_dtype":
+    if check.repro == "output_shapes":
         expected = {"out": ("(B, HQ, SQ, DV)", "(DTYPE,)")}
         expected["lse"] = ("(B, HQ, SQ)", "(DTYPE, np.dtype('float32'), np.dtype('float64'))")
         lines = []
@@ -402,7 +404,7 @@ def _verdict_judgement(
             guard = "if lse is not None:\n    " if name == "lse" else ""
             lines.append(f"{guard}failed |= report_shape_dtype({name!r}, {name}, {shape}, {dtypes_})")
         return said + "\n".join(lines) + "\nsys.exit(1 if failed else 0)\n"
-    if check.name == "determinism":
+    if check.repro == "rerun_bitwise":
         return said + (
             "first = out.copy()\n"
             + call.forward
@@ -410,7 +412,7 @@ def _verdict_judgement(
             "print('a rerun on the same inputs is ' + ('bitwise identical' if same else 'DIFFERENT'))\n"
             "sys.exit(0 if same else 1)\n"
         )
-    raise ValueError(f"no standalone observation for the {check.name} check")
+    raise ValueError(f"no standalone observation for the {check.name} check (recipe {check.repro})")
 
 
 def script(
@@ -430,8 +432,8 @@ def script(
         raise ValueError(f"no standalone repro for the {check.name} check of {adapter.name}")
     skeleton = case.skeleton()
     call: StandaloneCall = adapter.standalone(skeleton, case.spec)
-    gradients = gradients and check.name in ("finite", "shape_dtype") and call.gradients is not None
-    backward = check.repro == "backward" or gradients
+    gradients = gradients and check.repro in SEES_GRADIENTS and call.gradients is not None
+    backward = check.repro == "gradient_tensors" or gradients
     if backward and call.gradients is None:
         raise ValueError(f"{adapter.name} has a backward check but no standalone gradients call")
     draw_functions, draw_statements = _draw_lines(case, backward)
@@ -483,7 +485,7 @@ def script(
         reference,
         reference_grads,
     ]
-    if check.name == "raises":
+    if check.repro == "call_raises":
         calls = (
             f"# The suite saw: {' '.join(reason.split())[:300]}\n"
             "try:\n" + textwrap.indent(call.forward, "    ") + "except Exception as error:\n"
@@ -494,9 +496,9 @@ def script(
             "print('the call returned normally, but the adapter declares that this case raises')\n"
             "sys.exit(1)\n"
         )
-    elif check.repro in ("forward", "lse"):
+    elif check.repro in ("out_tensor", "lse_tensor"):
         calls, verdict = call.forward, _numeric_judgement(check, recorded)
-    elif check.repro == "backward":
+    elif check.repro == "gradient_tensors":
         calls, verdict = call.gradients, _numeric_judgement(check, recorded)
     else:
         calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients, sinks_grad)

@@ -16,6 +16,7 @@ catalogue to name the case of a test whose worker died.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -28,6 +29,7 @@ from conformance.plan.subjects import Subject
 from conformance.suite.check_registry import (
     CHECKS,
     LOWERING_SAMPLINGS,
+    PAIRWISE_CHECK,
     REGISTRY,
     CheckDeclaration,
     declaration,
@@ -135,8 +137,9 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
 
 
 def runs_forward(caps: Capabilities) -> pairwise.RunsCheck:
-    """Why the forward check would not run a case for this subject, or None when it runs."""
-    check = declaration("forward")
+    """Why the pairwise check (the forward check) would not run a case for this subject, or None
+    when it runs."""
+    check = declaration(PAIRWISE_CHECK)
 
     def why_not(case: Case) -> str | None:
         planned = _against_declaration(check, case, caps)
@@ -301,9 +304,9 @@ def _race_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
     return chosen
 
 
-def _leak_case(planned: list[Planned]) -> list[Planned]:
-    """One case for the leak check: the largest output among cheap cases, so a per-call
-    leak of one output stands out of allocator noise without paying for a big kernel."""
+def _largest_output_case(planned: list[Planned]) -> list[Planned]:
+    """One case (``one_case``, the leak check's): the largest output among cheap cases, so a
+    per-call leak of one output stands out of allocator noise without paying for a big kernel."""
     runnable = [p for p in planned if p.status == "run" and p.case.input_kind == "normal"]
     cheap = [p for p in runnable if p.case.shape.flops <= LEAK_MAX_FLOPS] or runnable
     cheap.sort(key=lambda p: (-_out_bytes(p.case), p.case.case_id))
@@ -312,6 +315,15 @@ def _leak_case(planned: list[Planned]) -> list[Planned]:
 
 def _out_bytes(case: Case) -> int:
     return case.batch * case.q_heads * case.q_len * case.v_head_dim * np.dtype(np.float32).itemsize
+
+
+# The samplings that keep a subset of the cases their check applies to
+# (``CheckDeclaration.sampling``); every other sampling keeps them all.
+SAMPLES: dict[str, Callable[[list[Planned], Profile], list[Planned]]] = {
+    "one_case": lambda items, profile: _largest_output_case([p for p in items if p.status == "run"]),
+    "runtime_sample": lambda items, profile: _runtime_subset(items, profile.runtime_cases_per_dtype),
+    "race_sample": lambda items, profile: _race_subset(items, profile.runtime_cases_per_dtype),
+}
 
 
 def plan(subjects: tuple[Subject, ...], profile: Profile, draw_seed: int) -> dict[str, tuple[Planned, ...]]:
@@ -334,11 +346,8 @@ def plan(subjects: tuple[Subject, ...], profile: Profile, draw_seed: int) -> dic
             if not subject.available and check.sampling not in LOWERING_SAMPLINGS:
                 continue
             items = [p for p in (_against_declaration(check, c, caps) for c in cases) if p is not None]
-            if check.sampling == "one_case":
-                items = _leak_case([p for p in items if p.status == "run"])
-            elif check.sampling == "runtime_sample":
-                items = _runtime_subset(items, profile.runtime_cases_per_dtype)
-            elif check.sampling == "race_sample":
-                items = _race_subset(items, profile.runtime_cases_per_dtype)
+            sample = SAMPLES.get(check.sampling)
+            if sample is not None:
+                items = sample(items, profile)
             by_check[check.name].extend(_with_needs(p, caps) for p in items)
     return {check: tuple(items) for check, items in by_check.items()}

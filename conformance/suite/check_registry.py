@@ -1,10 +1,12 @@
-"""Every check, declared once: what it is called, what it needs, how it samples cases.
+"""Every check, declared once: what it is called, what it needs, how it samples cases, and
+what a failure's repro script does.
 
 Adding a check is one ``CheckDeclaration`` here plus its function (``CheckContext ->
 Outcome``). Everything else iterates ``REGISTRY``: the planner (which cases, which
 needs), the runner (function, shrinking), the pytest entry points
-(``conformance/test_checks.py``), repro scripts, user cases, and the report grid's order
-and labels.
+(``conformance/test_checks.py``), repro scripts (by recipe), user cases, and the report
+grid's order and labels. No code path branches on a check's name: it reads the declared
+attribute instead (``tests/test_check_names.py`` holds that).
 
 This module imports nothing but the standard library: the report tools read it
 (``reports.grid``) and run without NumPy or JAX (``nox -s gate``). Functions are named by
@@ -17,7 +19,7 @@ import dataclasses
 import functools
 import importlib
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 # What a check can need from a subject's declared capabilities. A subject that lacks one
 # gets the check as ``unsupported`` with NEED_REASONS[need]: a check that cannot observe a
@@ -69,8 +71,29 @@ Sampling = Literal[
 # but whose call lowers for its target (Availability.lowerable).
 LOWERING_SAMPLINGS: tuple[str, ...] = ("lowering_cases", "lowered_cases")
 
-# What a repro script shows: the judged tensor (out, lse), the gradients, or the verdict.
-Repro = Literal["forward", "lse", "backward", "verdict"]
+# What a failure's repro script does: its recipe. ``conformance/judge/standalone.py`` writes it
+# self-contained where the subject's adapter has ``standalone()``; ``conformance/judge/repro.py``
+# writes one that runs from the checkout otherwise.
+#   out_tensor        out against the float64 answer, under the tolerance the suite judged with;
+#   lse_tensor        lse likewise;
+#   gradient_tensors  dq, dk, dv (dbias, dsinks where judged) likewise, after the backward call;
+#   call_raises       the call, declared to raise: the bug is present while it returns;
+#   nonfinite         NaN/Inf in out and lse where the float64 answer is finite (in the
+#                     gradients too, where the case's backward pass ran);
+#   output_shapes     each output's shape and dtype (the gradients' too, where the backward ran);
+#   rerun_bitwise     the call twice on the same inputs: the bug is present while they differ;
+#   suite_only        none self-contained: the check observes the suite's own machinery
+#                     (compilations, live arrays, a race detector, lowering, input copies).
+Repro = Literal[
+    "out_tensor",
+    "lse_tensor",
+    "gradient_tensors",
+    "call_raises",
+    "nonfinite",
+    "output_shapes",
+    "rerun_bitwise",
+    "suite_only",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +108,7 @@ class CheckDeclaration:
     sampling: Sampling = "every_case"
     shrinks: bool = True  # a failure is shrunk to a smaller failing case
     on_user_cases: bool = True  # runs on --case cases too
-    repro: Repro = "verdict"
+    repro: Repro = "suite_only"
 
     def __post_init__(self) -> None:
         unknown = set(self.needs) - set(NEED_REASONS)
@@ -93,6 +116,12 @@ class CheckDeclaration:
             raise ValueError(
                 f"check {self.name!r}: unknown needs {sorted(unknown)}; choose from {NEED_REASONS}"
             )
+        for field, kind in (("sampling", Sampling), ("repro", Repro)):
+            value = getattr(self, field)
+            if value not in get_args(kind):
+                raise ValueError(
+                    f"check {self.name!r}: unknown {field} {value!r}; choose from {get_args(kind)}"
+                )
         if ":" not in self.function:
             raise ValueError(f"check {self.name!r}: function {self.function!r} is not 'module:function'")
 
@@ -121,11 +150,19 @@ _CHECKS = "conformance.judge.checks"
 # check cannot hide an early result.
 REGISTRY: tuple[CheckDeclaration, ...] = (
     CheckDeclaration(
-        "raises", f"{_CHECKS}.contract:raises", "raises", 4, sampling="raising_cases", shrinks=False
+        "raises",
+        f"{_CHECKS}.contract:raises",
+        "raises",
+        4,
+        sampling="raising_cases",
+        shrinks=False,
+        repro="call_raises",
     ),
-    CheckDeclaration("shape_dtype", f"{_CHECKS}.contract:shape_dtype", "shape and dtype", 5),
-    CheckDeclaration("forward", f"{_CHECKS}.numeric:forward", "forward", 0, repro="forward"),
-    CheckDeclaration("lse", f"{_CHECKS}.numeric:lse", "lse", 1, needs=("lse",), repro="lse"),
+    CheckDeclaration(
+        "shape_dtype", f"{_CHECKS}.contract:shape_dtype", "shape and dtype", 5, repro="output_shapes"
+    ),
+    CheckDeclaration("forward", f"{_CHECKS}.numeric:forward", "forward", 0, repro="out_tensor"),
+    CheckDeclaration("lse", f"{_CHECKS}.numeric:lse", "lse", 1, needs=("lse",), repro="lse_tensor"),
     CheckDeclaration(
         "fully_masked",
         f"{_CHECKS}.masked:fully_masked",
@@ -134,9 +171,14 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         sampling="fully_masked_cases",
     ),
     CheckDeclaration(
-        "backward", f"{_CHECKS}.numeric:backward", "backward", 2, needs=("backward",), repro="backward"
+        "backward",
+        f"{_CHECKS}.numeric:backward",
+        "backward",
+        2,
+        needs=("backward",),
+        repro="gradient_tensors",
     ),
-    CheckDeclaration("finite", f"{_CHECKS}.masked:finite", "finite", 6),
+    CheckDeclaration("finite", f"{_CHECKS}.masked:finite", "finite", 6, repro="nonfinite"),
     CheckDeclaration("no_mutation", f"{_CHECKS}.contract:no_mutation", "no input mutation", 7),
     CheckDeclaration(
         "determinism",
@@ -145,6 +187,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         8,
         sampling="runtime_sample",
         shrinks=False,
+        repro="rerun_bitwise",
     ),
     CheckDeclaration(
         "recompile",
@@ -202,6 +245,10 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         shrinks=False,
     ),
 )
+
+# The check whose running a case counts as covering its optional inputs' pairs
+# (conformance/plan/pairwise.py): the forward output, which every subject has.
+PAIRWISE_CHECK = "forward"
 
 CHECKS: tuple[str, ...] = tuple(d.name for d in REGISTRY)
 BY_NAME: dict[str, CheckDeclaration] = {d.name: d for d in REGISTRY}

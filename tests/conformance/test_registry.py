@@ -6,11 +6,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from conformance import test_checks as entry_points
+from conformance.judge import standalone
 from conformance.judge.repro import script
+from conformance.plan import catalogue
 from conformance.plan.cases import Case
 from conformance.plan.user_cases import USER_CHECKS
 from conformance.suite.check_registry import (
@@ -19,9 +22,12 @@ from conformance.suite.check_registry import (
     REGISTRY,
     REPORT_ORDER,
     CheckDeclaration,
+    Repro,
+    Sampling,
     declaration,
     validate,
 )
+from kernels.registry import resolve
 from reports import grid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,10 +56,27 @@ def test_a_bad_declaration_is_refused_in_one_line():
         CheckDeclaration("x", "m:f", "x", 99, needs=("gpu",))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not 'module:function'"):
         CheckDeclaration("x", "m.f", "x", 99)
+    with pytest.raises(ValueError, match="unknown sampling 'some_cases'"):
+        CheckDeclaration("x", "m:f", "x", 99, sampling="some_cases")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown repro 'forward'"):
+        CheckDeclaration("x", "m:f", "x", 99, repro="forward")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="duplicate name"):
         validate((*REGISTRY, REGISTRY[0]))
     with pytest.raises(KeyError, match="no check named 'nope'"):
         declaration("nope")
+
+
+def test_samplings_and_repro_recipes_are_what_the_planner_and_the_scripts_read():
+    """The planner narrows cases by the declared sampling alone, and a repro script follows the
+    declared recipe alone: a check with a new name but a known sampling and recipe needs no code."""
+    assert set(catalogue.SAMPLES) <= set(get_args(Sampling))
+    adapter = resolve("xla")
+    judged = {"out_tensor": "got.out", "lse_tensor": "got.lse", "gradient_tensors": "attention_backward("}
+    for recipe in get_args(Repro):
+        check = CheckDeclaration("toy", "m:f", "toy", 99, repro=recipe)
+        assert standalone.supports(check, adapter) == (recipe != "suite_only"), recipe
+        text = script(Case("xla", "float32"), check, "xla")  # the checkout script, no adapter given
+        assert judged.get(recipe, "run_check(case, 'toy'") in text, recipe
 
 
 def test_the_registry_and_the_report_grid_import_without_numpy_or_jax():
