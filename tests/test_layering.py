@@ -28,8 +28,17 @@ LAYERS: tuple[str, ...] = (
     "conformance",
     "benchmarks",
     "noxfile",
+    "scripts",
 )
-SOURCES: tuple[str, ...] = ("reference", "kernels", "reports", "conformance", "benchmarks", "noxfile.py")
+SOURCES: tuple[str, ...] = (
+    "reference",
+    "kernels",
+    "reports",
+    "conformance",
+    "benchmarks",
+    "noxfile.py",
+    "scripts",
+)
 
 
 @dataclass(frozen=True)
@@ -46,13 +55,23 @@ def module_files(root: Path, sources: tuple[str, ...] = SOURCES) -> dict[str, Pa
     found: dict[str, Path] = {}
     for source in sources:
         path = root / source
-        files = [path] if path.suffix == ".py" else sorted(path.rglob("*.py"))
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if _is_python(p))
         for file in files:
             parts = list(file.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = file
     return found
+
+
+def _is_python(path: Path) -> bool:
+    """A module, or an executable Python script without the suffix (scripts/device-bench)."""
+    if not path.is_file() or "__pycache__" in path.parts:
+        return False
+    if path.suffix == ".py":
+        return True
+    first = path.read_bytes().split(b"\n", 1)[0]
+    return path.suffix == "" and first.startswith(b"#!") and b"python" in first
 
 
 def _is_package(name: str, files: dict[str, Path]) -> bool:
