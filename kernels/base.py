@@ -15,7 +15,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from kernels import features as features_table
 from kernels.dtypes import DTYPES  # the one list, stdlib only so that reports reads it too
+from kernels.features import BROADCAST_DIMS
 from kernels.kv_storage import KV_STORAGES
 from kernels.tunables import Config, Tunables
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
@@ -103,18 +105,6 @@ def compiled_where_run(constraints: Iterable[ShapeConstraint], native: bool) -> 
     if not native:
         return tuple(constraints)
     return tuple(dataclasses.replace(c, stage="call") if c.stage == "lowering" else c for c in constraints)
-
-
-BROADCAST_DIMS: tuple[str, ...] = ("batch", "heads", "q", "kv")
-
-
-def broadcast_over(array: np.ndarray | None, shape: AttentionShape) -> tuple[str, ...]:
-    """The dims (``BROADCAST_DIMS``) a ``[B|1, H|1, Sq|1, Sk|1]`` array broadcasts over."""
-    if array is None:
-        return ()
-    full = (shape.batch, shape.q_heads, shape.q_len, shape.kv_len)
-    sizes = (1,) * (4 - array.ndim) + tuple(array.shape)  # NumPy broadcasting pads on the left
-    return tuple(n for n, size, want in zip(BROADCAST_DIMS, sizes, full, strict=True) if size == 1 < want)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,65 +226,9 @@ class Capabilities:
             shape = shape_or_inputs.shape
         else:
             inputs, shape = None, shape_or_inputs
-        bias = None if inputs is None else inputs.bias
         checks = [
             (dtype not in self.dtypes, f"dtype {dtype} not in {self.dtypes}"),
-            (
-                spec.causal and spec.alignment not in self.causal_alignments,
-                f"causal alignment {spec.alignment} not supported",
-            ),
-            (spec.window is not None and not self.window, "local window not supported"),
-            # A window sits on the same diagonal as causal; it only moves when Sq != Sk.
-            (
-                spec.window is not None
-                and shape.q_len != shape.kv_len
-                and spec.alignment not in self.causal_alignments,
-                f"window alignment {spec.alignment} not supported",
-            ),
-            (
-                inputs is not None and inputs.q_segment_ids is not None and not self.segment_ids,
-                "segment ids not supported",
-            ),
-            (
-                inputs is not None
-                and (inputs.q_lengths is not None or inputs.kv_lengths is not None)
-                and not self.lengths,
-                "per-batch valid lengths not supported",
-            ),
-            (
-                inputs is not None and inputs.q_lengths is not None and self.lengths and not self.q_lengths,
-                "query valid lengths not supported (kv lengths only)",
-            ),
-            (
-                inputs is not None and inputs.mask is not None and not self.bool_mask,
-                "boolean mask not supported",
-            ),
-            (shape.group_size != 1 and not self.gqa, "GQA/MQA not supported"),
-            (bias is not None and not self.bias, "bias not supported"),
-            (
-                bias is not None
-                and self.bias
-                and not self.bias_broadcast
-                and bias.shape != (shape.batch, shape.q_heads, shape.q_len, shape.kv_len),
-                "broadcast bias not supported (needs full [B, Hq, Sq, Sk])",
-            ),
-            (
-                inputs is not None
-                and self.bias_broadcast
-                and bool(
-                    set(broadcast_over(bias, shape) + broadcast_over(inputs.mask, shape))
-                    - set(self.broadcast_dims)
-                ),
-                "bias or mask broadcast over "
-                f"{', '.join(d for d in BROADCAST_DIMS if d not in self.broadcast_dims)} "
-                f"not supported (only over {', '.join(self.broadcast_dims)})",
-            ),
-            (spec.softcap is not None and not self.softcap, "softcap not supported"),
-            (
-                inputs is not None and inputs.sinks is not None and not self.sinks,
-                "attention sinks not supported",
-            ),
-            (shape.v_head_dim != shape.head_dim and not self.distinct_v_dim, "Dv != D not supported"),
+            *((True, text) for text in features_table.refusals(self, shape, spec, inputs)),
             (direction == "backward" and not self.backward, "backward pass not declared"),
         ]
         declared = [Exclusion(text) for failed, text in checks if failed]

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels import features
 from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from kernels.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
@@ -55,21 +56,7 @@ class PluginSignatureError(TypeError):
 
 def required_keywords(capabilities: Capabilities) -> tuple[str, ...]:
     """The keywords a function must accept to support what ``capabilities`` declares."""
-    needed = ["scale"]
-    features = [
-        (bool(capabilities.causal_alignments), ("causal", "alignment")),
-        (capabilities.window, ("window",)),
-        (capabilities.softcap, ("softcap",)),
-        (capabilities.bias, ("bias",)),
-        (capabilities.bool_mask, ("mask",)),
-        (capabilities.segment_ids, ("q_segment_ids", "kv_segment_ids")),
-        (capabilities.lengths, ("q_lengths", "kv_lengths")),
-        (capabilities.sinks, ("sinks",)),
-    ]
-    for declared, names in features:
-        if declared:
-            needed.extend(names)
-    return tuple(needed)
+    return ("scale", *features.accepted_keywords(capabilities))
 
 
 def check_signature(fn: Callable[..., Any], capabilities: Capabilities, where: str) -> None:
@@ -115,7 +102,7 @@ def declared_capabilities(fn: Callable[..., Any], where: str) -> Capabilities:
             f"{where}: {CAPABILITIES_ATTRIBUTE} must be a kernels.base.Capabilities, "
             f"got {type(declared).__name__}"
         )
-    if declared.backward or declared.bias_grad or declared.sinks_grad:
+    if declared.backward or any(getattr(declared, g.declared_by) for g in features.gradients()):
         raise PluginSignatureError(
             f"{where}: plain functions are forward-only; set backward=False, or write an adapter "
             f"with gradients() and register it in the 'attention_conformance.adapters' entry-point group"
@@ -125,18 +112,7 @@ def declared_capabilities(fn: Callable[..., Any], where: str) -> Capabilities:
 
 def canonical_keywords(inputs: AttentionInputs, spec: AttentionSpec) -> dict[str, Any]:
     """The keywords for one case: ``scale`` always, every other one only when the case uses it."""
-    kwargs: dict[str, Any] = {"scale": spec.resolved_scale(inputs.q.shape[-1])}
-    if spec.causal:
-        kwargs.update(causal=True, alignment=spec.alignment)
-    if spec.window is not None:
-        kwargs["window"] = spec.window
-    if spec.softcap is not None:
-        kwargs["softcap"] = spec.softcap
-    for name in ("bias", "mask", "q_segment_ids", "kv_segment_ids", "q_lengths", "kv_lengths", "sinks"):
-        value = getattr(inputs, name)
-        if value is not None:
-            kwargs[name] = value
-    return kwargs
+    return {"scale": spec.resolved_scale(inputs.q.shape[-1]), **features.call_keywords(inputs, spec)}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -7,12 +7,11 @@ import math
 from reports.markdown import number, plural
 from reports.records import CaseDescription, CaseResult, TensorMetrics
 
-MASK_WORDS = {"segment_ids": "segment ids", "lengths": "valid lengths (padding)", "mask": "boolean mask"}
-
 
 def describe_case(case: CaseDescription) -> str:
     """E.g. 'bfloat16, batch 2, 8 query heads on 2 KV heads (GQA 4), q 129 x kv 128, head dim 64,
-    causal (bottom-right), segment ids, scaled-normal inputs, seed 7'."""
+    causal (bottom-right), segment ids, scaled-normal inputs, seed 7': the shape in words, then
+    the features' words as the record keeps them (``kernels/features.py``)."""
     parts = [case.dtype, f"batch {case.batch}"]
     if case.q_heads == case.kv_heads:
         parts.append(plural(case.q_heads, "head"))
@@ -28,28 +27,13 @@ def describe_case(case: CaseDescription) -> str:
         f"head dim {case.head_dim}"
         + (f", value dim {case.v_head_dim}" if case.v_head_dim != case.head_dim else "")
     )
-    if case.causal:
-        parts.append(f"causal ({case.alignment.replace('_', '-')})")
-    if case.window is not None:
-        left, right = case.window
-        parts.append(
-            f"window (left {'∞' if left is None else left}, right {'∞' if right is None else right})"
-        )
-    parts += [MASK_WORDS.get(mask, mask.replace("_", " ")) for mask in case.masks]
-    if case.bias_shape is not None:
-        parts.append(f"bias {list(case.bias_shape)}")
-    if case.softcap is not None:
-        parts.append(f"softcap {case.softcap:g}")
-    if case.scale is not None:
-        parts.append(f"scale {case.scale:g}")
-    if case.sinks is not None:
-        parts.append(f"{case.sinks} sinks")
-    if case.kv_storage is not None:
-        parts.append(f"K/V stored as {case.kv_storage}")
-    parts.append(f"{case.input_kind.replace('_', ' ')} inputs")
+    if case.words:
+        parts.append(case.words)
+    parts.append(f"{case.get('input_kind', 'normal').replace('_', ' ')} inputs")
     parts.append(f"seed {case.seed}")
-    if case.config:
-        parts.append("config " + " ".join(f"{name}={value}" for name, value in case.config))
+    config = case.get("config", ())
+    if config:
+        parts.append("config " + " ".join(f"{name}={value}" for name, value in config))
     return ", ".join(parts)
 
 

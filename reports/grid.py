@@ -20,6 +20,7 @@ from typing import Literal
 
 from conformance.suite.check_registry import LABELS as CHECK_LABELS
 from conformance.suite.check_registry import REPORT_ORDER
+from kernels import features
 from kernels.dtypes import DTYPES  # stdlib only: the gate imports this module with no installs
 from reports.records import CaseResult
 
@@ -31,41 +32,12 @@ NOT_PASSING = (*FAILED, "known")  # what the gate never excuses where the base p
 # Preferred order inside each group; features not listed follow, alphabetically. The
 # checks' order and labels are the registry's (stdlib-only, so the gate still runs bare).
 CHECK_ORDER = REPORT_ORDER
-MASK_KINDS = (
-    "causal",
-    "causal_top_left",
-    "causal_bottom_right",
-    "causal_bottom_right_valid",
-    "window",
-    "segment_ids",
-    "lengths",
-    "mask",
-    "bool_mask",
-    "bias",
-    "softcap",
-    "sinks",
-    "gqa",
-    "mqa",
-    "dv_ne_d",
-    "sq_ne_sk",
-    "config",
-    "kv_int8",
-    "fully_masked",
-)
+# The case features' columns and labels are the feature table's (stdlib only, like the registry);
+# ``causal`` and ``mask`` are what records written before it named two of them.
+MASK_KINDS = ("causal", *features.grid_order(), "fully_masked")
 GROUPS = ("checks", "masks and options", "dtypes")
 LABELS = {
-    "causal_top_left": "causal (top-left)",
-    "causal_bottom_right": "causal (bottom-right)",
-    "causal_bottom_right_valid": "causal (bottom-right of valid lengths)",
-    "segment_ids": "segment ids",
-    "lengths": "valid lengths",
-    "bool_mask": "boolean mask",
-    "gqa": "GQA",
-    "mqa": "MQA",
-    "dv_ne_d": "Dv ≠ D",
-    "sq_ne_sk": "Sq ≠ Sk",
-    "config": "non-default config",  # kernel tunables (block sizes) other than the defaults
-    "kv_int8": "int8 K/V",  # K/V stored as int8 (Capabilities.kv_storage), rounded to it
+    **features.labels(),
     "fully_masked": "fully-masked rows",  # the feature of a case, named like the check
     **CHECK_LABELS,
 }

@@ -21,9 +21,15 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1
+from kernels import features
+
+# 2: a case is described generically (its fields by name, its words); 1 (read, never written):
+# a fixed list of fields. A gate compares a folder of either against one of the other.
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 RESULTS_FILE = "results.jsonl"
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = ".lock"  # held (fcntl.flock) by the run writing the folder; holds its pid
@@ -55,30 +61,63 @@ NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 @dataclasses.dataclass(frozen=True)
 class CaseDescription:
-    """Everything needed to rebuild a case: shapes, dtype, semantics, masks, input kind, seed."""
+    """Everything needed to rebuild a case: its id, subject, dtype, seed, every other field of
+    ``conformance.plan.cases.Case`` by name (``fields``, sorted pairs), and its features in
+    words (``kernels/features.py``). A field reads as an attribute: ``description.q_len``."""
 
     case_id: str
     subject: str
     dtype: str
-    batch: int
-    q_heads: int
-    kv_heads: int
-    q_len: int
-    kv_len: int
-    head_dim: int
-    v_head_dim: int
-    scale: float | None = None
-    softcap: float | None = None
-    causal: bool = False
-    alignment: str = "top_left"
-    window: tuple[int | None, int | None] | None = None
-    masks: tuple[str, ...] = ()  # e.g. ("segment_ids", "lengths", "mask")
-    bias_shape: tuple[int, ...] | None = None
-    input_kind: str = "normal"
     seed: int = 0
-    config: tuple[tuple[str, int | bool], ...] = ()  # the kernel tunables set; () = its defaults
-    sinks: str | None = None  # how the per-head sink logits were drawn, or None
-    kv_storage: str | None = None  # how the subject stores K/V ("int8"), their values rounded to it
+    fields: tuple[tuple[str, Any], ...] = ()
+    words: str = ""
+
+    def __post_init__(self) -> None:
+        pairs = self.fields.items() if isinstance(self.fields, dict) else self.fields
+        object.__setattr__(self, "fields", tuple(sorted((str(k), _tuples(v)) for k, v in pairs)))
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are no dataclass field: the case's own fields.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for key, value in self.__dict__.get("fields", ()):
+            if key == name:
+                return value
+        raise AttributeError(f"case {self.__dict__.get('case_id', '?')!r} has no field {name!r}")
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return dict(self.fields).get(name, default)
+
+
+def _description_to_json(case: CaseDescription) -> dict[str, Any]:
+    return {
+        "case_id": case.case_id,
+        "subject": case.subject,
+        "dtype": case.dtype,
+        "seed": case.seed,
+        "fields": dict(case.fields),
+        "words": case.words,
+    }
+
+
+# Schema 1's flat case keys that were no field of the case: which masks were used and the
+# bias's array shape (its broadcast pattern was not kept).
+_SCHEMA1_SUMMARIES = ("masks", "bias_shape")
+
+
+def _description_from_json(obj: dict[str, Any], schema: int) -> CaseDescription:
+    if schema >= 2:
+        return CaseDescription(**obj)
+    core = {k: obj[k] for k in ("case_id", "subject", "dtype") if k in obj}
+    rest = {k: _tuples(v) for k, v in obj.items() if k not in (*core, "seed")}
+    # The features schema 1 kept under their own names read as the table says; the summaries
+    # as they were.
+    known = {f.name: f.default for f in features.case_fields()}
+    view = SimpleNamespace(**{**known, **{k: v for k, v in rest.items() if k in known}})
+    words = features.words(view) + [str(m).replace("_", " ") for m in rest.get("masks", ())]
+    if rest.get("bias_shape") is not None:
+        words.append(f"bias {list(rest['bias_shape'])}")
+    return CaseDescription(**core, seed=obj.get("seed", 0), fields=rest, words=", ".join(words))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,11 +176,14 @@ def _tuples(value: Any) -> Any:
 
 
 def case_result_to_json(result: CaseResult) -> dict[str, Any]:
-    return {"kind": "case", "schema": SCHEMA_VERSION, **dataclasses.asdict(result)}
+    record = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    record["metrics"] = [dataclasses.asdict(m) for m in result.metrics]
+    record["case"] = _description_to_json(result.case)
+    return {"kind": "case", "schema": SCHEMA_VERSION, **record}
 
 
 def case_result_from_json(obj: dict[str, Any]) -> CaseResult:
-    case = CaseDescription(**{k: _tuples(v) for k, v in obj["case"].items()})
+    case = _description_from_json(obj["case"], obj.get("schema", SCHEMA_VERSION))
     metrics = tuple(TensorMetrics(**{k: _tuples(v) for k, v in m.items()}) for m in obj.get("metrics", ()))
     fields = {f.name for f in dataclasses.fields(CaseResult)} - {"case", "metrics"}
     rest = {k: _tuples(v) if k == "features" else v for k, v in obj.items() if k in fields}
@@ -269,9 +311,10 @@ def read_results(path: Path) -> ResultsFile:
             raise ResultsFileError(
                 f"{path}:{number}: corrupt line ({exc}); delete that line or rerun the case with --resume"
             ) from None
-        if obj.get("schema") != SCHEMA_VERSION:
+        if obj.get("schema") not in READABLE_SCHEMAS:
             raise ResultsFileError(
-                f"{path}:{number}: schema version {obj.get('schema')!r}, this tool reads {SCHEMA_VERSION}; "
+                f"{path}:{number}: schema version {obj.get('schema')!r}, this tool reads "
+                f"{', '.join(map(str, READABLE_SCHEMAS))}; "
                 "regenerate the results with this version of the suite"
             )
         kind = obj.get("kind")

@@ -26,23 +26,13 @@ from conformance.judge import baseline as plain
 from conformance.judge import inputs as case_inputs
 from conformance.judge.baseline import BaselineGrads, BaselineOutput
 from conformance.plan.cases import Case
+from kernels import features
 from kernels.base import Adapter, SubjectGrads, SubjectOutput
 from kernels.lowering import Lowering, lower
 from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
 from reference.spec import AttentionInputs
 
-INPUT_FIELDS = (
-    "q",
-    "k",
-    "v",
-    "bias",
-    "q_segment_ids",
-    "kv_segment_ids",
-    "q_lengths",
-    "kv_lengths",
-    "mask",
-    "sinks",
-)
+INPUT_FIELDS = ("q", "k", "v", *features.input_fields())  # every array a call receives
 
 
 class SubjectError(Exception):

@@ -24,39 +24,14 @@ from reports.records import CaseDescription, CaseResult
 
 
 def case_description(case: Case) -> CaseDescription:
-    """The record's description of a case: everything needed to rebuild it."""
-    masks = tuple(
-        name
-        for name, used in (
-            ("segment_ids", case.segments > 0),
-            ("lengths", case.uses_padding),
-            ("mask", case.mask is not None),
-        )
-        if used
-    )
+    """The record's description of a case: everything needed to rebuild it, and its words."""
     return CaseDescription(
         case_id=case.case_id,
         subject=case.subject,
         dtype=case.dtype,
-        batch=case.batch,
-        q_heads=case.q_heads,
-        kv_heads=case.kv_heads,
-        q_len=case.q_len,
-        kv_len=case.kv_len,
-        head_dim=case.head_dim,
-        v_head_dim=case.v_head_dim,
-        scale=case.scale,
-        softcap=case.softcap,
-        causal=case.causal,
-        alignment=case.alignment,
-        window=case.window,
-        masks=masks,
-        bias_shape=case.bias_shape,
-        input_kind=case.input_kind,
         seed=case.seed,
-        config=case.config,
-        sinks=case.sinks,
-        kv_storage=case.kv_storage,
+        fields=case.field_values(),
+        words=case.words(),
     )
 
 

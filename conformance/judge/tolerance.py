@@ -10,7 +10,7 @@ float64 reference on the same quantised inputs:
 subject's dtype. ``floor_max`` is ``FLOOR_ULPS`` x eps of the dtype at max |ref|,
 ``floor_mean`` is ``MEAN_FLOOR_ULPS`` x eps at mean |ref| (where the baseline is exact, a
 correct kernel that rounds once more, e.g. a softcapped max recomputed inside a fused exp,
-is off by up to an ulp on every element: Sk=1 with a softcap, seen on an int8 decode
+is off by up to an ulp on every element: Sk=1 and softcapped logits, seen on an int8 decode
 control; half an ulp failed it), but never less
 than ``floor_max / sqrt(n)`` over n compared elements: a mean of a few elements is a
 noisy sample, and over one element the mean *is* the max. The floors only matter
@@ -91,11 +91,11 @@ TOLERANCES: dict[str, TensorTolerance] = {
             "dsinks",
             6.0,
             4.0,
-            "d(sinks) = -sum over rows of p_sink (dout . out): out's and lse's errors summed over "
+            "dsinks = -sum over rows of p_sink (dout . out): out's and lse's errors summed over "
             "every query row of a head and the batch. One element per head, each a long sum whose "
             "rounding errors partly cancel, so the ratio of two such sums spreads wider than for "
             "a large tensor: splash float32 ratios 0.3 to 4.4 (mean 0.4 to 2.9) over 17 cases. "
-            "A wrong d(sinks) (sign, missing exp, a row dropped) is off by O(1).",
+            "A wrong dsinks (sign, missing exp, a row dropped) is off by O(1).",
         ),
     )
 }

@@ -20,60 +20,42 @@ from typing import Literal
 
 import numpy as np
 
-from kernels.kv_storage import KV_STORAGES
+from kernels import features as feature_table
 from kernels.tunables import Config, config_token, normalize
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 InputKind = Literal["normal", "large", "integers", "nan_padding"]
 INPUT_KINDS: tuple[str, ...] = ("normal", "large", "integers", "nan_padding")
-# How sink logits are drawn (conformance.plan.draws.draw_sinks): ``normal`` near a row's
-# lse, so the sink takes a real share of the denominator; ``extreme`` gives the heads in
-# turn +30 (the sink dominates), -1e4 (it vanishes) and a normal draw.
-SINK_KINDS: tuple[str, ...] = ("normal", "extreme")
-BIAS_AXES = "bhqk"  # a broadcast pattern names the full axes; "1" marks a broadcast (size-1) axis
+
+# The shape, dtype, values and tunables of a case; every optional input or option is a
+# feature's field (``kernels/features.py``), added to ``Case`` from the table.
+CORE_FIELDS: tuple[tuple[str, object, object], ...] = (
+    ("subject", str, dataclasses.MISSING),
+    ("dtype", str, dataclasses.MISSING),
+    ("batch", int, 1),
+    ("q_heads", int, 1),
+    ("kv_heads", int, 1),
+    ("q_len", int, 128),
+    ("kv_len", int, 128),
+    ("head_dim", int, 64),
+    ("v_head_dim", int, 64),
+    ("input_kind", str, "normal"),
+    ("config", Config, ()),
+)
 
 
-@dataclasses.dataclass(frozen=True)
-class Case:
+class _CaseBehaviour:
     """A single attention call to check, in canonical semantics (``docs/semantics.md``).
 
-    segments:       number of contiguous segment-id runs per batch row (0 = no segment ids).
-    orphan_segment: the q side's first run gets an id no key has, so those rows are fully masked.
-    q_lengths, kv_lengths: per-batch valid lengths (``len == batch``), or None.
-    bias, mask:     broadcast pattern over ``bhqk`` such as ``"1h1k"`` (``1`` = size-1 axis), or None.
-    input_kind:     how values are drawn (``conformance.judge.inputs``).
-    config:         the subject's tunables this case sets (``kernels.tunables``), as sorted
-                    (name, value) pairs; () is the implementation's default. A mapping given
-                    here is stored sorted.
-    sinks:          None, or how the per-head sink logits are drawn (``SINK_KINDS``).
-    kv_storage:     None, or how the subject stores K/V (``kernels.kv_storage``, e.g. ``"int8"``):
-                    set from its ``Capabilities.kv_storage``; K/V are rounded to it.
+    Core fields: ``subject``, ``dtype``, the sizes (``batch``, ``q_heads``, ``kv_heads``,
+    ``q_len``, ``kv_len``, ``head_dim``, ``v_head_dim``), ``input_kind`` (how values are
+    drawn, ``conformance.judge.inputs``) and ``config`` (the subject's tunables this case
+    sets, ``kernels.tunables``, as sorted (name, value) pairs; () is the implementation's
+    default; a mapping given here is stored sorted). Every other field is a feature's, as
+    ``kernels/features.py`` declares it (e.g. ``causal``/``alignment``, ``window``,
+    ``segments``/``orphan_segment``, ``q_lengths``/``kv_lengths``, ``mask``, ``bias``,
+    ``kv_storage``), with its meaning and default there.
     """
-
-    subject: str
-    dtype: str
-    batch: int = 1
-    q_heads: int = 1
-    kv_heads: int = 1
-    q_len: int = 128
-    kv_len: int = 128
-    head_dim: int = 64
-    v_head_dim: int = 64
-    causal: bool = False
-    alignment: str = "top_left"
-    window: tuple[int | None, int | None] | None = None
-    softcap: float | None = None
-    scale: float | None = None
-    segments: int = 0
-    orphan_segment: bool = False
-    q_lengths: tuple[int, ...] | None = None
-    kv_lengths: tuple[int, ...] | None = None
-    bias: str | None = None
-    mask: str | None = None
-    input_kind: str = "normal"
-    config: Config = ()
-    sinks: str | None = None
-    kv_storage: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -84,19 +66,10 @@ class Case:
             ) from None
         if self.input_kind not in INPUT_KINDS:
             raise ValueError(f"unknown input kind {self.input_kind!r}; choose from {INPUT_KINDS}")
-        if self.sinks is not None and self.sinks not in SINK_KINDS:
-            raise ValueError(f"unknown sink kind {self.sinks!r}; choose from {SINK_KINDS} (or None)")
-        if self.kv_storage is not None and self.kv_storage not in KV_STORAGES:
-            raise ValueError(f"unknown kv_storage {self.kv_storage!r}; choose from {KV_STORAGES} (or None)")
-        for name in ("bias", "mask"):
-            pattern = getattr(self, name)
-            if pattern is not None and not _is_pattern(pattern):
-                raise ValueError(f"{name} pattern {pattern!r} must be 4 of 'bhqk' or '1', e.g. '1h1k'")
-        for name, size in (("q_lengths", self.batch), ("kv_lengths", self.batch)):
-            lengths = getattr(self, name)
-            if lengths is not None and len(lengths) != size:
-                raise ValueError(f"{name} needs one length per batch element ({size}), got {lengths}")
-        if self.input_kind == "nan_padding" and not (self.uses_padding or self.segments):
+        problems = feature_table.problems(self)
+        if problems:
+            raise ValueError(problems[0])
+        if self.input_kind == "nan_padding" and not self.padded:
             raise ValueError("input kind nan_padding needs lengths or segment ids (padding to fill)")
         # Fail at construction, with the spec's own message, rather than deep inside a check.
         self.spec  # noqa: B018
@@ -105,11 +78,7 @@ class Case:
     @property
     def spec(self) -> AttentionSpec:
         return AttentionSpec(
-            scale=self.scale,
-            softcap=self.softcap,
-            causal=self.causal,
-            alignment=self.alignment,
-            window=self.window,  # type: ignore[arg-type]
+            **{name: getattr(self, name) for f in feature_table.FEATURES for name in f.spec_fields}
         )
 
     @property
@@ -120,48 +89,25 @@ class Case:
 
     @property
     def bias_shape(self) -> tuple[int, ...] | None:
-        return None if self.bias is None else self._pattern_shape(self.bias)
+        return None if self.bias is None else feature_table.pattern_shape(self, self.bias)
 
     @property
     def mask_shape(self) -> tuple[int, ...] | None:
-        return None if self.mask is None else self._pattern_shape(self.mask)
-
-    def _pattern_shape(self, pattern: str) -> tuple[int, ...]:
-        full = (self.batch, self.q_heads, self.q_len, self.kv_len)
-        return tuple(1 if c == "1" else n for c, n in zip(pattern, full, strict=True))
+        return None if self.mask is None else feature_table.pattern_shape(self, self.mask)
 
     @property
     def uses_padding(self) -> bool:
         return self.q_lengths is not None or self.kv_lengths is not None
 
     @property
+    def padded(self) -> bool:
+        """Some feature leaves padding (lengths, segment ids) for ``nan_padding`` to fill."""
+        return any(f.pads(self) for f in feature_table.FEATURES)
+
+    @property
     def features(self) -> tuple[str, ...]:
         """Semantic features this case exercises: columns of the report's grid."""
-        out = []
-        if self.causal:
-            out.append(f"causal_{self.alignment}")
-        if self.window is not None:
-            out.append("window")
-        if self.segments:
-            out.append("segment_ids")
-        if self.uses_padding:
-            out.append("lengths")
-        if self.mask is not None:
-            out.append("bool_mask")
-        if self.bias is not None:
-            out.append("bias")
-        if self.softcap is not None:
-            out.append("softcap")
-        if self.sinks is not None:
-            out.append("sinks")
-        if self.kv_storage is not None:
-            out.append(f"kv_{self.kv_storage}")
-        if self.kv_heads == 1 and self.q_heads > 1:
-            out.append("mqa")
-        elif self.kv_heads != self.q_heads:
-            out.append("gqa")
-        if self.v_head_dim != self.head_dim:
-            out.append("dv_ne_d")
+        out = list(feature_table.grid_names(self))
         if self.q_len != self.kv_len:
             out.append("sq_ne_sk")
         if self.config:
@@ -179,7 +125,7 @@ class Case:
     def data_id(self) -> str:
         """The id without the subject and the config: the same data for every subject and config."""
         parts = [self.dtype]
-        parts += _feature_tokens(self) or ["full"]
+        parts += feature_table.tokens(self) or ["full"]
         parts += [
             f"B{self.batch}",
             f"Hq{self.q_heads}",
@@ -213,24 +159,31 @@ class Case:
     def skeleton(self) -> AttentionInputs:
         """Zero-cost stand-in inputs with the right shapes and which-fields-are-set, for
         ``Capabilities.admits`` (which looks at shapes only)."""
-        zero = np.zeros((), dtype=np.float32)
         b = self.batch
-
-        def ints(n: int) -> np.ndarray:
-            return np.broadcast_to(np.zeros((), np.int32), (b, n))
-
+        zero = np.zeros((), dtype=np.float32)
+        arrays = {
+            feature_input: value
+            for f in feature_table.FEATURES
+            for feature_input, value in f.skeleton(self, _standins).items()
+        }
         return AttentionInputs(
             q=np.broadcast_to(zero, (b, self.q_heads, self.q_len, self.head_dim)),
             k=np.broadcast_to(zero, (b, self.kv_heads, self.kv_len, self.head_dim)),
             v=np.broadcast_to(zero, (b, self.kv_heads, self.kv_len, self.v_head_dim)),
-            bias=None if self.bias is None else np.broadcast_to(zero, self.bias_shape),
-            q_segment_ids=ints(self.q_len) if self.segments else None,
-            kv_segment_ids=ints(self.kv_len) if self.segments else None,
-            q_lengths=None if self.q_lengths is None else np.asarray(self.q_lengths),
-            kv_lengths=None if self.kv_lengths is None else np.asarray(self.kv_lengths),
-            mask=None if self.mask is None else np.broadcast_to(np.ones((), bool), self.mask_shape),
-            sinks=None if self.sinks is None else np.broadcast_to(zero, (self.q_heads,)),
+            **arrays,
         )
+
+    def field_values(self) -> dict[str, object]:
+        """Every field but ``subject`` and ``dtype``, by name: what a record keeps to rebuild it."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if f.name not in ("subject", "dtype")
+        }
+
+    def words(self) -> str:
+        """The features of the case in words (``kernels/features.py``), for a review."""
+        return ", ".join(feature_table.words(self))
 
     def summary(self) -> str:
         """The case in words, for failure messages."""
@@ -238,44 +191,34 @@ class Case:
             f"B={self.batch} Hq={self.q_heads} Hkv={self.kv_heads} Sq={self.q_len} "
             f"Sk={self.kv_len} D={self.head_dim} Dv={self.v_head_dim}"
         )
-        feats = ", ".join(_feature_tokens(self)) or "no mask"
+        feats = ", ".join(feature_table.tokens(self)) or "no mask"
         config = ", ".join(f"{k}={v}" for k, v in self.config)
         tuned = f"; config {config}" if config else ""
         return f"{self.subject} {self.dtype} {shape}; {feats}; {self.input_kind} inputs{tuned}"
 
 
-def _is_pattern(pattern: str) -> bool:
-    return len(pattern) == 4 and all(c in (axis, "1") for c, axis in zip(pattern, BIAS_AXES, strict=True))
+_KINDS = {"float": np.float32, "int": np.int32, "bool": bool}
 
 
-def _edge(value: int | None) -> str:
-    return "inf" if value is None else str(value)
+def _standins(shape: tuple[int, ...], kind: str) -> np.ndarray:
+    """A zero-cost array of ``shape`` (a broadcast scalar) for a skeleton."""
+    return np.broadcast_to(np.zeros((), _KINDS[kind]), shape)
 
 
-def _feature_tokens(case: Case) -> list[str]:
-    tokens = []
-    align = {"top_left": "tl", "bottom_right": "br", "bottom_right_valid": "brv"}[case.alignment]
-    if case.causal:
-        tokens.append(f"causal_{align}")
-    if case.window is not None:
-        left, right = case.window
-        tokens.append(f"win{_edge(left)}.{_edge(right)}" + ("" if case.causal else f"_{align}"))
-    if case.segments:
-        tokens.append(f"seg{case.segments}" + ("x" if case.orphan_segment else ""))
-    if case.q_lengths is not None:
-        tokens.append("lenq" + ".".join(map(str, case.q_lengths)))
-    if case.kv_lengths is not None:
-        tokens.append("lenkv" + ".".join(map(str, case.kv_lengths)))
-    if case.mask is not None:
-        tokens.append(f"mask_{case.mask}")
-    if case.bias is not None:
-        tokens.append(f"bias_{case.bias}")
-    if case.softcap is not None:
-        tokens.append(f"cap{case.softcap:g}")
-    if case.scale is not None:
-        tokens.append(f"scale{case.scale:g}")
-    if case.sinks is not None:
-        tokens.append("sink" if case.sinks == "normal" else f"sink_{case.sinks}")
-    if case.kv_storage is not None:
-        tokens.append(f"kv{case.kv_storage}")
-    return tokens
+_standins.values = np.asarray  # type: ignore[attr-defined]  # lengths: the values themselves
+
+Case = dataclasses.make_dataclass(
+    "Case",
+    [
+        (
+            name,
+            kind,
+            dataclasses.field() if default is dataclasses.MISSING else dataclasses.field(default=default),
+        )
+        for name, kind, default in CORE_FIELDS
+    ]
+    + [(f.name, f.type, dataclasses.field(default=f.default)) for f in feature_table.case_fields()],
+    bases=(_CaseBehaviour,),
+    frozen=True,
+    namespace={"__module__": __name__, "__doc__": _CaseBehaviour.__doc__},
+)

@@ -34,6 +34,7 @@ from conformance.suite.check_registry import (
     CheckDeclaration,
     declaration,
 )
+from kernels import features
 from kernels.base import Capabilities, ShapeConstraint
 from kernels.dtypes import DTYPES
 from reference.masks import full_visibility, has_mask
@@ -76,9 +77,9 @@ def unavailable_case(subject: str) -> Case:
 
 def has_fully_masked_rows(case: Case) -> bool:
     """Whether some query row may attend to no key (computed from the masks, no values).
-    Never with sinks: such a row keeps its sink, so its out (0) and lse (the sink) are
-    defined by the formula and judged by forward and lse, not by a convention."""
-    if case.sinks is not None:
+    Never with a feature that keeps every row alive (``Feature.keeps_rows``: a sink stays in
+    each denominator, so out and lse are the formula's, judged by forward and lse)."""
+    if any(f.keeps_rows and f.present(case) for f in features.FEATURES):
         return False
     masks = mask_arrays(case)
     skeleton = dataclasses.replace(
@@ -120,7 +121,7 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         for d in (dtypes if every_dtype else dtypes[:1])
     ]
     # K/V in the subject's own storage (int8 pages, ...): its every case, rounded to it.
-    curated = [dataclasses.replace(c, kv_storage=caps.kv_storage) for c in curated]
+    curated = [dataclasses.replace(c, **features.subject_fields(caps)) for c in curated]
     drawn = strategies.draw_cases(
         strategies.cases(subject.name, caps, profile), profile.drawn_cases, draw_seed
     )

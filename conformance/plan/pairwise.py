@@ -1,6 +1,6 @@
 """Pairwise coverage of a subject's optional inputs.
 
-Defects hide in combinations: kv lengths with a window, a bias with GQA, sinks with segment
+Defects hide in combinations: kv lengths with a window, a bias with GQA, a sink with segment
 ids. For every pair of optional features a subject declares (``FEATURES``), each of the four
 present/absent combinations should appear in at least one case that runs. ``covering_cases``
 adds the fewest cases it can find (a greedy covering array, each case checked against the
@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from conformance.plan import edge_matrix
 from conformance.plan.cases import Case
+from kernels import features as feature_table
 from kernels.base import Capabilities
 
 # A combination: (feature, present?, feature, present?), the first name sorting first.
@@ -45,6 +46,17 @@ class OptionalFeature:
     remove: Callable[[Case], Case]
 
 
+def _from_table(edit: feature_table.PairwiseEdit) -> OptionalFeature:
+    """A feature table's present/absent edit (``kernels/features.py``) as case -> case."""
+    return OptionalFeature(
+        edit.name,
+        edit.declared,
+        edit.present,
+        lambda case, caps: dataclasses.replace(case, **edit.add(case, caps)),
+        lambda case: dataclasses.replace(case, **edit.remove(case)),
+    )
+
+
 def _config(case: Case, caps: Capabilities) -> Case:
     configs = edge_matrix.edge_configs(caps.tunables, case.q_len, case.kv_len, case.batch)
     return dataclasses.replace(case, config=configs[0][1]) if configs else case
@@ -54,55 +66,9 @@ def _has_config(caps: Capabilities) -> bool:
     return bool(caps.tunables) and bool(edge_matrix.edge_configs(caps.tunables, 128, 128, 2))
 
 
-def _lengths(length: int, batch: int, short: int) -> tuple[int, ...]:
-    return tuple(length if b % 2 == 0 else short for b in range(batch))
-
-
-def _optional_field(field: str, capability: str, value: object) -> OptionalFeature:
-    """A feature that is one Case field, set to ``value`` or None, declared by one capability."""
-    return OptionalFeature(
-        field,
-        lambda c: bool(getattr(c, capability)),
-        lambda k: getattr(k, field) is not None,
-        lambda k, c: dataclasses.replace(k, **{field: value}),
-        lambda k: dataclasses.replace(k, **{field: None}),
-    )
-
-
+# The table's edits, then the tunables' (a config is a core field of a case, not a feature).
 FEATURES: tuple[OptionalFeature, ...] = (
-    OptionalFeature(
-        "q_lengths",
-        lambda c: c.lengths and c.q_lengths,
-        lambda k: k.q_lengths is not None,
-        lambda k, c: dataclasses.replace(k, q_lengths=_lengths(k.q_len, k.batch, k.q_len * 3 // 4)),
-        lambda k: dataclasses.replace(k, q_lengths=None),
-    ),
-    OptionalFeature(
-        "kv_lengths",
-        lambda c: c.lengths,
-        lambda k: k.kv_lengths is not None,
-        lambda k, c: dataclasses.replace(k, kv_lengths=_lengths(k.kv_len, k.batch, k.kv_len * 5 // 8)),
-        lambda k: dataclasses.replace(k, kv_lengths=None),
-    ),
-    _optional_field("bias", "bias", "bhqk"),
-    _optional_field("mask", "bool_mask", "b1qk"),
-    OptionalFeature(
-        "segment_ids",
-        lambda c: c.segment_ids,
-        lambda k: k.segments > 0,
-        lambda k, c: dataclasses.replace(k, segments=3),
-        lambda k: dataclasses.replace(k, segments=0, orphan_segment=False),
-    ),
-    _optional_field("window", "window", (24, 8)),
-    _optional_field("softcap", "softcap", 20.0),
-    _optional_field("sinks", "sinks", "normal"),
-    OptionalFeature(
-        "gqa",
-        lambda c: c.gqa,
-        lambda k: k.q_heads != k.kv_heads,
-        lambda k, c: dataclasses.replace(k, q_heads=4, kv_heads=2),
-        lambda k: dataclasses.replace(k, q_heads=k.kv_heads),
-    ),
+    *(_from_table(edit) for edit in feature_table.pairwise_edits()),
     OptionalFeature(
         "config", _has_config, lambda k: bool(k.config), _config, lambda k: dataclasses.replace(k, config=())
     ),
@@ -176,7 +142,7 @@ def _seed_case(
     """What new cases start from: ``BASE`` where the subject runs it; otherwise the plainest
     case it runs (a decode kernel's Sq=1 case, an always-causal kernel's causal one), in
     ``dtype`` with every optional input taken away where it still runs so."""
-    base = dataclasses.replace(BASE, subject=subject, dtype=dtype, kv_storage=caps.kv_storage)
+    base = dataclasses.replace(BASE, subject=subject, dtype=dtype, **feature_table.subject_fields(caps))
     if runs(base) is None or not runnable:
         return base
     features = declared_features(caps)

@@ -10,19 +10,58 @@ list for a seed; ``within(case, ...)`` is the space a failing case shrinks in.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from conformance.plan.cases import SINK_KINDS, Case
+from conformance.plan.cases import Case
 from conformance.plan.profiles import Profile
+from kernels import features as feature_table
 from kernels.base import Capabilities
 from kernels.dtypes import DTYPES
+from kernels.features import Draw
 from kernels.tunables import Config, Tunables
 from reference.spec import AttentionShape, AttentionSpec
 
-SOFTCAPS = (1.0, 5.0, 30.0)
-BIAS_PATTERNS = ("bhqk", "1h1k", "b11k", "11qk", "111k", "b1qk", "1hqk")
+
+@dataclasses.dataclass
+class DrawContext:
+    """What a feature's draw sees (``kernels.features.Draw``): hypothesis's ``draw`` and
+    strategies, the subject's declaration, the fields drawn so far (``fields``), the case
+    being shrunk (``case``, when shrinking) and the admissible head dims."""
+
+    draw: st.DrawFn
+    st: Any
+    caps: Capabilities
+    fields: dict[str, Any]
+    case: Case | None = None
+    head_dims: tuple[int, ...] = ()
+
+    @staticmethod
+    def per_row(batch: int, full: int) -> st.SearchStrategy[tuple[int, ...]]:
+        """One length in [0, full] per batch row."""
+        return _lengths(batch, full)
+
+
+@st.composite
+def _lengths(draw: st.DrawFn, batch: int, full: int) -> tuple[int, ...]:
+    # A composite of its own (not st.tuples): hypothesis mutates earlier draws by their
+    # labels, so the drawn cases of a seed stay the same only while this one does.
+    return tuple(draw(st.integers(0, full)) for _ in range(batch))
+
+
+def _run(steps: list[Draw], ctx: DrawContext) -> dict[str, Any]:
+    """Run the core draws and the features' in sequence order, each seeing the fields before it."""
+    for step in sorted(steps, key=lambda d: d.at):
+        ctx.fields.update(step.fn(ctx))
+    return ctx.fields
+
+
+def _core(at: int, fn: Callable[[DrawContext], dict[str, Any]]) -> Draw:
+    return Draw(at, fn)
 
 
 def runnable(case: Case, caps: Capabilities) -> bool:
@@ -77,11 +116,6 @@ def _admissible_dims(caps: Capabilities, dims: tuple[int, ...], length: int) -> 
 
 
 @st.composite
-def _lengths(draw: st.DrawFn, batch: int, full: int) -> tuple[int, ...]:
-    return tuple(draw(st.integers(0, full)) for _ in range(batch))
-
-
-@st.composite
 def _config(draw: st.DrawFn, tunables: Tunables, q_len: int, kv_len: int, batch: int) -> Config:
     """A legal config whose blocks divide the lengths: each parameter keeps its default or takes
     a drawn legal value; a minor block that no longer divides its major keeps its default."""
@@ -108,54 +142,46 @@ def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -
     dtypes = tuple(d for d in caps.dtypes if d in DTYPES)
     head_dims = _admissible_dims(caps, profile.head_dims, 128)
     q_lengths_space, kv_lengths_space = _admissible_lengths(caps, profile.lengths, head_dims[0])
-    batch = draw(st.integers(1, profile.max_batch))
-    kv_heads = draw(st.integers(1, profile.max_kv_heads))
-    group = draw(st.sampled_from((1, 2, 4, 8))) if caps.gqa else 1
-    head_dim = draw(st.sampled_from(head_dims))
-    q_len, kv_len = draw(st.sampled_from(q_lengths_space)), draw(st.sampled_from(kv_lengths_space))
-    causal = bool(caps.causal_alignments) and draw(st.booleans())
-    alignment = draw(st.sampled_from(caps.causal_alignments)) if caps.causal_alignments else "top_left"
-    window = None
-    if caps.window and draw(st.booleans()):
-        edge = st.none() | st.integers(0, 8) | st.integers(0, 2 * max(q_len, kv_len))
-        window = (draw(edge), draw(edge))
-    segments = draw(st.integers(0, 4)) if caps.segment_ids else 0
-    q_lengths = kv_lengths = None
-    if caps.lengths and draw(st.booleans()):
-        q_lengths = draw(st.none() | _lengths(batch, q_len)) if caps.q_lengths else None
-        kv_lengths = draw(_lengths(batch, kv_len))
-    padded = q_lengths is not None or kv_lengths is not None or segments > 0
-    kinds = ["normal", "large", "integers"] + (["nan_padding"] if padded else [])
-    bias = None
-    if caps.bias and draw(st.booleans()):
-        bias = draw(st.sampled_from(BIAS_PATTERNS)) if caps.bias_broadcast else "bhqk"
+
+    def padded_kinds(ctx: DrawContext) -> dict[str, Any]:
+        kinds = ["normal", "large", "integers"] + (["nan_padding"] if _padded(ctx.fields) else [])
+        return {"input_kind": ctx.draw(st.sampled_from(kinds))}
+
+    core = [
+        _core(10, lambda ctx: {"batch": draw(st.integers(1, profile.max_batch))}),
+        _core(20, lambda ctx: {"kv_heads": draw(st.integers(1, profile.max_kv_heads))}),
+        _core(40, lambda ctx: {"head_dim": draw(st.sampled_from(head_dims))}),
+        _core(50, lambda ctx: {"q_len": draw(st.sampled_from(q_lengths_space))}),
+        _core(60, lambda ctx: {"kv_len": draw(st.sampled_from(kv_lengths_space))}),
+        _core(130, lambda ctx: {"dtype": draw(st.sampled_from(dtypes))}),
+        _core(180, padded_kinds),
+        _core(
+            190,
+            lambda ctx: {
+                "config": draw(
+                    _config(caps.tunables, ctx.fields["q_len"], ctx.fields["kv_len"], ctx.fields["batch"])
+                )
+                if profile.draw_configs and caps.tunables
+                else ()
+            },
+        ),
+    ]
+    steps = core + [d for f in feature_table.FEATURES for d in f.draws]
+    fields = _run(steps, DrawContext(draw, st, caps, {}, head_dims=head_dims))
+    group = fields.pop("group", 1)
     return Case(
         subject=subject,
-        kv_storage=caps.kv_storage,
-        dtype=draw(st.sampled_from(dtypes)),
-        batch=batch,
-        q_heads=kv_heads * group,
-        kv_heads=kv_heads,
-        q_len=q_len,
-        kv_len=kv_len,
-        head_dim=head_dim,
-        v_head_dim=draw(st.sampled_from(head_dims)) if caps.distinct_v_dim else head_dim,
-        causal=causal,
-        alignment=alignment,
-        window=window,
-        softcap=draw(st.none() | st.sampled_from(SOFTCAPS)) if caps.softcap else None,
-        segments=segments,
-        orphan_segment=bool(segments) and draw(st.booleans()),
-        q_lengths=q_lengths,
-        kv_lengths=kv_lengths,
-        bias=bias,
-        mask=draw(st.none() | st.sampled_from(BIAS_PATTERNS)) if caps.bool_mask else None,
-        input_kind=draw(st.sampled_from(kinds)),
-        config=draw(_config(caps.tunables, q_len, kv_len, batch))
-        if profile.draw_configs and caps.tunables
-        else (),
-        sinks=draw(st.none() | st.sampled_from(SINK_KINDS)) if caps.sinks else None,
+        **feature_table.subject_fields(caps),
+        q_heads=fields["kv_heads"] * group,
+        v_head_dim=fields.pop("v_head_dim", fields["head_dim"]),
+        **fields,
     )
+
+
+def _padded(fields: dict[str, Any]) -> bool:
+    """Whether the features drawn so far leave padding (``nan_padding`` inputs need some)."""
+    view = SimpleNamespace(**{**{f.name: f.default for f in feature_table.case_fields()}, **fields})
+    return any(f.pads(view) for f in feature_table.FEATURES)
 
 
 def cases(subject: str, caps: Capabilities, profile: Profile) -> st.SearchStrategy[Case]:
@@ -196,47 +222,33 @@ def within(case: Case, caps: Capabilities) -> st.SearchStrategy[Case]:
         def dim(n: int) -> int:
             return draw(st.integers(1, n))
 
-        def maybe(value):
-            """Keep or drop one feature (None/False drops it)."""
-            if value in (None, 0, False):
-                return value
-            return draw(st.sampled_from((False, True) if value is True else (None, value)))
-
-        batch = dim(case.batch)
-        kv_heads = dim(case.kv_heads)
         group = case.q_heads // case.kv_heads
-        lengths = lambda ls: None if ls is None else draw(st.sampled_from((None, ls[:batch])))  # noqa: E731
-        q_len = draw(st.sampled_from(sorted({1, 7, 128, case.q_len} & set(range(1, case.q_len + 1)))))
-        kv_len = draw(st.sampled_from(sorted({1, 7, 128, case.kv_len} & set(range(1, case.kv_len + 1)))))
+
+        def lengths_upto(n: int) -> Any:
+            return st.sampled_from(sorted({1, 7, 128, n} & set(range(1, n + 1))))
+
+        core = [
+            _core(10, lambda ctx: {"batch": dim(case.batch)}),
+            _core(20, lambda ctx: {"kv_heads": dim(case.kv_heads)}),
+            _core(30, lambda ctx: {"group": draw(st.sampled_from(sorted({1, group})))}),
+            _core(40, lambda ctx: {"q_len": draw(lengths_upto(case.q_len))}),
+            _core(50, lambda ctx: {"kv_len": draw(lengths_upto(case.kv_len))}),
+            _core(
+                130,
+                lambda ctx: {"config": draw(st.sampled_from(((), case.config))) if case.config else ()},
+            ),
+        ]
+        steps = core + [d for f in feature_table.FEATURES for d in f.shrinks]
+        fields = _run(steps, DrawContext(draw, st, caps, {}, case=case))
+        group_kept = fields.pop("group")
         candidate = dataclasses.replace(
             case,
-            batch=batch,
-            kv_heads=kv_heads,
-            q_heads=kv_heads * draw(st.sampled_from(sorted({1, group}))),
-            q_len=q_len,
-            kv_len=kv_len,
-            causal=bool(maybe(case.causal)),
-            window=maybe(case.window),
-            softcap=maybe(case.softcap),
-            scale=maybe(case.scale),
-            segments=case.segments and draw(st.sampled_from((0, case.segments))),
-            bias=maybe(case.bias),
-            mask=maybe(case.mask),
-            sinks=maybe(case.sinks),
-            q_lengths=None,
-            kv_lengths=None,
-            orphan_segment=False,
-            config=draw(st.sampled_from(((), case.config))) if case.config else (),
+            **fields,
+            q_heads=fields["kv_heads"] * group_kept,
+            orphan_segment=case.orphan_segment and bool(fields.get("segments", case.segments)),
+            input_kind="normal",
         )
-        q_lengths, kv_lengths = lengths(case.q_lengths), lengths(case.kv_lengths)
-        keeps_padding = case.input_kind != "nan_padding" or q_lengths or kv_lengths or candidate.segments
-        fits = lambda ls, n: None if ls is None else tuple(min(x, n) for x in ls)  # noqa: E731
-        return dataclasses.replace(
-            candidate,
-            q_lengths=fits(q_lengths, q_len),
-            kv_lengths=fits(kv_lengths, kv_len),
-            orphan_segment=case.orphan_segment and candidate.segments > 0,
-            input_kind=case.input_kind if keeps_padding else "normal",
-        )
+        keeps_padding = case.input_kind != "nan_padding" or candidate.padded
+        return dataclasses.replace(candidate, input_kind=case.input_kind if keeps_padding else "normal")
 
     return smaller().filter(lambda c: runnable(c, caps))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
+import json
 
 import pytest
 
 from conformance.judge.runner import case_description
 from conformance.plan import edge_matrix
 from conformance.plan.cases import Case
+from reports.records import CaseResult, case_result_from_json, case_result_to_json
 
 
 def test_case_id_reads_like_a_sentence():
@@ -103,9 +104,16 @@ def test_ci_level_is_a_subset_of_dev_and_thorough():
     assert ci < dev < thorough
 
 
-def test_description_round_trips_the_fields_a_report_needs():
+def test_description_rebuilds_the_case_and_says_its_features_in_words():
     case = Case("x", "bfloat16", segments=2, kv_lengths=(3,), bias="1h1k", window=(1, 2))
     record = case_description(case)
     assert record.case_id == case.case_id and record.seed == case.seed
-    assert record.masks == ("segment_ids", "lengths") and record.bias_shape == (1, 1, 1, 128)
-    assert dataclasses.asdict(record)["window"] == (1, 2)
+    assert Case(record.subject, record.dtype, **dict(record.fields)) == case  # nothing dropped
+    assert record.window == (1, 2) and record.kv_lengths == (3,) and record.bias == "1h1k"
+    assert (
+        record.words == "window (left 1, right 2), segment ids, valid lengths (padding), bias [1, 1, 1, 128]"
+    )
+    back = case_result_from_json(
+        json.loads(json.dumps(case_result_to_json(CaseResult(record, "forward", "pass"))))
+    )
+    assert back.case == record

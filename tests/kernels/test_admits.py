@@ -38,13 +38,14 @@ def test_a_case_inside_the_declaration_is_admitted() -> None:
 
 def test_every_reason_is_returned_not_only_the_first() -> None:
     # float16 (undeclared), GQA (undeclared), a softcap (undeclared), an odd Sq (raises)
-    # and a long Sk (api): five things wrong, five reasons, declarations first.
+    # and a long Sk (api): five things wrong, five reasons, declarations first (in the feature
+    # table's order, kernels/features.py).
     inputs = make_inputs(0, 1, 4, 2, 7, 32, 4)
     outside = CAPS.admits(inputs, AttentionSpec(softcap=5.0), "float16", "forward")
     assert [e.text for e in outside] == [
         "dtype float16 not in ('float32',)",
-        "GQA/MQA not supported",
         "softcap not supported",
+        "GQA/MQA not supported",
         "even_q: an odd query length raises ValueError in the kernel",
         "short_kv: the call has no parameter for a key length above 16",
     ]

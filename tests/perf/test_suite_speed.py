@@ -153,17 +153,7 @@ def run_folder(path):
 def write_records(folder, rows):
     writer = ResultsWriter(folder, {"impl": "toy"})
     for case_id, check, verdict in rows:
-        case = CaseDescription(
-            case_id,
-            "toy",
-            "float32",
-            batch=1,
-            q_heads=1,
-            kv_heads=1,
-            q_len=1,
-            kv_len=1,
-            head_dim=8,
-            v_head_dim=8,
-        )
+        sizes = {"batch": 1, "q_heads": 1, "kv_heads": 1, "q_len": 1, "kv_len": 1}
+        case = CaseDescription(case_id, "toy", "float32", fields={**sizes, "head_dim": 8, "v_head_dim": 8})
         writer.append(CaseResult(case=case, check=check, verdict=verdict))
     writer.finish()

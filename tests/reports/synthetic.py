@@ -47,21 +47,11 @@ def case(
 ) -> CaseDescription:
     masks_id = "-".join(masks) or "nomask"
     case_id = case_id or f"{dtype}-L{length}-{'causal' if causal else 'full'}-{masks_id}-s{seed}"
+    sizes = {"batch": 2, "q_heads": 4, "kv_heads": 4, "q_len": length, "kv_len": length}
+    fields = {**sizes, "head_dim": 64, "v_head_dim": 64, "causal": causal, **extra}
+    words = ", ".join([*(["causal (top-left)"] if causal else []), *(m.replace("_", " ") for m in masks)])
     return CaseDescription(
-        case_id=case_id,
-        subject=subject,
-        dtype=dtype,
-        batch=2,
-        q_heads=4,
-        kv_heads=4,
-        q_len=length,
-        kv_len=length,
-        head_dim=64,
-        v_head_dim=64,
-        causal=causal,
-        masks=masks,
-        seed=seed,
-        **extra,
+        case_id=case_id, subject=subject, dtype=dtype, seed=seed, fields=fields, words=words
     )
 
 

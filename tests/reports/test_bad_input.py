@@ -81,7 +81,7 @@ def test_schema_mismatch_names_the_line(tmp_path, good, capsys):
 def test_malformed_record(tmp_path, good, capsys):
     lines = _lines(good / "results.jsonl")
     record = json.loads(lines[2])
-    del record["case"]["q_len"]
+    del record["case"]["case_id"]
     lines[2] = json.dumps(record) + "\n"
     err = _gate_error(capsys, good, _candidate(tmp_path, "".join(lines)))
     assert "results.jsonl:3: malformed case record" in err

@@ -45,7 +45,8 @@ def failing(
     record = result(
         "tpu_flash", check, verdict, case_id=case_id, dtype=dtype, features=(check, dtype, *features)
     )
-    return dataclasses.replace(record, case=dataclasses.replace(record.case, input_kind=input_kind))
+    fields = {**dict(record.case.fields), "input_kind": input_kind}
+    return dataclasses.replace(record, case=dataclasses.replace(record.case, fields=fields))
 
 
 def test_the_builtin_ledger_is_valid_for_every_builtin_subject_and_check():

@@ -7,6 +7,7 @@ import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
 from conformance.judge.dtypes import name_of
+from kernels import features
 
 LSE_DTYPES = ("float32", "float64")
 
@@ -33,10 +34,12 @@ def shape_dtype(ctx: CheckContext) -> Outcome:
         grads, inputs = ctx.run.gradients, ctx.oracle.inputs
         for name, source in (("dq", inputs.q), ("dk", inputs.k), ("dv", inputs.v)):
             problems.append(_expect(name, getattr(grads, name), source.shape, (c.dtype,)))
-        if inputs.bias is not None and ctx.capabilities.bias_grad:
-            problems.append(_expect("dbias", grads.dbias, inputs.bias.shape, (c.dtype,)))
-        if inputs.sinks is not None and ctx.capabilities.sinks_grad:
-            problems.append(_expect("dsinks", grads.dsinks, inputs.sinks.shape, (c.dtype,)))
+        for gradient in features.gradients():
+            source = getattr(inputs, gradient.input)
+            if source is not None and getattr(ctx.capabilities, gradient.declared_by):
+                problems.append(
+                    _expect(gradient.tensor, getattr(grads, gradient.tensor), source.shape, (c.dtype,))
+                )
     found = [p for p in problems if p]
     return failed("; ".join(found)) if found else passed()
 

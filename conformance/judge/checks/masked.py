@@ -10,6 +10,7 @@ import numpy as np
 from conformance.judge import behaviour
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, passed
 from conformance.judge.tolerance import judge
+from kernels import features
 
 
 def _first(mask: np.ndarray) -> tuple[int, ...]:
@@ -125,8 +126,8 @@ def finite(ctx: CheckContext) -> Outcome:
         problems.append(_nonfinite("lse", got.lse, ref.lse, valid))
     if ctx.backward:
         grads, want = ctx.run.gradients, ctx.oracle.reference_grads
-        declared = {"dbias": ctx.capabilities.bias_grad, "dsinks": ctx.capabilities.sinks_grad}
-        for name in ("dq", "dk", "dv", "dbias", "dsinks"):
+        declared = {g.tensor: getattr(ctx.capabilities, g.declared_by) for g in features.gradients()}
+        for name in ("dq", "dk", "dv", *declared):
             if getattr(want, name) is not None and declared.get(name, True):
                 problems.append(_nonfinite(name, getattr(grads, name), getattr(want, name)))
     found = [p for p in problems if p]

@@ -13,8 +13,15 @@ import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements
 from conformance.judge.tolerance import judge
+from kernels import features
 
-UNOBSERVED_DSINKS = "dsinks not observed: the subject declares no d(sinks) (Capabilities.sinks_grad)"
+
+def unobserved(gradient: features.Gradient) -> str:
+    """The reason's line for a gradient the reference has and the subject does not declare."""
+    return (
+        f"{gradient.tensor} not observed: the subject declares no {gradient.tensor} "
+        f"(Capabilities.{gradient.declared_by})"
+    )
 
 
 def _shape_mismatch(name: str, got: np.ndarray | None, want: np.ndarray) -> str | None:
@@ -46,28 +53,31 @@ def lse(ctx: CheckContext) -> Outcome:
 
 
 def backward(ctx: CheckContext) -> Outcome:
-    """dq, dk, dv (and dbias, dsinks where declared) of sum(out * dout), every element. A case
-    with sinks on a subject without d(sinks) still judges dq, dk, dv, and says d(sinks) was
-    not observed (in the reason, also when it passes)."""
+    """dq, dk, dv (and each feature's gradient where declared, ``kernels/features.py``) of
+    sum(out * dout), every element. A case whose input has a gradient the subject does not
+    declare still judges dq, dk, dv, and says that gradient was not observed (in the reason,
+    also when it passes)."""
     got, ref, base = ctx.run.gradients, ctx.oracle.reference_grads, ctx.oracle.baseline_grads
     tensors = [(n, getattr(got, n), getattr(ref, n), getattr(base, n)) for n in ("dq", "dk", "dv")]
-    if ref.dbias is not None and ctx.capabilities.bias_grad:
-        tensors.append(("dbias", got.dbias, ref.dbias, base.dbias))
-    unobserved = ""
-    if ref.dsinks is not None:
-        if ctx.capabilities.sinks_grad:
-            tensors.append(("dsinks", got.dsinks, ref.dsinks, base.dsinks))
+    missing = []
+    for gradient in features.gradients():
+        name = gradient.tensor
+        if getattr(ref, name) is None:
+            continue
+        if getattr(ctx.capabilities, gradient.declared_by):
+            tensors.append((name, getattr(got, name), getattr(ref, name), getattr(base, name)))
         else:
-            unobserved = UNOBSERVED_DSINKS
+            missing.append(unobserved(gradient))
+    unobserved_text = "; ".join(missing)
     problems = [p for p in (_shape_mismatch(n, g, r) for n, g, r, _ in tensors) if p]
     if problems:
-        return failed("; ".join([*problems, unobserved] if unobserved else problems))
+        return failed("; ".join([*problems, *missing]))
     cancel = base.cancellation
     outcome = from_judgements(
         [judge(name, g, r, b, ctx.dtype, cancellation=cancel.get(name, 0.0)) for name, g, r, b in tensors]
     )
-    if unobserved:  # recorded with a pass too: the record says what the verdict did not cover
+    if unobserved_text:  # recorded with a pass too: the record says what the verdict did not cover
         outcome = dataclasses.replace(
-            outcome, reason=(outcome.reason + "\n" if outcome.reason else "") + unobserved
+            outcome, reason=(outcome.reason + "\n" if outcome.reason else "") + unobserved_text
         )
     return outcome
