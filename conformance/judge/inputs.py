@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from conformance.judge import dtypes
+from conformance.plan import draws
 from conformance.plan.cases import Case
 from conformance.plan.draws import (
     STREAMS,
@@ -121,3 +124,58 @@ def build_dout(case: Case, fully_masked: np.ndarray) -> np.ndarray:
     (docs/semantics.md), so a gradient through them would compare conventions, not math."""
     shape = (case.batch, case.q_heads, case.q_len, case.v_head_dim)
     return dtypes.cast(draw_dout(case.seed, STREAMS["dout"], shape, fully_masked), case.dtype)
+
+
+# The float input arrays a repro script casts to the subject's dtype and digests, as the suite
+# built them (the others are ids, lengths and booleans).
+FLOAT_INPUTS = ("q", "k", "v", "bias", "sinks")
+
+
+def script_draws(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], str]:
+    """For a standalone repro (``conformance/judge/standalone.py``): the draw functions to embed
+    and the statements that draw every input array of the case, as ``build_inputs`` does."""
+    stream, integers = draws.STREAMS, case.input_kind == "integers"
+    functions: list[Callable[..., Any]] = [draws.draw_values]
+    lines = [
+        f"q = draw_values(SEED, {stream['q']}, 0, (B, HQ, SQ, D), {q_std(case)!r}, {integers})",
+        f"k = draw_values(SEED, {stream['k']}, 0, (B, HKV, SK, D), 1.0, {integers})",
+        f"v = draw_values(SEED, {stream['v']}, 0, (B, HKV, SK, DV), 1.0, {integers})",
+    ]
+    if case.bias is not None:
+        shape = case.bias_shape
+        lines.append(
+            f"bias = draw_values(SEED, {stream['bias']}, 0, {shape}, 1.0, {integers})  # [B, Hq, Sq, Sk]"
+        )
+    else:
+        lines.append("bias = None")
+    if case.sinks is not None:
+        functions.append(draws.draw_sinks)
+        lines.append(
+            f"sinks = draw_sinks(SEED, {stream['sinks']}, 0, HQ, SK, {case.sinks == 'extreme'})"
+            f"  # [Hq] one logit per query head ({case.sinks})"
+        )
+    else:
+        lines.append("sinks = None")
+    if case.segments:
+        functions += [draws.segment_runs, draws.draw_segment_ids]
+        kv_first = 1 if case.orphan_segment else 0
+        note = "  # q's first run has an id no key has" if case.orphan_segment else ""
+        lines.append(
+            f"q_segment_ids, kv_segment_ids = draw_segment_ids(SEED, {stream['segment_ids']}, B, SQ, SK, "
+            f"{case.segments}, {kv_first}){note}"
+        )
+    else:
+        lines.append("q_segment_ids = kv_segment_ids = None")
+    if case.mask is not None:
+        functions.append(draws.draw_mask)
+        lines.append(f"mask = draw_mask(SEED, {stream['mask']}, {case.mask_shape})  # True = may attend")
+    else:
+        lines.append("mask = None")
+    for name in ("q_lengths", "kv_lengths"):
+        value = getattr(case, name)
+        lines.append(
+            f"{name} = None" if value is None else f"{name} = np.array({list(value)}, dtype=np.int32)"
+        )
+    if backward:
+        functions.append(draws.draw_dout)
+    return functions, "\n".join(lines) + "\n"

@@ -4,11 +4,13 @@ JAX and the subject's own module, never this checkout.
 The script is assembled from the code the suite ran, so the two cannot drift apart:
 
 * inputs: the pure draws of ``conformance/plan/draws.py`` (source embedded), called with
-  the case's seed and streams; a SHA-256 of q, k, v, bias and sinks proves they are bit-identical;
+  the case's seed and streams (``conformance.judge.inputs.script_draws``); a SHA-256 of the float
+  inputs (``inputs.FLOAT_INPUTS``) proves they are bit-identical;
 * the subject's call: ``adapter.standalone(inputs, spec)`` (``kernels/standalone.py``), the
   adapter's own translation functions, interpret shim included;
-* the float64 answer: ``reference/dense.py``, only the features the case uses (sinks as one
-  more key of value 0, and their gradient, where the case has them);
+* the float64 answer: ``reference/dense.py``, only the features the case uses, in the
+  statements ``reference/script.py`` writes (each feature's gradient where the subject
+  returns it, ``kernels/features.py``);
 * the verdict: the tolerance the suite judged with (``TensorMetrics.tolerance`` and
   ``mean_tolerance``), as numbers.
 
@@ -36,9 +38,9 @@ from conformance.judge.metrics import abs_error
 from conformance.plan import draws
 from conformance.plan.cases import Case
 from conformance.suite.check_registry import CheckDeclaration
-from kernels import kv_storage
+from kernels import features, kv_storage
 from kernels.standalone import StandaloneCall
-from reference import dense
+from reference import script as answer_script
 from reports.records import TensorMetrics
 
 # The judged tensors of each numeric recipe (``gradient_tensors``: those the suite recorded).
@@ -174,97 +176,15 @@ def _case_block(case: Case) -> str:
         f"SEED = {case.seed}  # crc32 of the case id without the subject: every subject saw these inputs",
         f"SCALE = {case.spec.resolved_scale(case.head_dim)!r}",
     ]
-    if case.causal:
-        lines.append(f"CAUSAL = True  # {case.alignment} alignment")
-    if case.window is not None:
-        lines.append(f"WINDOW = {case.window!r}  # (left, right), inclusive; None = unbounded")
-    if case.softcap is not None:
-        lines.append(f"SOFTCAP = {case.softcap!r}")
+    lines += answer_script.constants(case)
     return "\n".join(lines) + "\n"
 
 
-def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], str]:
-    """(input functions to embed, the statements that draw q, k, v, bias and the masks)."""
-    stream, integers = draws.STREAMS, case.input_kind == "integers"
-    functions: list[Callable[..., Any]] = [draws.draw_values]
-    lines = [
-        f"q = draw_values(SEED, {stream['q']}, 0, (B, HQ, SQ, D), {inputs.q_std(case)!r}, {integers})",
-        f"k = draw_values(SEED, {stream['k']}, 0, (B, HKV, SK, D), 1.0, {integers})",
-        f"v = draw_values(SEED, {stream['v']}, 0, (B, HKV, SK, DV), 1.0, {integers})",
-    ]
-    if case.bias is not None:
-        shape = case.bias_shape
-        lines.append(
-            f"bias = draw_values(SEED, {stream['bias']}, 0, {shape}, 1.0, {integers})  # [B, Hq, Sq, Sk]"
-        )
-    else:
-        lines.append("bias = None")
-    if case.sinks is not None:
-        functions.append(draws.draw_sinks)
-        lines.append(
-            f"sinks = draw_sinks(SEED, {stream['sinks']}, 0, HQ, SK, {case.sinks == 'extreme'})"
-            f"  # [Hq] one logit per query head ({case.sinks})"
-        )
-    else:
-        lines.append("sinks = None")
-    if case.segments:
-        functions += [draws.segment_runs, draws.draw_segment_ids]
-        kv_first = 1 if case.orphan_segment else 0
-        note = "  # q's first run has an id no key has" if case.orphan_segment else ""
-        lines.append(
-            f"q_segment_ids, kv_segment_ids = draw_segment_ids(SEED, {stream['segment_ids']}, B, SQ, SK, "
-            f"{case.segments}, {kv_first}){note}"
-        )
-    else:
-        lines.append("q_segment_ids = kv_segment_ids = None")
-    if case.mask is not None:
-        functions.append(draws.draw_mask)
-        lines.append(f"mask = draw_mask(SEED, {stream['mask']}, {case.mask_shape})  # True = may attend")
-    else:
-        lines.append("mask = None")
-    for name in ("q_lengths", "kv_lengths"):
-        value = getattr(case, name)
-        lines.append(
-            f"{name} = None" if value is None else f"{name} = np.array({list(value)}, dtype=np.int32)"
-        )
-    if backward:
-        functions.append(draws.draw_dout)
-    return functions, "\n".join(lines) + "\n"
-
-
-def _visibility(case: Case) -> tuple[list[Callable[..., Any]], str]:
-    """(dense mask functions to embed, the statements that build ``visible`` [B, Hq, Sq, Sk])."""
-    offset = 0 if case.alignment == "top_left" else case.kv_len - case.q_len
-    if case.alignment == "bottom_right_valid":  # one diagonal per batch row, at its valid lengths
-        q_valid = case.q_lengths or (case.q_len,) * case.batch
-        kv_valid = case.kv_lengths or (case.kv_len,) * case.batch
-        offsets = [kv - q for q, kv in zip(q_valid, kv_valid, strict=True)]
-    functions: list[Callable[..., Any]] = []
-    lines = ["visible = np.ones((1, 1, SQ, SK), dtype=bool)  # which keys each query may see"]
-
-    def per_row(call: str) -> str:
-        if case.alignment != "bottom_right_valid":
-            return call.format(offset=offset)
-        return f"np.stack([{call.format(offset='o')} for o in {offsets}])[:, None]"
-
-    if case.causal:
-        functions.append(dense.causal_visible)
-        lines.append(f"visible = visible & {per_row('causal_visible(SQ, SK, {offset})')}  # {case.alignment}")
-    if case.window is not None:
-        functions.append(dense.window_visible)
-        lines.append(
-            f"visible = visible & {per_row('window_visible(SQ, SK, {offset}, *WINDOW)')}  # {case.alignment}"
-        )
-    if case.segments:
-        functions.append(dense.segment_visible)
-        lines.append("visible = visible & segment_visible(q_segment_ids, kv_segment_ids)")
-    if case.uses_padding:
-        functions.append(dense.length_visible)
-        lines.append("visible = visible & length_visible(SQ, SK, q_lengths, kv_lengths)")
-    if case.mask is not None:
-        lines.append("visible = visible & mask")
-    lines.append("visible = np.broadcast_to(visible, (B, HQ, SQ, SK))")
-    return functions, "\n".join(lines) + "\n"
+def _observed_gradients(case: Case, caps: Any) -> tuple[features.Gradient, ...]:
+    """The feature gradients judged for this case: its input is there and the subject returns
+    it (``kernels/features.py``; a bias's is the reference's and is compared where declared)."""
+    present = {name for name, value in case.skeleton().__dict__.items() if value is not None}
+    return tuple(g for g in features.gradients() if g.input in present and getattr(caps, g.declared_by))
 
 
 def _padding_lines(case: Case) -> str:
@@ -280,50 +200,6 @@ def _padding_lines(case: Case) -> str:
     )
 
 
-def _reference_lines(
-    case: Case, backward: bool, sinks_grad: bool
-) -> tuple[list[Callable[..., Any]], str, str]:
-    """(dense functions to embed, the forward statements, the gradient statements after dout);
-    ``sinks_grad``: the subject returns d(sinks), so the script computes its reference."""
-    functions: list[Callable[..., Any]] = [dense.logits]
-    lines = ["s = logits(q, k, SCALE)  # float64 [B, Hq, Sq, Sk]"]
-    if case.bias is not None:
-        lines.append("s = s + bias.astype(np.float64)  # after the scale (docs/semantics.md)")
-    tanh = "None"
-    if case.softcap is not None:
-        functions.append(dense.softcapped)
-        lines.append("s, tanh = softcapped(s, SOFTCAP)")
-        tanh = "tanh"
-    functions.append(dense.softmax_attention)
-    if case.sinks is not None:
-        functions.append(dense.sink_key)
-        lines.append(
-            "s_sink, visible_sink, v_sink = sink_key(s, visible, v, sinks)  # the sink: a key of value 0"
-        )
-        lines.append("ref_out, ref_lse, p = softmax_attention(s_sink, visible_sink, v_sink)")
-        lines.append("p, p_sink = p[..., :-1], p[..., -1]  # the keys' weights, the sink's share")
-    else:
-        lines.append("ref_out, ref_lse, p = softmax_attention(s, visible, v)")
-    lines.append("valid = np.isfinite(ref_lse)  # [B, Hq, Sq] rows that see some key; only they are judged")
-    grads = []
-    if backward:
-        functions += [dense.group_sum, dense.attention_grads]
-        grads.append(
-            f"dout = draw_dout(SEED, {draws.STREAMS['dout']}, (B, HQ, SQ, DV), ~valid).astype(DTYPE)"
-            "  # zero on rows that see no key"
-        )
-        grads.append(
-            f"ref_dq, ref_dk, ref_dv, dz = attention_grads(q, k, v, p, ref_out, dout, SCALE, {tanh})"
-        )
-        if case.bias is not None:
-            functions.append(dense.sum_to)
-            grads.append("ref_dbias = sum_to(dz, bias.shape)  # summed over the bias's broadcast axes")
-        if case.sinks is not None and sinks_grad:
-            functions.append(dense.sink_grad)
-            grads.append("ref_dsinks = sink_grad(p_sink, ref_out, dout)  # summed over batch and query rows")
-    return functions, "\n".join(lines) + "\n", "\n".join(grads) + ("\n" if grads else "")
-
-
 def _storage_lines(case: Case) -> str:
     """K/V rounded to the subject's K/V storage, as ``build_inputs`` does (``kernels/kv_storage.py``)."""
     if case.kv_storage is None:
@@ -337,14 +213,15 @@ def _storage_lines(case: Case) -> str:
 
 def _digest(case: Case) -> str:
     built = inputs.build_inputs(case)
-    return inputs_digest(built.q, built.k, built.v, built.bias, built.sinks)
+    return inputs_digest(*(getattr(built, name) for name in inputs.FLOAT_INPUTS))
 
 
 def _numeric_judgement(check: CheckDeclaration, recorded: Iterable[TensorMetrics]) -> str:
     recorded = {m.tensor: m for m in recorded}
     names = NUMERIC_TENSORS[check.repro]
     if check.repro == "gradient_tensors":
-        names = tuple(n for n in ("dq", "dk", "dv", "dbias", "dsinks") if n in recorded) or names
+        every = ("dq", "dk", "dv", *(g.tensor for g in features.gradients()))
+        names = tuple(n for n in every if n in recorded) or names
     valid = {"out": "valid[..., None]", "lse": "valid"}
     lines = []
     if not recorded:
@@ -367,14 +244,18 @@ def _numeric_judgement(check: CheckDeclaration, recorded: Iterable[TensorMetrics
 
 
 def _verdict_judgement(
-    case: Case, check: CheckDeclaration, call: StandaloneCall, reason: str, gradients: bool, sinks_grad: bool
+    case: Case,
+    check: CheckDeclaration,
+    call: StandaloneCall,
+    reason: str,
+    gradients: bool,
+    observed: tuple[features.Gradient, ...],
 ) -> str:
     """Statements after the forward call that observe what the check did (with ``gradients``: in
-    the gradients too, as the check did for a case whose backward pass ran; d(sinks) where the
-    subject declares it, ``sinks_grad``)."""
+    the gradients too, as the check did for a case whose backward pass ran; ``observed``: the
+    feature gradients the subject declares and the case has)."""
     said = "# The suite saw: " + " ".join(reason.split())[:300] + "\n"
-    grads = ("dq", "dk", "dv") + (("dbias",) if case.bias is not None else ())
-    grads += ("dsinks",) if case.sinks is not None and sinks_grad else ()
+    grads = ("dq", "dk", "dv") + tuple(g.tensor for g in observed)
     if check.repro == "nonfinite":
         lines = [
             "failed = report_nonfinite('out', out, ref_out, valid[..., None])",
@@ -391,13 +272,8 @@ def _verdict_judgement(
         lines = []
         if gradients:
             lines.append(call.gradients.rstrip())
-            shapes = {
-                "dq": "q.shape",
-                "dk": "k.shape",
-                "dv": "v.shape",
-                "dbias": "bias.shape",
-                "dsinks": "sinks.shape",
-            }
+            shapes = {"dq": "q.shape", "dk": "k.shape", "dv": "v.shape"}
+            shapes |= {g.tensor: f"{g.input}.shape" for g in observed}
             expected |= {g: (shapes[g], "(DTYPE,)") for g in grads}
         lines.append("failed = False")
         for name, (shape, dtypes_) in expected.items():
@@ -436,15 +312,21 @@ def script(
     backward = check.repro == "gradient_tensors" or gradients
     if backward and call.gradients is None:
         raise ValueError(f"{adapter.name} has a backward check but no standalone gradients call")
-    draw_functions, draw_statements = _draw_lines(case, backward)
-    mask_functions, visibility = _visibility(case)
+    draw_functions, draw_statements = inputs.script_draws(case, backward)
+    mask_functions, visibility = answer_script.visibility(case)
     padding = _padding_lines(case)
     if padding:
         draw_functions.append(draws.dead_positions)
-    # d(sinks) is judged only where the subject returns it (Capabilities.sinks_grad), as in the suite.
-    sinks_grad = case.sinks is not None and adapter.capabilities().sinks_grad
-    ref_functions, reference, reference_grads = _reference_lines(case, backward, sinks_grad)
+    observed = _observed_gradients(case, adapter.capabilities())
+    dout = (
+        f"dout = draw_dout(SEED, {draws.STREAMS['dout']}, (B, HQ, SQ, DV), ~valid).astype(DTYPE)"
+        "  # zero on rows that see no key"
+    )
+    ref_functions, reference, reference_grads = answer_script.answer(
+        case, backward, tuple(g.tensor for g in observed), dout
+    )
     storage = _storage_lines(case)
+    optional_floats = [name for name in inputs.FLOAT_INPUTS if name not in ("q", "k", "v")]
     needs_ml_dtypes = case.dtype == "bfloat16"
     header = (
         f'"""Standalone repro: the {check.name} check of {case.case_id}.\n\n'
@@ -473,10 +355,9 @@ def script(
         visibility,
         padding,
         "q, k, v = (x.astype(DTYPE) for x in (q, k, v))  # the subject's dtype; the reference sees these\n",
-        "bias = None if bias is None else bias.astype(DTYPE)\n",
-        "sinks = None if sinks is None else sinks.astype(DTYPE)\n",
+        *(f"{name} = None if {name} is None else {name}.astype(DTYPE)\n" for name in optional_floats),
         storage,
-        f"if inputs_digest(q, k, v, bias, sinks) != {_digest(case)!r}:\n"
+        f"if inputs_digest({', '.join(inputs.FLOAT_INPUTS)}) != {_digest(case)!r}:\n"
         '    print("the inputs redrawn here differ from the suite\'s (another NumPy?): cannot reproduce")\n'
         f"    sys.exit({EXIT_INPUTS_DIFFER})\n",
         _section("the float64 answer (reference/dense.py: only what this case uses)"),
@@ -501,7 +382,7 @@ def script(
     elif check.repro == "gradient_tensors":
         calls, verdict = call.gradients, _numeric_judgement(check, recorded)
     else:
-        calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients, sinks_grad)
+        calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients, observed)
     # The inputs section may already define one of the adapter's helpers (K/V storage rounding).
     defined = {_defined_name(d) for d in re.findall(r"^(?:def \w+|[A-Z0-9_]+ =)", storage, re.M)}
     definitions = [d for d in call.definitions if _defined_name(d) not in defined]
