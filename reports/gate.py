@@ -709,6 +709,9 @@ def _grouped_rows(findings: list[Finding], folder: Path | None = None) -> list[l
             if folder is not None and chosen is not None and chosen.repro
             else "—"
         )
+        if len(members) == 1:
+            rows.append([worst.subject, worst.what, worst.base, worst.candidate, worst.detail, repro])
+            continue
         rows.append(
             [
                 cause.subject,

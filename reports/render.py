@@ -9,9 +9,9 @@ each root cause in full, the known issues, the grid, the unsupported combination
 hardware, flaky checks, observed behaviour and pairwise coverage. A run without its end record
 is marked incomplete at the very top.
 
-report.md always fits a GitHub review comment (``MAX_CHARS``). When it cannot show every root
-cause in full, the causes past the first ones keep only their table row and ``details.md``
-beside it holds the whole report.
+report.md stays within ``BUDGET_CHARS``, well inside a GitHub review comment (``MAX_CHARS``).
+When it cannot show every root cause in full, the causes past the first ones keep only their
+table row and ``details.md`` beside it holds the whole report.
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ REPRO_DIR = "repro"  # repro/<check>/<case id>.py: each recorded repro script, b
 DETAILS_FILE = "details.md"  # the whole report, every root cause in full, when report.md is abridged
 DETAILS_LINK = f"[{DETAILS_FILE}]({DETAILS_FILE})"
 MAX_CHARS = 65_536  # the most characters GitHub accepts in a review comment
+# What report.md aims at: well under MAX_CHARS, so a comment can quote it with a few lines of
+# its own; past it, the causes in full and the long folds go to details.md (never cut silently).
+BUDGET_CHARS = 40_000
 MAX_DETAILS = 20  # root causes shown in full (folded) in report.md; the rest keep their table row
 MAX_LISTED = 200  # rows of the causes' table; the rest are counted (and in details.md)
 MAX_MEMBERS = 24  # rows of one cause's table of case templates
@@ -55,12 +58,12 @@ MAX_MEMBERS = 24  # rows of one cause's table of case templates
 
 @dataclasses.dataclass(frozen=True)
 class Rendered:
-    report: str  # report.md, at most MAX_CHARS characters
+    report: str  # report.md, at most the budget (BUDGET_CHARS unless told otherwise)
     details: str | None  # details.md: the unabridged report; None when report.md holds everything
 
 
 def write_report(
-    report_dir: Path, *, plots: bool = True, max_details: int = MAX_DETAILS, max_chars: int = MAX_CHARS
+    report_dir: Path, *, plots: bool = True, max_details: int = MAX_DETAILS, max_chars: int = BUDGET_CHARS
 ) -> Path:
     """Render ``report_dir/report.md`` (and its plot, and ``details.md`` when report.md is
     abridged) from results.jsonl and summary.json.
@@ -153,9 +156,14 @@ def verdict_line(run: Run) -> str:
     tail = f"; {'; '.join(extras)}" if extras else ""
     if counts["failed"]:
         causes = group_causes(r for r in results if r.verdict in FAILED)
+        failing_cases = len({(r.case.subject, r.case.case_id) for c in causes for r in c.results})
         errors = f", {counts['error']} of them errors" if counts["error"] else ""
+        spread = (
+            f"{md.plural(counts['failed'], 'failing check')} in {md.plural(failing_cases, 'case')}{errors}"
+        )
         return (
-            f"{prefix}**❌ FAIL** — {cause_count_line(causes)}{errors} not explained by the ledger; "
+            f"{prefix}**❌ FAIL** — {md.plural(len(causes), 'root cause')} not explained by the ledger "
+            f"({spread}); "
             f"{md.plural(counts['pass'], 'check')} passed ({scope}){tail}."
         )
     if counts["known"]:
@@ -222,20 +230,6 @@ def environment_line(run: Run) -> str:
         if value not in (None, "")
     ]
     return " · ".join([line, *extras])
-
-
-def execution_line(run: Run) -> str | None:
-    """How each subject ran (e.g. interpret mode on CPU), from summary.json's subjects block:
-    the sentence (``execution_detail``), else ``execution`` (the literal; the sentence in older runs)."""
-    subjects = (run.summary or {}).get("subjects")
-    if not isinstance(subjects, list):
-        return None
-    parts = [
-        f"{s['name']}: {s.get('execution_detail') or s.get('execution') or 'native'}"
-        for s in subjects
-        if isinstance(s, dict) and s.get("name") and s.get("available", True)
-    ]
-    return f"Execution · {' · '.join(parts)}" if parts else None
 
 
 def _own_reason(result: CaseResult) -> str:
@@ -625,7 +619,7 @@ def subject_lines(run: Run) -> list[str]:
         parts = [f"{counts['pass']} passed"]
         if counts["failed"]:
             causes = group_causes(r for r in mine if r.verdict in FAILED)
-            parts.insert(0, f"❌ {counts['failed']} failing ({md.plural(len(causes), 'root cause')})")
+            parts.insert(0, f"{counts['failed']} failing ({md.plural(len(causes), 'root cause')})")
         if counts["known"]:
             known = group_causes(r for r in mine if r.verdict == "known")
             parts.append(f"🐞 {counts['known']} known ({md.plural(len(known), 'issue')})")
@@ -652,7 +646,7 @@ def _executions(run: Run) -> dict[str, str]:
     if not isinstance(subjects, list):
         return {}
     return {
-        s["name"]: str(s.get("execution_detail") or s.get("execution") or "")
+        s["name"]: str(s.get("execution_detail") or s.get("execution") or "native")
         for s in subjects
         if isinstance(s, dict) and s.get("name") and s.get("available", True)
     }
@@ -678,7 +672,7 @@ def render_markdown(run: Run, *, plot_note: str | None = None, max_details: int 
 
 
 def render(
-    run: Run, *, plot_note: str | None = None, max_details: int = MAX_DETAILS, max_chars: int = MAX_CHARS
+    run: Run, *, plot_note: str | None = None, max_details: int = MAX_DETAILS, max_chars: int = BUDGET_CHARS
 ) -> Rendered:
     """report.md and, when it cannot hold every root cause in full within ``max_chars``, details.md
     (pure: no files touched).
@@ -700,7 +694,7 @@ def render(
     )
     note = (
         f"📄 **Every root cause in full, with its repro script: {DETAILS_LINK}** (beside this file; "
-        f"report.md stays within {max_chars:,} characters, what a review comment holds)."
+        f"report.md stays within {max_chars:,} characters, well inside what a review comment holds)."
     )
     for short in (False, True):
         folds = _folds(run, plot_note, short=short)

@@ -66,10 +66,10 @@ def test_matrix_report(root):
     lines = text.splitlines()
     assert lines[2] == (
         "**❌ FAILURES** in 1 version of 4 JAX versions (0.4.38 … 0.10.2): "
-        "0.6.2: 1 finding (1 failing check); ⚠️ incomplete: 0.9.2."
+        "0.6.2: 1 root cause (1 failing check in 1 case); ⚠️ incomplete: 0.9.2."
     )
     assert "| subject | 0.4.38 | 0.6.2 | 0.9.2 | 0.10.2 |" in text
-    assert "| **xla** | ✅ 26 | ❌ 1/26 · 1 finding (backward, bfloat16) | ✅ 26 | ✅ 26 |" in text
+    assert "| **xla** | ✅ 26 | ❌ 1/26 · 1 root cause (backward, bfloat16) | ✅ 26 | ✅ 26 |" in text
     assert "| **flash** | ✅ 26 · ➖ 1 | ✅ 26 · ➖ 1 | ✅ 26 · ➖ 1 | ✅ 24 · ➖ 3 |" in text
     assert "| **gpu_triton** | 🚫 | 🚫 | 🚫 | 🚫 |" in text
     # Ratio drift per subject and dtype, with the change from the previous version.
