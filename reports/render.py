@@ -527,9 +527,7 @@ def observed_section(results: Iterable[CaseResult]) -> str | None:
         ]
         for (subject, what), counts in sorted(seen.items())
     ]
-    return "## Observed behaviour where the semantics are open\n\n" + md.table(
-        ["subject", "what", "observed (checks)"], rows
-    )
+    return md.table(["subject", "what", "observed (checks)"], rows)
 
 
 OBSERVED_LABELS = {
@@ -562,7 +560,7 @@ def flaky_section(results: Iterable[CaseResult]) -> str | None:
         "in a fresh process: not counted as failures (a crash that happens again is an error)."
     )
     table = md.table(["subject", "check", "case", "first attempt", "retry in a fresh process"], rows)
-    return "\n".join(["## Flaky (crashed once, then ran normally)", "", intro, "", table])
+    return "\n".join([intro, "", table])
 
 
 def unique_clauses(text: str) -> str:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reports.grouping import count_line, group_failures
+from reports.grouping import cause_count_line, group_causes
 from reports.records import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_rep
     minimal = record.details["minimal_case_id"]
     assert f"Shrunk to a smaller failing case: {minimal} (" in record.reason
     report = (tmp_path / "report.md").read_text()
-    assert f"## Failures: {count_line(group_failures(failed))}" in report
+    assert f"## ❌ Not explained by the ledger: {cause_count_line(group_causes(failed))}" in report
     assert f"**Shrunk to:** `{minimal}`" in report and report.count(f"`{minimal}`") == 2  # and its repro
     script = tmp_path / "repro.py"
     script.write_text(record.repro)
