@@ -135,7 +135,7 @@ def verdict_line(run: Run) -> str:
     results = run.results
     prefix = "" if run.complete else "⚠️ **INCOMPLETE** · "
     if nothing_checked(results):
-        reasons = not_checked_reasons(results)
+        reasons = idle_subjects(run)
         listed = "; ".join(f"**{s}**: {md.truncate(r, 300)}" for s, r in reasons.items())
         return f"{prefix}**⛔ NOT RUN: nothing was checked** — {listed or 'no check was planned'}."
     counts = verdict_counts(results)
@@ -150,7 +150,7 @@ def verdict_line(run: Run) -> str:
         extras.append(f"{counts['flaky']} flaky")
     if counts["unsupported"]:
         extras.append(f"{counts['unsupported']} unsupported")
-    idle = not_checked_reasons(results)
+    idle = idle_subjects(run)
     if idle:
         extras.append(f"not checked here: {', '.join(idle)} (see below)")
     tail = f"; {'; '.join(extras)}" if extras else ""
@@ -172,6 +172,22 @@ def verdict_line(run: Run) -> str:
             f"{md.plural(counts['pass'], 'check')} passed ({scope}){tail}."
         )
     return f"{prefix}**✅ PASS** — all {md.plural(counts['pass'], 'check')} that ran passed ({scope}){tail}."
+
+
+def idle_subjects(run: Run) -> dict[str, str]:
+    """Subjects none of whose checks ran, with why: from their records, and from summary.json for
+    an unavailable subject that has none (a ``-k`` that selected none of its placeholders)."""
+    idle = not_checked_reasons(run.results)
+    recorded = {r.case.subject for r in run.results}
+    for s in (run.summary or {}).get("subjects") or []:
+        if (
+            isinstance(s, dict)
+            and s.get("name")
+            and not s.get("available", True)
+            and s["name"] not in recorded
+        ):
+            idle[str(s["name"])] = f"unavailable: {s.get('reason') or 'no reason given'}"
+    return dict(sorted(idle.items()))
 
 
 def incomplete_warning(run: Run) -> str:
@@ -606,7 +622,9 @@ def subject_lines(run: Run) -> list[str]:
     for result in run.results:
         by_subject.setdefault(result.case.subject, []).append(result)
     executions = _executions(run)
-    idle = not_checked_reasons(run.results)
+    idle = idle_subjects(run)
+    for subject in idle:
+        by_subject.setdefault(subject, [])
     lines = []
     for subject, mine in sorted(by_subject.items()):
         if subject in idle:
