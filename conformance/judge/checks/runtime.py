@@ -124,27 +124,26 @@ def observe_jax(ctx: CheckContext, call: Callable[[], object]) -> JaxObservation
 
 
 def recompile(ctx: CheckContext) -> Outcome:
-    """After one call, a call with new values of the same shapes triggers no XLA compilation."""
+    """After one call, a call with new values of the same shapes triggers no XLA compilation.
+
+    Both calls are made here, the first on salted inputs, the second on the case's own: what
+    the check judges never rests on a call cached by an earlier check (JAX's caches may have
+    been cleared since, by ``observe_jax`` for another subject)."""
     fresh = build_inputs(ctx.case, salt=1)
-    if ctx.capabilities.jax_runtime:
-        observation = observe_jax(ctx, lambda: ctx.run.forward)  # the first call may compile
-        second = fresh
-    else:  # the watched first call on the salted inputs; the second on the case's own
-        observation = observe_jax(ctx, lambda: call_forward(ctx.adapter, ctx.case, fresh).get("forward"))
-        second = ctx.oracle.inputs
-        if not observation.observed:
-            return unsupported(NOTHING_COMPILED)
+    observation = observe_jax(ctx, lambda: call_forward(ctx.adapter, ctx.case, fresh).get("forward"))
+    if not observation.runs_jax:
+        return unsupported(NOTHING_COMPILED)
     problems = []
     with jax_compat.CompileCounter() as counter:
-        call_forward(ctx.adapter, ctx.case, second).get("forward")
+        call_forward(ctx.adapter, ctx.case, ctx.oracle.inputs).get("forward")
     if counter.count:
         problems.append(
             f"forward compiled {counter.count} time(s) on a second same-shape call: {counter.names[:5]}"
         )
     if ctx.backward:
-        ctx.run.gradients  # noqa: B018 - the first gradients call may compile
+        call_gradients(ctx.adapter, ctx.case, fresh, ctx.oracle.dout).get("gradients")  # may compile
         with jax_compat.CompileCounter() as counter:
-            call_gradients(ctx.adapter, ctx.case, fresh, ctx.oracle.dout).get("gradients")
+            call_gradients(ctx.adapter, ctx.case, ctx.oracle.inputs, ctx.oracle.dout).get("gradients")
         if counter.count:
             problems.append(
                 f"gradients compiled {counter.count} time(s) on a second same-shape call: {counter.names[:5]}"
