@@ -317,3 +317,28 @@ def test_a_reason_is_said_once_per_cell(tmp_path):
     fold = fold[: fold.index("</details>")]
     assert fold.count("kv_len: block (default 128; raises) must divide kv_len") == 1
     assert fold.count("**flash**") == 1  # the subject once per group of rows
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/reports.md"])
+def test_the_documented_first_screen_is_what_render_writes(tmp_path, page):
+    """The sample first screen in the README and docs/reports.md has the renderer's shape: title,
+    verdict, environment, one line per subject, then folds (their titles as the renderer writes them)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / page).read_text(encoding="utf-8")
+    sample = text[text.index("```\n# Conformance report") + 4 :]
+    sample = sample[: sample.index("```")].splitlines()
+    issue = {"id": "mask-edge", "link": "https://github.com/example/kernels/issues/3", "summary": "edge"}
+    known = [
+        dataclasses.replace(with_verdict(r, "fail", 5.0), verdict="known", known_issue=issue)
+        for r in standard_results()[:4]
+    ]
+    rendered = _render(tmp_path, [*standard_results(), *known]).splitlines()
+    for documented, written in zip(sample[:6], rendered[:6], strict=True):
+        assert documented.split(" — ")[0].split(" · ")[0] == written.split(" — ")[0].split(" · ")[0]
+    assert sample[6].startswith("- ✅ **tpu_flash** — ") and " passed · 🐞 " in sample[6]
+    folds = [line[2:] for line in sample if line.startswith("▸ ")]
+    titles = [line.split("<summary>")[1].split("</summary>")[0] for line in rendered if "<summary>" in line]
+    assert folds[0].split(":")[0] == titles[0].split(":")[0] == "🐞 Known issues"
+    source = (Path(__file__).resolve().parents[2] / "reports" / "render.py").read_text(encoding="utf-8")
+    assert all(f.split(":")[0] in source for f in folds if f != "...")  # fold titles render.py writes
