@@ -522,8 +522,9 @@ class ConformancePlugin:
         self.recorder.finish(summary, interrupted=interrupted)
         self.recorder = None
         _render_report(self.report_dir, self.config)
-        self._ledger_lines = _ledger_lines(statuses) + _not_run_lines(results)
-        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        collect_only = bool(self.config.getoption("collectonly", False))  # listed, not run: judge nothing
+        self._ledger_lines = _ledger_lines(statuses) + ([] if collect_only else _not_run_lines(results))
+        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and not collect_only:
             session.exitstatus = _exit_status(results, statuses, self.strict_known, interrupted)
 
 
