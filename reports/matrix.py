@@ -279,10 +279,10 @@ def verdict_line(matrix: Matrix) -> str:
     known_results = [r for run in matrix.runs for r in run.results if r.verdict == "known"]
     known = len(known_results)
     known_tail = f"; 🐞 {known_count_line(group_causes(known_results))}" if known else ""
-    not_run = [matrix.label(run) for run in matrix.runs if nothing_checked(run.results)]
-    known_tail += f"; ⛔ NOT RUN (nothing was checked): {', '.join(not_run)}" if not_run else ""
     incomplete = [matrix.label(run) for run in matrix.runs if not run.complete]
     tail = f"; ⚠️ incomplete: {', '.join(incomplete)}" if incomplete else ""
+    not_run = [matrix.label(run) for run in matrix.runs if nothing_checked(run.results)]
+    tail += f"; ⛔ NOT RUN (nothing was checked): {', '.join(not_run)}" if not_run else ""
     if matrix.unreadable:
         tail += f"; ⚠️ {md.plural(len(matrix.unreadable), 'folder')} unreadable"
     span = f"{md.plural(len(matrix.runs), 'JAX version')} ({matrix.versions[0]} … {matrix.versions[-1]})"

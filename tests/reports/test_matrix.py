@@ -140,3 +140,12 @@ def test_moves_among_tiny_ratios_are_noise(tmp_path):
     write_run(tmp_path / "jax-0.9.2", results, jax="0.9.2")
     write_run(tmp_path / "jax-0.10.2", standard_results(drift=0.03))  # tripled, still tiny
     assert case_drifts(load_matrix(discover(tmp_path))) == []
+
+
+def test_a_version_where_nothing_was_checked_says_not_run(tmp_path):
+    write_run(tmp_path / "jax-0.10.2", standard_results())
+    only_unsupported = [r for r in standard_results() if r.verdict in ("unsupported", "unavailable")]
+    write_run(tmp_path / "jax-0.4.35", only_unsupported, jax="0.4.35")
+    text = render_matrix(load_matrix(discover(tmp_path)))
+    assert "⛔ NOT RUN (nothing was checked): 0.4.35" in text.splitlines()[2]
+    assert "| **flash** | ⛔ nothing checked (➖ 1 unsupported) | ✅ 26 · ➖ 1 |" in text
