@@ -161,7 +161,8 @@ class Capabilities:
     fully_masked_rows: FullyMaskedConvention = "unspecified"
     constraints: tuple[ShapeConstraint, ...] = ()
     # The implementation runs on JAX in this process, so its compilations and live arrays
-    # can be observed (the recompile and leak checks need that; they are unsupported without).
+    # can be observed. Unset, the recompile and leak checks observe it anyway (JAX's events on
+    # a first call with JAX's caches cleared) and the report flags the missing declaration.
     jax_runtime: bool = False
     # The kernels run under Pallas TPU interpret mode with a race detector the suite can switch
     # on (kernels/tpu_interpret.py: race_detection_declared); the races check needs it.

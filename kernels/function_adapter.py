@@ -26,8 +26,9 @@ Capabilities are declared on the function itself::
 
 Without that attribute the conservative ``DEFAULT_CAPABILITIES`` apply: float32,
 no masks, no bias, no GQA, forward only. A function built on JAX declares
-``jax_runtime=True``: only then do the ``recompile`` and ``leak`` checks run on it (they
-observe JAX's compilations and live arrays; without them they are unsupported).
+``jax_runtime=True``; one that does not is still watched: ``leak`` judges its host memory, and
+where JAX compiles during its first call, ``recompile`` and ``leak``'s live-array count run too
+and the report flags the missing declaration (``conformance/judge/checks/runtime.py``).
 Functions are forward-only (``backward`` must stay False); gradients need an adapter of
 your own (see ``kernels.registry``).
 """

@@ -38,9 +38,10 @@ from reports import markdown as md
 from reports.benchmarks import Benchmark, read_benchmarks
 from reports.describe import worst_metric
 from reports.environment import one_line
-from reports.grid import NOT_PASSING, feature_grid
-from reports.grouping import count_line, group_failures
-from reports.records import CaseResult
+from reports.grid import NOT_PASSING, feature_grid, not_checked_reasons, nothing_checked
+from reports.grouping import cause_count_line, group_causes
+from reports.records import CaseResult, ResultsFileError
+from reports.render import repro_path
 from reports.run import Run, load_run
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
@@ -647,10 +648,25 @@ def compare(
 
 
 def gate(base_dir: Path, candidate_dir: Path, thresholds: Thresholds | None = None) -> GateResult:
-    """Read both folders (ResultsFileError on bad input) and compare them."""
+    """Read both folders (ResultsFileError on bad input, or on a folder where nothing was
+    checked) and compare them."""
     base, candidate = load_run(base_dir), load_run(candidate_dir)
+    for role, run in (("base", base), ("candidate", candidate)):
+        refuse_not_run(role, run)
     return compare(
         base, candidate, thresholds, read_benchmarks(base.folder), read_benchmarks(candidate.folder)
+    )
+
+
+def refuse_not_run(role: str, run: Run) -> None:
+    """A run that checked nothing (every subject unavailable, every check unsupported) approves
+    nothing and regresses nothing: comparing it would be a false green. One line, naming why."""
+    if not nothing_checked(run.results):
+        return
+    reasons = "; ".join(f"{s}: {md.truncate(r, 120)}" for s, r in not_checked_reasons(run.results).items())
+    raise ResultsFileError(
+        f"{run.folder}: NOT RUN, nothing was checked ({reasons or 'no check recorded'}); the {role} cannot "
+        "be compared: rerun it where its subjects are available"
     )
 
 
@@ -660,52 +676,84 @@ def _run_line(role: str, run: Run) -> str:
     return f"**{role}:** {run.label} · {state} · {len(run.results)} checks · {env}"
 
 
-def _finding_rows(findings: list[Finding]) -> list[list[str]]:
+def _finding_rows(findings: list[Finding], folder: Path | None = None) -> list[list[str]]:
     if findings and findings[0].rule in GROUPED_RULES:
-        return _grouped_rows(findings)
+        return _grouped_rows(findings, folder)
     rows = [[f.subject or "—", f.what, f.base, f.candidate, f.detail] for f in findings[:MAX_ROWS]]
     if len(findings) > MAX_ROWS:
         rows.append(["…", f"and {len(findings) - MAX_ROWS} more", "", "", ""])
     return rows
 
 
-def _grouped_rows(findings: list[Finding]) -> list[list[str]]:
-    """One row per cause: a lone check as before; several as their checks, dtypes and case
-    template, the verdicts seen on each side and the worst check's detail."""
+def _grouped_rows(findings: list[Finding], folder: Path | None = None) -> list[list[str]]:
+    """One row per root cause (``reports.grouping``: a ledger entry, or the same checks failing
+    with the same message): its checks and dtypes, how many cases, the smallest one, the verdicts
+    on each side, the worst check's detail and, for the candidate's failures, the repro command
+    of its script in ``folder``."""
     by_key = {f.result.key: f for f in findings if f.result is not None}
-    groups = group_failures(f.result for f in findings if f.result is not None)
+    causes = group_causes(f.result for f in findings if f.result is not None)
     rows = []
-    for group in groups[:MAX_ROWS]:
-        members = [by_key[r.key] for r in group.results]
-        worst = by_key[group.worst.key]
+    for cause in causes[:MAX_ROWS]:
+        members = [by_key[r.key] for r in cause.results]
+        worst = by_key[cause.worst.key]
+        smallest = cause.smallest
+        what = (
+            f"{', '.join(cause.checks)} ({', '.join(cause.dtypes)}) · "
+            f"{md.plural(len(cause.case_ids), 'case')}, smallest {smallest.case.case_id}"
+        )
+        if cause.entry:
+            what += f" · known issue {md.code(cause.entry)}"
+        chosen = cause.repro_result
+        repro = (
+            md.code(f"python {_display(folder)}/{repro_path(chosen)}")
+            if folder is not None and chosen is not None and chosen.repro
+            else "—"
+        )
         if len(members) == 1:
-            rows.append([worst.subject, worst.what, worst.base, worst.candidate, worst.detail])
+            rows.append([worst.subject, worst.what, worst.base, worst.candidate, worst.detail, repro])
             continue
         rows.append(
             [
-                group.subject,
-                f"{', '.join(group.checks)} ({', '.join(group.dtypes)}) · {group.label} · "
-                f"{md.plural(len(members), 'check')}",
+                cause.subject,
+                what,
                 ", ".join(sorted({f.base for f in members})),
                 ", ".join(sorted({f.candidate for f in members})),
-                f"worst: {group.worst.check} in {group.worst.case.dtype}: {worst.detail}",
+                f"worst: {cause.worst.check} in {cause.worst.case.dtype}: {worst.detail}",
+                repro,
             ]
         )
-    if len(groups) > MAX_ROWS:
-        rows.append(["…", f"and {len(groups) - MAX_ROWS} more findings", "", "", ""])
-    rows += [[f.subject or "—", f.what, f.base, f.candidate, f.detail] for f in findings if f.result is None]
+    if len(causes) > MAX_ROWS:
+        rows.append(["…", f"and {len(causes) - MAX_ROWS} more root causes", "", "", "", ""])
+    rows += [
+        [f.subject or "—", f.what, f.base, f.candidate, f.detail, "—"] for f in findings if f.result is None
+    ]
     return rows
+
+
+def _display(folder: Path) -> str:
+    """A folder as a command line names it: relative to the working directory when inside it."""
+    try:
+        return str(folder.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder)
 
 
 def _tally(rule: str, findings: list[Finding]) -> tuple[int, str]:
     """How many regressions a rule's findings count as, and that count in words: failing checks
-    count once per cause ('2 findings (5 failing checks)'), anything else once each."""
+    count once per root cause ('2 root causes (5 failing checks in 3 cases)'), anything else once each."""
     if rule not in GROUPED_RULES:
         return len(findings), str(len(findings))
-    grouped = group_failures(f.result for f in findings if f.result is not None)
+    causes = group_causes(f.result for f in findings if f.result is not None)
     loose = sum(f.result is None for f in findings)
     what = "failing check" if rule == "newly failing" else "check"
-    return len(grouped) + loose, count_line(grouped, what) + (f" + {loose}" if loose else "")
+    return len(causes) + loose, cause_count_line(causes, what) + (f" + {loose}" if loose else "")
+
+
+def _findings_table(rule: str, findings: list[Finding], folder: Path | None = None) -> str:
+    header = ["subject", "what", "base", "candidate", "detail"]
+    if rule in GROUPED_RULES:
+        header.append("repro (in the candidate's folder)" if folder is not None else "repro")
+    return md.table(header, _finding_rows(findings, folder))
 
 
 def render_gate(result: GateResult) -> str:
@@ -737,14 +785,14 @@ def render_gate(result: GateResult) -> str:
         parts += [
             f"### ❌ {RULES[rule]}{heading}",
             "",
-            md.table(["subject", "what", "base", "candidate", "detail"], _finding_rows(findings)),
+            _findings_table(rule, findings, cand.folder),
             "",
         ]
     if result.fixed:
         parts += [
             f"### ✅ Fixed: {_tally('fixed', list(result.fixed))[1]}",
             "",
-            md.table(["subject", "what", "base", "candidate", "detail"], _finding_rows(list(result.fixed))),
+            _findings_table("fixed", list(result.fixed)),
             "",
         ]
     if result.flaky:

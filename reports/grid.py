@@ -28,6 +28,8 @@ Status = Literal["fail", "known", "flaky", "pass", "unsupported", "unavailable",
 STATUS_ORDER: tuple[Status, ...] = ("fail", "known", "flaky", "pass", "unsupported", "unavailable", "not run")
 FAILED = ("fail", "error")  # failures nobody has explained: they make a run red
 NOT_PASSING = (*FAILED, "known")  # what the gate never excuses where the base passed
+# Verdicts of a check that ran: anything else (unsupported, unavailable) observed nothing.
+CHECKED = ("pass", *NOT_PASSING, "flaky")
 
 # Preferred order inside each group; features not listed follow, alphabetically. The
 # checks' order and labels are the registry's (stdlib-only, so the gate still runs bare).
@@ -139,3 +141,32 @@ def unavailable_subjects(results: Iterable[CaseResult]) -> dict[str, str]:
         else:
             ran.add(subject)
     return {s: r for s, r in sorted(reasons.items()) if s not in ran}
+
+
+def nothing_checked(results: Iterable[CaseResult]) -> bool:
+    """Whether no check ran at all: every subject unavailable, or every planned check
+    unsupported or unavailable. Such a run says nothing about its subjects; it is no pass."""
+    return not any(r.verdict in CHECKED for r in results)
+
+
+def not_checked_reasons(results: Iterable[CaseResult]) -> dict[str, str]:
+    """Subjects none of whose checks ran, each with why: its unavailability, else its most
+    common reasons for unsupported checks (with how many checks each)."""
+    by_subject: dict[str, list[CaseResult]] = {}
+    for result in results:
+        by_subject.setdefault(result.case.subject, []).append(result)
+    reasons = {}
+    for subject, mine in sorted(by_subject.items()):
+        if any(r.verdict in CHECKED for r in mine):
+            continue
+        unavailable = unavailable_subjects(mine)
+        if subject in unavailable:
+            reasons[subject] = f"unavailable: {unavailable[subject] or 'no reason given'}"
+            continue
+        counts = Counter(r.reason or "no reason given" for r in mine if r.verdict == "unsupported")
+        top = [f"{reason} (×{n})" for reason, n in counts.most_common(2)]
+        more = len(counts) - len(top)
+        reasons[subject] = (
+            "every check unsupported: " + "; ".join(top) + (f"; +{more} more reasons" if more else "")
+        )
+    return reasons

@@ -203,3 +203,163 @@ def group_failures(results: Iterable[CaseResult]) -> list[FailureGroup]:
 def count_line(groups: list[FailureGroup], what: str = "failing check") -> str:
     """'3 findings (11 failing checks)'."""
     return f"{plural(len(groups), 'finding')} ({plural(sum(len(g.results) for g in groups), what)})"
+
+
+# --- root causes --------------------------------------------------------------------------
+#
+# A finding is one case template; a defect usually spans many templates (the backward kernels
+# carry no cost estimate in every case that has a backward pass). A *root cause* gathers them:
+#
+# * a failure the ledger explains belongs to its **ledger entry**: one cause per entry, however
+#   many cases, checks and dtypes it matched;
+# * an unexplained finding belongs to the cause keyed by its subject, its set of failing checks
+#   and the **signature** of their messages: each member's reason (first line, shrink note left
+#   out) with its numbers and index lists stripped, so "max-abs 0.31 ... worst at [0, 1, 7, 3]"
+#   and "max-abs 2.5 ... worst at [1, 0, 2, 9]" say the same thing.
+#
+# report.md, the gate and the matrix count root causes; findings stay the unit inside one.
+
+KNOWN_CAUSE = "known"
+UNEXPLAINED_CAUSE = "unexplained"
+# A number that is not part of a name ("float32", "Sq128" keep theirs): a value, an index, a size.
+_NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![A-Za-z_\d])")
+_INDEX_LIST = re.compile(r"\[[#,\s]*\]")
+_SPACES = re.compile(r"\s+")
+
+
+def message_signature(reason: str) -> str:
+    """A failure message without its numbers: what two instances of one defect have in common.
+
+    'out: OUT OF TOLERANCE; max-abs 0.31 ... worst at [0, 1, 7, 3]' -> 'out: OUT OF TOLERANCE;
+    max-abs # ... worst at [#]'. The shrink note is left out (it names another case)."""
+    lines = [line for line in (reason or "").strip().splitlines() if not _SHRUNK_LINE.match(line)]
+    first = lines[0] if lines else ""
+    stripped = _INDEX_LIST.sub("[#]", _NUMBER.sub("#", first))
+    return _SPACES.sub(" ", stripped).strip()
+
+
+def case_size(result: CaseResult) -> tuple[int, str]:
+    """How big a case is to rerun (elements of the score matrix times head dims), then its id."""
+    c = result.case
+    return (c.batch * max(c.q_heads, 1) * max(c.q_len, 1) * max(c.kv_len, 1) * max(c.head_dim, 1), c.case_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class RootCause:
+    """One defect: a ledger entry's failures, or unexplained findings that fail the same checks
+    with the same message; its findings are case templates, largest first."""
+
+    kind: str  # KNOWN_CAUSE or UNEXPLAINED_CAUSE
+    key: tuple[str, ...]  # (entry id,) or (subject, checks, signature)
+    findings: tuple[FailureGroup, ...]
+
+    @property
+    def results(self) -> tuple[CaseResult, ...]:
+        return tuple(r for f in self.findings for r in f.results)
+
+    @property
+    def entry(self) -> str | None:
+        """The ledger entry's id, for a known cause."""
+        return self.key[0] if self.kind == KNOWN_CAUSE else None
+
+    @property
+    def link(self) -> str:
+        """The ledger entry's link, for a known cause ('' otherwise)."""
+        return next((str(r.known_issue.get("link", "")) for r in self.results if r.known_issue), "")
+
+    @property
+    def subjects(self) -> tuple[str, ...]:
+        return tuple(sorted({r.case.subject for r in self.results}))
+
+    @property
+    def subject(self) -> str:
+        return ", ".join(self.subjects)
+
+    @property
+    def case_ids(self) -> tuple[str, ...]:
+        return tuple(sorted({r.case.case_id for r in self.results}))
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        return tuple(_ordered({r.check for r in self.results}, CHECK_ORDER))
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(_ordered({r.case.dtype for r in self.results}, DTYPES))
+
+    @property
+    def smallest(self) -> CaseResult:
+        """The member on the smallest case: the one to read first and to rerun."""
+        return min(self.results, key=lambda r: (case_size(r), r.check))
+
+    @property
+    def worst(self) -> CaseResult:
+        """The member furthest over its tolerance (as ``FailureGroup.worst``)."""
+        return max(self.results, key=_severity)
+
+    @property
+    def repro_result(self) -> CaseResult | None:
+        """The member whose repro script stands for the cause: a shrunk member's (its smaller
+        case), else the smallest case's, else the worst member's; None when none has a script."""
+        scripted = [r for r in self.results if r.repro]
+        if not scripted:
+            return None
+        shrunk = [r for r in scripted if minimal_case_id(r)]
+        if shrunk:
+            return max(shrunk, key=_severity)
+        return min(scripted, key=lambda r: (case_size(r), -_severity(r)[0], r.check))
+
+    def summary(self) -> str:
+        """E.g. 'observable fails in float32 and bfloat16' (the checks and dtypes it spans)."""
+        verdicts = {r.verdict for r in self.results}
+        many = len(self.checks) > 1
+        if verdicts <= {"error"}:
+            verb = "error" if many else "errors"
+        elif "error" in verdicts and verdicts & {"fail", "known"}:
+            verb = "fail or error"
+        else:
+            verb = "fail" if many else "fails"
+        return f"{', '.join(self.checks)} {verb} in {_and(self.dtypes)}"
+
+
+def cause_key(group: FailureGroup) -> tuple[str, tuple[str, ...]]:
+    """(kind, key) of the cause an unexplained finding belongs to."""
+    signatures = sorted({message_signature(r.reason) for r in group.results})
+    return UNEXPLAINED_CAUSE, (group.subject, ",".join(group.checks), " | ".join(signatures))
+
+
+def group_causes(results: Iterable[CaseResult]) -> list[RootCause]:
+    """The root causes among ``results`` (pass only failing ones: fail, error or known).
+
+    Known failures join their ledger entry's cause; unexplained ones are grouped into findings
+    (``group_failures``), then findings into causes (``cause_key``). Ordered: unexplained
+    causes first (by subject, then most cases first), then known ones (most cases first)."""
+    results = list(results)
+    known: dict[str, list[CaseResult]] = {}
+    for r in results:
+        if r.verdict == "known":
+            known.setdefault(str(r.known_issue.get("id", "?")), []).append(r)
+    buckets: dict[tuple[str, ...], list[FailureGroup]] = {}
+    for group in group_failures(r for r in results if r.verdict != "known"):
+        buckets.setdefault(cause_key(group)[1], []).append(group)
+    causes = [RootCause(UNEXPLAINED_CAUSE, key, tuple(groups)) for key, groups in buckets.items()]
+    causes.sort(key=lambda c: (c.subjects, -len(c.case_ids), -len(c.results), c.key))
+    known_causes = [
+        RootCause(KNOWN_CAUSE, (entry,), tuple(group_failures(rs))) for entry, rs in known.items()
+    ]
+    known_causes.sort(key=lambda c: (-len(c.case_ids), -len(c.results), c.key))
+    return causes + known_causes
+
+
+def cause_count_line(causes: list[RootCause], what: str = "failing check") -> str:
+    """'2 root causes (11 failing checks in 7 cases)'."""
+    checks = sum(len(c.results) for c in causes)
+    cases = len({(r.case.subject, r.case.case_id) for c in causes for r in c.results})
+    return f"{plural(len(causes), 'root cause')} ({plural(checks, what)} in {plural(cases, 'case')})"
+
+
+def known_count_line(causes: list[RootCause]) -> str:
+    """'54 known failures from 2 known issues'."""
+    known = [c for c in causes if c.kind == KNOWN_CAUSE]
+    failures = sum(len(c.results) for c in known)
+    return f"{plural(failures, 'known failure')} from {plural(len(known), 'known issue')}"

@@ -16,8 +16,8 @@ from pathlib import Path
 from reports import markdown as md
 from reports.describe import worst_ratio
 from reports.environment import one_line
-from reports.grid import FAILED, feature_grid, label
-from reports.grouping import count_line, group_failures
+from reports.grid import FAILED, feature_grid, label, nothing_checked
+from reports.grouping import cause_count_line, group_causes, known_count_line
 from reports.jax_versions import sort_versions
 from reports.plots import MATRIX_LENGTH_PLOT, MATRIX_VERSION_PLOT, plot_versions, plot_versions_by_length
 from reports.records import RESULTS_FILE, ResultsFileError, write_text_atomic
@@ -165,18 +165,25 @@ def version_cell(run: Run, subject: str) -> str:
     results = [r for r in run.results if r.case.subject == subject]
     if not results:
         return md.STATUS_ICON["not run"]
+    if nothing_checked(results) and not any(r.verdict == "unavailable" for r in results):
+        return f"⛔ nothing checked (➖ {len(results)} unsupported)"
     grid = feature_grid(results)
     cell = grid.cell(subject, "all")
     unsupported = f" · ➖ {cell.tally['unsupported']}" if cell.tally["unsupported"] else ""
     if cell.status == "fail":
         failing = [label(f) for f in grid.features if grid.status(subject, f) == "fail"][:4]
-        findings = md.plural(len(group_failures(r for r in results if r.verdict in FAILED)), "finding")
+        causes = md.plural(len(group_causes(r for r in results if r.verdict in FAILED)), "root cause")
         return (
-            f"❌ {cell.failed}/{cell.total} · {findings}"
+            f"❌ {cell.failed}/{cell.total} · {causes}"
             + (f" ({', '.join(failing)})" if failing else "")
             + unsupported
         )
-    known = f" · 🐞 {cell.tally['known']} known" if cell.tally["known"] else ""
+    known_causes = group_causes(r for r in results if r.verdict == "known")
+    known = (
+        f" · 🐞 {cell.tally['known']} known ({md.plural(len(known_causes), 'issue')})"
+        if cell.tally["known"]
+        else ""
+    )
     if cell.status in ("pass", "known", "flaky"):
         return f"✅ {cell.tally['pass']}{known}{unsupported}"
     return md.STATUS_ICON[cell.status]
@@ -266,13 +273,16 @@ def capability_changes(matrix: Matrix) -> list[list[str]]:
 def verdict_line(matrix: Matrix) -> str:
     failing = []
     for run in matrix.runs:
-        groups = group_failures(r for r in run.results if r.verdict in FAILED)
-        if groups:
-            failing.append(f"{matrix.label(run)}: {count_line(groups)}")
-    known = sum(1 for run in matrix.runs for r in run.results if r.verdict == "known")
-    known_tail = f"; 🐞 {known} failing checks are known issues" if known else ""
+        causes = group_causes(r for r in run.results if r.verdict in FAILED)
+        if causes:
+            failing.append(f"{matrix.label(run)}: {cause_count_line(causes)}")
+    known_results = [r for run in matrix.runs for r in run.results if r.verdict == "known"]
+    known = len(known_results)
+    known_tail = f"; 🐞 {known_count_line(group_causes(known_results))}" if known else ""
     incomplete = [matrix.label(run) for run in matrix.runs if not run.complete]
     tail = f"; ⚠️ incomplete: {', '.join(incomplete)}" if incomplete else ""
+    not_run = [matrix.label(run) for run in matrix.runs if nothing_checked(run.results)]
+    tail += f"; ⛔ NOT RUN (nothing was checked): {', '.join(not_run)}" if not_run else ""
     if matrix.unreadable:
         tail += f"; ⚠️ {md.plural(len(matrix.unreadable), 'folder')} unreadable"
     span = f"{md.plural(len(matrix.runs), 'JAX version')} ({matrix.versions[0]} … {matrix.versions[-1]})"
@@ -287,9 +297,9 @@ def verdict_line(matrix: Matrix) -> str:
 
 
 def findings_rows(matrix: Matrix, top: int = MAX_FINDINGS) -> list[list[str]]:
-    """Failing checks grouped by cause over every version (reports.grouping, as in report.md):
-    per finding, each version's failing checks (❌ n), ✅ where its checks ran and passed, · where
-    none ran. A finding that appears or goes away at an upgrade shows as a change along its row."""
+    """Failing checks grouped by root cause over every version (reports.grouping, as in report.md):
+    per cause, each version's failing checks (❌ n), ✅ where its checks ran and passed, · where
+    none ran. A cause that appears or goes away at an upgrade shows as a change along its row."""
     version_of: dict[int, str] = {}
     failing = []
     for run in matrix.runs:
@@ -298,19 +308,19 @@ def findings_rows(matrix: Matrix, top: int = MAX_FINDINGS) -> list[list[str]]:
                 version_of[id(result)] = matrix.label(run)
                 failing.append(result)
     rows = []
-    for group in group_failures(failing)[:top]:
-        keys = {r.key for r in group.results}
+    for cause in group_causes(failing)[:top]:
+        keys = {r.key for r in cause.results}
         cells = []
         for run in matrix.runs:
             version = matrix.label(run)
-            failed = sum(version_of[id(r)] == version for r in group.results)
+            failed = sum(version_of[id(r)] == version for r in cause.results)
             ran = any(r.key in keys and r.verdict == "pass" for r in run.results)
             cells.append(f"❌ {failed}" if failed else ("✅" if ran else md.STATUS_ICON["not run"]))
         rows.append(
             [
-                group.subject,
-                f"{', '.join(group.checks)} ({', '.join(group.dtypes)})",
-                md.code(group.label),
+                cause.subject,
+                f"{', '.join(cause.checks)} ({', '.join(cause.dtypes)})",
+                f"{md.plural(len(cause.case_ids), 'case')}, smallest {md.code(cause.smallest.case.case_id)}",
                 *cells,
             ]
         )
@@ -362,16 +372,16 @@ def render_matrix(matrix: Matrix, *, plot_links: Sequence[str] = ()) -> str:
         parts += ["None.", ""]
     findings = findings_rows(matrix)
     if findings:
-        total = len(group_failures(r for run in matrix.runs for r in run.results if r.verdict in FAILED))
+        total = len(group_causes(r for run in matrix.runs for r in run.results if r.verdict in FAILED))
         more = f" The first {MAX_FINDINGS} of {total}." if total > MAX_FINDINGS else ""
         parts += [
             "## Failures by version",
             "",
-            "Failing checks grouped by cause, as in each report.md: one finding per case template (any "
-            "check and dtype). ❌ n: n of its checks fail in that version · ✅ they ran and passed · · "
-            f"none ran.{more}",
+            "Failing checks grouped by root cause, as in each report.md: the same checks failing with "
+            "the same message (numbers aside), over every case. ❌ n: n of its checks fail in that "
+            f"version · ✅ they ran and passed · · none ran.{more}",
             "",
-            md.table(["subject", "checks (dtypes)", "case", *matrix.versions], findings),
+            md.table(["subject", "checks (dtypes)", "cases", *matrix.versions], findings),
             "",
         ]
     known = known_issue_rows(matrix)

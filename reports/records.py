@@ -33,6 +33,10 @@ READABLE_SCHEMAS = (1, 2)
 RESULTS_FILE = "results.jsonl"
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = ".lock"  # held (fcntl.flock) by the run writing the folder; holds its pid
+# ``CaseResult.details`` key set (to 1) by the leak and recompile checks when a subject declares
+# no JAX runtime (``Capabilities.jax_runtime``) yet JAX compiled during its calls: the report says
+# that the declaration contradicts what was observed.
+UNDECLARED_JAX_RUNTIME = "jax_runtime_undeclared"
 
 Verdict = Literal["pass", "fail", "unsupported", "unavailable", "error", "known", "flaky"]
 # known: failed (or errored) and matched by a known-issue ledger entry (``CaseResult.known_issue``);

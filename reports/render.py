@@ -1,18 +1,23 @@
 """report.md: one run, for a code review.
 
-A passing run fits one screen: verdict line, environment line, subject x feature
-grid. Failures follow grouped by cause (``reports.grouping``): one finding per case
-template, across checks and dtypes, with its worst tensor and one standalone repro
-script. A run without its end record is marked incomplete at the very top.
+The first screen holds what a reviewer needs, in this order: the verdict line (FAIL, PASS, or
+NOT RUN when nothing was checked), the environment, the failures nobody has explained grouped
+by **root cause** (``reports.grouping``: one row per cause with its cases counted, the smallest
+case, the worst element and one repro command), then one line per subject (passed, failing,
+known, unsupported, unavailable, how it ran). Everything else follows folded (``<details>``):
+each root cause in full, the known issues, the grid, the unsupported combinations, what holds on
+hardware, flaky checks, observed behaviour and pairwise coverage. A run without its end record
+is marked incomplete at the very top.
 
-report.md always fits a GitHub review comment (``MAX_CHARS``). When it cannot show
-every finding in full, the findings past the first ones are listed in a table and
-``details.md`` beside it holds the whole report, every finding in full.
+report.md stays within ``BUDGET_CHARS``, well inside a GitHub review comment (``MAX_CHARS``).
+When it cannot show every root cause in full, the causes past the first ones keep only their
+table row and ``details.md`` beside it holds the whole report.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import html
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -22,32 +27,43 @@ from reports import markdown as md
 from reports.describe import describe_case, describe_tolerance, describe_worst_element, excess, worst_metric
 from reports.environment import one_line
 from reports.fidelity import fidelity_section
-from reports.grid import FAILED, Grid, feature_grid, label, unavailable_subjects
-from reports.grouping import FailureGroup, count_line, group_failures, minimal_case_id
+from reports.grid import (
+    CHECKED,
+    FAILED,
+    Grid,
+    feature_grid,
+    label,
+    not_checked_reasons,
+    nothing_checked,
+    unavailable_subjects,
+)
+from reports.grouping import RootCause, cause_count_line, group_causes, known_count_line, minimal_case_id
 from reports.pairwise import pairwise_section
 from reports.plots import RUN_PLOT, plot_run
-from reports.records import RESULTS_FILE, CaseResult, write_text_atomic
+from reports.records import RESULTS_FILE, UNDECLARED_JAX_RUNTIME, CaseResult, write_text_atomic
 from reports.run import Run, load_run
 
 REPORT_FILE = "report.md"
 REPRO_DIR = "repro"  # repro/<check>/<case id>.py: each recorded repro script, beside report.md
-DETAILS_FILE = "details.md"  # the whole report, every finding in full, when report.md is abridged
+DETAILS_FILE = "details.md"  # the whole report, every root cause in full, when report.md is abridged
 DETAILS_LINK = f"[{DETAILS_FILE}]({DETAILS_FILE})"
 MAX_CHARS = 65_536  # the most characters GitHub accepts in a review comment
-MAX_DETAILS = 20  # findings shown in full in report.md; the rest are listed in a table
-MAX_LISTED = 200  # rows of that table; the rest are counted (and in details.md)
-MAX_MEMBERS = 24  # rows of one finding's table of failing checks
-MAX_CASE_IDS = 6  # case ids named in one finding's header
+# What report.md aims at: well under MAX_CHARS, so a comment can quote it with a few lines of
+# its own; past it, the causes in full and the long folds go to details.md (never cut silently).
+BUDGET_CHARS = 40_000
+MAX_DETAILS = 20  # root causes shown in full (folded) in report.md; the rest keep their table row
+MAX_LISTED = 200  # rows of the causes' table; the rest are counted (and in details.md)
+MAX_MEMBERS = 24  # rows of one cause's table of case templates
 
 
 @dataclasses.dataclass(frozen=True)
 class Rendered:
-    report: str  # report.md, at most MAX_CHARS characters
+    report: str  # report.md, at most the budget (BUDGET_CHARS unless told otherwise)
     details: str | None  # details.md: the unabridged report; None when report.md holds everything
 
 
 def write_report(
-    report_dir: Path, *, plots: bool = True, max_details: int = MAX_DETAILS, max_chars: int = MAX_CHARS
+    report_dir: Path, *, plots: bool = True, max_details: int = MAX_DETAILS, max_chars: int = BUDGET_CHARS
 ) -> Path:
     """Render ``report_dir/report.md`` (and its plot, and ``details.md`` when report.md is
     abridged) from results.jsonl and summary.json.
@@ -114,44 +130,64 @@ def verdict_counts(results: tuple[CaseResult, ...]) -> Counter:
 
 
 def verdict_line(run: Run) -> str:
+    """The one line a reviewer reads first: FAIL with the root causes nobody explained, PASS, or
+    NOT RUN when no check ran at all (with each subject's reason)."""
     results = run.results
-    counts = verdict_counts(results)
-    cases = len({(r.case.subject, r.case.case_id) for r in results})
-    subjects = sorted({r.case.subject for r in results})
-    unavailable = unavailable_subjects(results)
     prefix = "" if run.complete else "⚠️ **INCOMPLETE** · "
+    if nothing_checked(results):
+        reasons = idle_subjects(run)
+        listed = "; ".join(f"**{s}**: {md.truncate(r, 300)}" for s, r in reasons.items())
+        return f"{prefix}**⛔ NOT RUN: nothing was checked** — {listed or 'no check was planned'}."
+    counts = verdict_counts(results)
+    checked = [r for r in results if r.verdict in CHECKED]
+    cases = len({(r.case.subject, r.case.case_id) for r in checked})
+    subjects = {r.case.subject for r in checked}
+    scope = f"{md.plural(cases, 'case')}, {md.plural(len(subjects), 'subject')}"
     extras = []
     if counts["known"]:
-        known = [r for r in results if r.verdict == "known"]
-        ids = sorted({r.known_issue.get("id", "?") for r in known})
-        findings = md.plural(len(group_failures(known)), "finding")
-        extras.append(
-            f"{counts['known']} failing as known issues in {findings} ({', '.join(ids)}; see Known issues)"
-        )
+        extras.append(known_count_line(group_causes(r for r in results if r.verdict == "known")))
+    if counts["flaky"]:
+        extras.append(f"{counts['flaky']} flaky")
     if counts["unsupported"]:
-        extras.append(f"{counts['unsupported']} unsupported (skipped with the subject's reason)")
-    if unavailable:
-        extras.append(f"{md.plural(len(unavailable), 'subject')} unavailable here ({', '.join(unavailable)})")
+        extras.append(f"{counts['unsupported']} unsupported")
+    idle = idle_subjects(run)
+    if idle:
+        extras.append(f"not checked here: {', '.join(idle)} (see below)")
     tail = f"; {'; '.join(extras)}" if extras else ""
-    scope = f"{md.plural(cases, 'case')}, {md.plural(len(subjects), 'subject')}"
     if counts["failed"]:
-        failing = sorted({r.case.subject for r in results if r.verdict in FAILED})
+        causes = group_causes(r for r in results if r.verdict in FAILED)
+        failing_cases = len({(r.case.subject, r.case.case_id) for c in causes for r in c.results})
         errors = f", {counts['error']} of them errors" if counts["error"] else ""
-        findings = md.plural(len(group_failures(r for r in results if r.verdict in FAILED)), "finding")
+        spread = (
+            f"{md.plural(counts['failed'], 'failing check')} in {md.plural(failing_cases, 'case')}{errors}"
+        )
         return (
-            f"{prefix}**❌ FAIL** — {counts['failed']} of {md.plural(len(results), 'check')} failed{errors} "
-            f"({findings}; {scope}; failing: {', '.join(failing)}){tail}."
+            f"{prefix}**❌ FAIL** — {md.plural(len(causes), 'root cause')} not explained by the ledger "
+            f"({spread}); "
+            f"{md.plural(counts['pass'], 'check')} passed ({scope}){tail}."
         )
     if counts["known"]:
         return (
             f"{prefix}**✅ PASS (known issues only)** — no unexplained failure: "
             f"{md.plural(counts['pass'], 'check')} passed ({scope}){tail}."
         )
-    if counts["pass"]:
-        return (
-            f"{prefix}**✅ PASS** — all {md.plural(counts['pass'], 'check')} that ran passed ({scope}){tail}."
-        )
-    return f"{prefix}**⚠️ NOTHING RAN** — no check passed or failed ({scope}){tail}."
+    return f"{prefix}**✅ PASS** — all {md.plural(counts['pass'], 'check')} that ran passed ({scope}){tail}."
+
+
+def idle_subjects(run: Run) -> dict[str, str]:
+    """Subjects none of whose checks ran, with why: from their records, and from summary.json for
+    an unavailable subject that has none (a ``-k`` that selected none of its placeholders)."""
+    idle = not_checked_reasons(run.results)
+    recorded = {r.case.subject for r in run.results}
+    for s in (run.summary or {}).get("subjects") or []:
+        if (
+            isinstance(s, dict)
+            and s.get("name")
+            and not s.get("available", True)
+            and s["name"] not in recorded
+        ):
+            idle[str(s["name"])] = f"unavailable: {s.get('reason') or 'no reason given'}"
+    return dict(sorted(idle.items()))
 
 
 def incomplete_warning(run: Run) -> str:
@@ -212,92 +248,6 @@ def environment_line(run: Run) -> str:
     return " · ".join([line, *extras])
 
 
-def execution_line(run: Run) -> str | None:
-    """How each subject ran (e.g. interpret mode on CPU), from summary.json's subjects block:
-    the sentence (``execution_detail``), else ``execution`` (the literal; the sentence in older runs)."""
-    subjects = (run.summary or {}).get("subjects")
-    if not isinstance(subjects, list):
-        return None
-    parts = [
-        f"{s['name']}: {s.get('execution_detail') or s.get('execution') or 'native'}"
-        for s in subjects
-        if isinstance(s, dict) and s.get("name") and s.get("available", True)
-    ]
-    return f"Execution · {' · '.join(parts)}" if parts else None
-
-
-def finding_section(number: int, group: FailureGroup, *, anchor: bool = False) -> str:
-    """One finding in full: what fails where, the worst member's case, worst element and
-    tensors, every failing check in a table, and one repro script."""
-    worst = group.worst
-    heading = f"### {number}. ❌ {group.subject} · {group.summary()} · {md.code(group.label)}"
-    lines = [f'<a id="finding-{number}"></a>', "", heading, ""] if anchor else [heading, ""]
-    if worst.verdict == "error":
-        lines += ["**Error** (the check or the subject crashed, not a numerical failure)", ""]
-    ids = group.case_ids
-    named = ", ".join(md.code(i) for i in ids[:MAX_CASE_IDS])
-    more = f" and {len(ids) - MAX_CASE_IDS} more" if len(ids) > MAX_CASE_IDS else ""
-    lines += [f"**{'Cases' if len(ids) > 1 else 'Case id'}:** {named}{more}.", ""]
-    minimal = group.minimal_case_ids
-    if minimal:
-        lines += [
-            f"**Shrunk to:** {', '.join(md.code(i) for i in minimal)} (smaller cases failing the same way).",
-            "",
-        ]
-    worst_of = f" (worst: {worst.check} in {worst.case.dtype})" if len(group.results) > 1 else ""
-    lines += [f"**Case{worst_of}:** {describe_case(worst.case)}.", ""]
-    reason = _own_reason(worst)
-    if reason and "\n" in reason:  # tracebacks: keep their lines
-        lines += ["**Reason:**", "", md.fenced(reason, "text"), ""]
-    elif reason:
-        lines += [f"**Reason:** {md.cell(reason)}", ""]
-    metric = worst_metric(worst)
-    if metric is not None:
-        lines += [f"**Worst element:** {md.code(describe_worst_element(metric))}", ""]
-        lines += [f"**Error vs tolerance:** {describe_tolerance(metric)}.", ""]
-        rows = [
-            [
-                ("❌ " if not m.passed else "✅ ") + m.tensor,
-                md.number(m.max_abs),
-                md.number(m.tolerance),
-                md.number(m.ratio),
-                f"{m.k:g}",
-                md.number(m.mean_ratio),
-                f"{m.fraction_out_of_tolerance:.2%}",
-            ]
-            for m in worst.metrics
-        ]
-        lines += [
-            md.table(
-                ["tensor", "max-abs error", "tolerance", "ratio", "k", "mean ratio", "out of tol."],
-                rows,
-                align="lrrrrrr",
-            ),
-            "",
-        ]
-    if len(group.results) > 1:
-        lines += [f"**Failing checks ({len(group.results)}):**", "", members_table(group), ""]
-    chosen = group.repro_result
-    if chosen is not None:
-        shrunk = minimal_case_id(chosen)
-        # A standalone script reproduces the recorded case (whose tolerance it embeds); the
-        # checkout script, the smaller case it shrank to.
-        standalone = chosen.repro.startswith('"""Standalone repro')
-        which = (
-            f"The {chosen.check} check of the smaller case {md.code(shrunk)}, "
-            f"shrunk from {md.code(chosen.case.case_id)}:"
-            if shrunk and not standalone
-            else f"The {chosen.check} check of {md.code(chosen.case.case_id)}"
-            + (f" (it shrinks to {md.code(shrunk)}):" if shrunk else ":")
-        )
-        body = which + "\n\n" + md.fenced(chosen.repro, "python")
-        title = f"Repro script (<code>{repro_path(chosen)}</code>, beside this report)"
-        lines.append(md.details(title, body))
-    else:
-        lines.append("_No repro script was recorded for this case._")
-    return "\n".join(lines)
-
-
 def _own_reason(result: CaseResult) -> str:
     """The reason without the shrink note (the finding names its smaller cases once)."""
     reason = (result.reason or "").strip()
@@ -308,62 +258,144 @@ def _own_reason(result: CaseResult) -> str:
     return reason
 
 
-def members_table(group: FailureGroup) -> str:
+def _worst_cell(cause: RootCause) -> str:
+    """The worst element of a cause, with how far over its tolerance; else its worst reason."""
+    worst = cause.worst
+    metric = worst_metric(worst)
+    if metric is not None:
+        return f"{md.code(describe_worst_element(metric))} ({_over(worst)} its tolerance, {worst.check})"
+    reason = _own_reason(worst)
+    return md.truncate(reason.splitlines()[0], 140) if reason else worst.check
+
+
+def _repro_cell(cause: RootCause) -> str:
+    chosen = cause.repro_result
+    return md.code(f"python {repro_path(chosen)}") if chosen is not None else "—"
+
+
+def _cases_cell(cause: RootCause) -> str:
+    cases, checks = len(cause.case_ids), len(cause.results)
+    return f"{cases} ({md.plural(checks, 'check')})" if checks != cases else str(cases)
+
+
+def causes_table(causes: list[RootCause], *, shown: int, listed: int = MAX_LISTED, link: str = "") -> str:
+    """One row per root cause: what fails, how many cases, the smallest one, the worst element
+    and one repro command. A cause past the first ``shown`` links into ``link`` (details.md)."""
     rows = []
-    for result in group.results[:MAX_MEMBERS]:
-        metric = worst_metric(result)
+    for number, cause in enumerate(causes[:listed], start=1):
         rows.append(
             [
-                result.check,
-                result.case.dtype,
-                md.code(result.case.case_id),
-                f"{md.STATUS_ICON['fail']} {result.verdict}",
-                metric.tensor if metric else "—",
-                _over(result),
-                md.truncate(_own_reason(result).splitlines()[0] if _own_reason(result) else "", 100),
+                f"[{number}]({link}#cause-{number})" if link and number > shown else number,
+                cause.subject,
+                cause.summary(),
+                _cases_cell(cause),
+                md.code(cause.smallest.case.case_id),
+                _worst_cell(cause),
+                _repro_cell(cause),
             ]
         )
-    text = md.table(
-        ["check", "dtype", "case", "verdict", "worst", "error / tolerance", "reason"], rows, align="lllllrl"
+    text = md.table(["#", "subject", "failing", "cases", "smallest case", "worst element", "repro"], rows)
+    if len(causes) > listed:
+        where = DETAILS_LINK if link else f"`{RESULTS_FILE}`"
+        text += f"\n\n… and {md.plural(len(causes) - listed, 'more root cause')} in {where}."
+    return text
+
+
+def cause_section(number: int, cause: RootCause, *, anchor: bool = False) -> str:
+    """One root cause in full, folded: the worst case's reason, element and tensors, every case
+    (one row per case template), and one repro script."""
+    worst = cause.worst
+    lines = []
+    if worst.verdict == "error":
+        lines += ["**Error** (the check or the subject crashed, not a numerical failure)", ""]
+    lines += [
+        f"**Worst case** ({worst.check}): {md.code(worst.case.case_id)}: {describe_case(worst.case)}.",
+        "",
+    ]
+    reason = _own_reason(worst)
+    if reason and "\n" in reason:  # tracebacks and per-tensor lines: keep their lines
+        lines += ["**Reason:**", "", md.fenced(reason, "text"), ""]
+    elif reason:
+        lines += [f"**Reason:** {md.cell(reason)}", ""]
+    metric = worst_metric(worst)
+    if metric is not None:
+        lines += [f"**Error vs tolerance:** {describe_tolerance(metric)}.", ""]
+        lines += [_metrics_table(worst), ""]
+    minimal = sorted({m for r in cause.results if (m := minimal_case_id(r))})
+    if minimal:
+        lines += [
+            f"**Shrunk to:** {', '.join(md.code(i) for i in minimal)} (smaller cases failing the same way).",
+            "",
+        ]
+    if len(cause.findings) > 1 or len(cause.results) > 1:
+        lines += [
+            f"**Its cases ({len(cause.case_ids)}), one row per case template:**",
+            "",
+            findings_rows(cause),
+            "",
+        ]
+    chosen = cause.repro_result
+    if chosen is not None:
+        shrunk = minimal_case_id(chosen)
+        standalone = chosen.repro.startswith('"""Standalone repro')
+        which = (
+            f"The {chosen.check} check of the smaller case {md.code(shrunk)}, shrunk from "
+            f"{md.code(chosen.case.case_id)}"
+            if shrunk and not standalone
+            else f"The {chosen.check} check of {md.code(chosen.case.case_id)}"
+            + (f" (it shrinks to {md.code(shrunk)})" if shrunk else "")
+        )
+        lines += [f"**Repro** (`{repro_path(chosen)}`, beside this report): {which}.", ""]
+        lines.append(md.fenced(chosen.repro, "python"))
+    else:
+        lines.append("_No repro script was recorded for this cause._")
+    title = f"{number}. {cause.subject} · {cause.summary()} · {md.plural(len(cause.case_ids), 'case')}"
+    fold = md.details(html.escape(title), "\n".join(lines))
+    return f'<a id="cause-{number}"></a>\n\n{fold}' if anchor else fold
+
+
+def _metrics_table(result: CaseResult) -> str:
+    rows = [
+        [
+            ("❌ " if not m.passed else "✅ ") + m.tensor,
+            md.number(m.max_abs),
+            md.number(m.tolerance),
+            md.number(m.ratio),
+            f"{m.k:g}",
+            md.number(m.mean_ratio),
+            f"{m.fraction_out_of_tolerance:.2%}",
+        ]
+        for m in result.metrics
+    ]
+    return md.table(
+        ["tensor", "max-abs error", "tolerance", "ratio", "k", "mean ratio", "out of tol."],
+        rows,
+        align="lrrrrrr",
     )
-    if len(group.results) > MAX_MEMBERS:
-        text += f"\n\n… and {len(group.results) - MAX_MEMBERS} more in `{RESULTS_FILE}`."
+
+
+def findings_rows(cause: RootCause) -> str:
+    """A cause's case templates, one row each: its checks and dtypes, its worst error."""
+    rows = []
+    for group in cause.findings[:MAX_MEMBERS]:
+        worst = group.worst
+        metric = worst_metric(worst)
+        rows.append(
+            [
+                md.code(group.label),
+                group.summary(),
+                f"{metric.tensor}: {_over(worst)}" if metric is not None else "—",
+            ]
+        )
+    text = md.table(["case template", "failing", "worst error / tolerance"], rows, align="llr")
+    if len(cause.findings) > MAX_MEMBERS:
+        text += f"\n\n… and {len(cause.findings) - MAX_MEMBERS} more in `{RESULTS_FILE}`."
     return text
 
 
 def _over(result: CaseResult) -> str:
     metric = worst_metric(result)
     return md.number(excess(metric)) + "×" if metric is not None and metric.tolerance > 0 else "—"
-
-
-def findings_table(
-    groups: list[FailureGroup], first: int, *, listed: int = MAX_LISTED, link: str = ""
-) -> str:
-    """The findings numbered ``first`` on, one row each; ``link`` (details.md) numbers link to
-    their full entries there."""
-    rows = []
-    for number, group in enumerate(groups[:listed], start=first):
-        worst = group.worst
-        metric = worst_metric(worst)
-        reason = _own_reason(worst)
-        rows.append(
-            [
-                f"[{number}]({link}#finding-{number})" if link else number,
-                group.subject,
-                group.summary(),
-                md.code(group.label),
-                f"{metric.tensor} ({worst.check}, {worst.case.dtype})" if metric else worst.check,
-                _over(worst),
-                md.truncate(reason.splitlines()[0], 120) if reason else "",
-            ]
-        )
-    text = md.table(
-        ["#", "subject", "failing", "case", "worst", "error / tolerance", "reason"], rows, align="rlllcrl"
-    )
-    if len(groups) > listed:
-        where = DETAILS_LINK if link else f"`{RESULTS_FILE}`"
-        text += f"\n\n… and {md.plural(len(groups) - listed, 'more finding')} in {where}."
-    return text
 
 
 KNOWN_STATUS_ICON = {
@@ -375,82 +407,112 @@ KNOWN_STATUS_ICON = {
 }
 
 
-def known_issues_section(run: Run, *, findings: bool = True) -> str | None:
-    """The ledger against this run: each entry's status, link, matched checks and one worst element,
-    then the known failures grouped into findings like the unexplained ones (``findings=False``
-    leaves that table to details.md). Entries that did not run here are folded away."""
+def _ledger_statuses(run: Run) -> list[dict]:
+    """summary.json's ledger statuses; for a killed run (no summary), what the records say."""
     statuses = (run.summary or {}).get("known_issues")
+    if isinstance(statuses, list):
+        return [s for s in statuses if isinstance(s, dict)]
     known = [r for r in run.results if r.verdict == "known"]
-    if not isinstance(statuses, list):  # a killed run has no summary: list what the records say
-        ids = sorted({r.known_issue.get("id", "?") for r in known})
-        statuses = [
-            {
-                "id": i,
-                "status": "reproduced",
-                "link": next(r.known_issue.get("link", "") for r in known if r.known_issue.get("id") == i),
-            }
-            for i in ids
-        ]
-    shown = [s for s in statuses if isinstance(s, dict) and s.get("status") != "not run here"]
-    if not shown:
+    links: dict[str, str] = {}
+    for r in known:
+        links.setdefault(str(r.known_issue.get("id", "?")), str(r.known_issue.get("link", "")))
+    return [{"id": i, "status": "reproduced", "link": link} for i, link in sorted(links.items())]
+
+
+def known_issues_section(run: Run, *, cases: bool = True) -> str | None:
+    """The ledger against this run, folded: one row per entry that concerns it (status, link, its
+    cases, the smallest, the worst element, one repro), then each entry's cases in a fold of its
+    own (``cases=False`` leaves those to details.md). Entries out of range that would explain
+    nothing here are named in one line; entries that did not run here are counted."""
+    statuses = _ledger_statuses(run)
+    out_of_range = [s for s in statuses if _quiet_out_of_range(s)]
+    shown = [s for s in statuses if s.get("status") != "not run here" and s not in out_of_range]
+    if not shown and not out_of_range:
         return None
+    causes = {c.entry: c for c in group_causes(r for r in run.results if r.verdict == "known")}
     rows = []
     for status in shown:
-        mine = [r for r in known if r.known_issue.get("id") == status.get("id")]
-        rows.append(
-            [
-                f"{KNOWN_STATUS_ICON.get(status.get('status', ''), '')} {status.get('status', '')}",
-                md.code(status.get("id", "?")),
-                _link(status.get("link", "")),
-                _matched(mine, status),
-                _worst(mine),
-            ]
-        )
-    hidden = len(statuses) - len(shown)
-    note = (
-        (
-            f"\n\n{md.plural(hidden, 'other entry', 'other entries')} of the ledger concern subjects or "
-            "cases not run here."
-        )
-        if hidden
-        else ""
-    )
+        cause = causes.get(str(status.get("id", "?")))
+        state = f"{KNOWN_STATUS_ICON.get(status.get('status', ''), '')} {status.get('status', '')}"
+        head = [state, md.code(status.get("id", "?")), _link(str(status.get("link", "")))]
+        if cause is None:
+            rows.append([*head, _unmatched(status), "", "", ""])
+        else:
+            rows.append(
+                [
+                    *head,
+                    f"{_cases_cell(cause)}: {cause.summary()}",
+                    md.code(cause.smallest.case.case_id),
+                    _worst_cell(cause),
+                    _repro_cell(cause),
+                ]
+            )
     files = ", ".join(md.code(f) for f in (run.summary or {}).get("ledger_files", [])) or "the ledger"
-    groups = group_failures(known)
-    text = (
-        f"## Known issues: {count_line(groups)} explained\n\nFrom {files}. A known failure keeps "
-        "its full record in `results.jsonl`; the gate still fails a check that passed in the base.\n\n"
-        + md.table(["status", "entry", "link", "matched checks", "worst element"], rows)
-        + note
+    body = [
+        f"From {files}. A known failure keeps its full record in `{RESULTS_FILE}`; the gate still fails "
+        "a check that passed in the base."
+    ]
+    if rows:
+        header = ["status", "entry", "link", "cases", "smallest case", "worst element", "repro"]
+        body += ["", md.table(header, rows)]
+    if out_of_range:
+        ranges = ", ".join(f"{md.code(s.get('id', '?'))} (jax {s.get('jax')})" for s in out_of_range)
+        body += ["", f"Out of their range at this JAX version, matching no failure here: {ranges}."]
+    hidden = len(statuses) - len(shown) - len(out_of_range)
+    if hidden:
+        body += [
+            "",
+            f"{md.plural(hidden, 'other entry', 'other entries')} concern subjects or cases not run here.",
+        ]
+    if causes and cases:
+        for entry, cause in causes.items():
+            title = f"{html.escape(str(entry))}: its {md.plural(len(cause.case_ids), 'case')}"
+            body += ["", md.details(title, findings_rows(cause))]
+    elif causes:
+        body += ["", f"Each entry's cases: in {DETAILS_LINK}."]
+    title = (
+        f"🐞 Known issues: {known_count_line(list(causes.values()))}"
+        if causes
+        else "🐞 Known issues: none here"
     )
-    if groups and findings:
-        text += "\n\n**By finding** (grouped like the failures above):\n\n" + known_findings_table(groups)
-    elif groups:
-        text += f"\n\nThe {md.plural(len(groups), 'known finding')}, one by one: in {DETAILS_LINK}."
-    return text
+    return md.details(title, "\n".join(body))
 
 
-def known_findings_table(groups: list[FailureGroup]) -> str:
-    """Known failures grouped by cause, like the unexplained ones: one row per finding."""
-    rows = []
-    for group in groups[:MAX_LISTED]:
-        entries = sorted({r.known_issue.get("id", "?") for r in group.results})
-        metric = worst_metric(group.worst)
-        rows.append(
-            [
-                ", ".join(md.code(e) for e in entries),
-                group.subject,
-                group.summary(),
-                md.code(group.label),
-                md.code(describe_worst_element(metric))
-                if metric
-                else md.truncate(_own_reason(group.worst), 120),
-            ]
-        )
-    text = md.table(["entry", "subject", "failing", "case", "worst element"], rows)
-    if len(groups) > MAX_LISTED:
-        text += f"\n\n… and {md.plural(len(groups) - MAX_LISTED, 'more finding')} in `{RESULTS_FILE}`."
-    return text
+def _quiet_out_of_range(status: dict) -> bool:
+    """An entry outside its JAX range that would explain nothing here: named, not tabled."""
+    return status.get("status") == "out of range" and not status.get("failing_outside_range")
+
+
+def _unmatched(status: dict) -> str:
+    """What an entry that matched nothing here says: out of range, no longer reproduces, stale."""
+    if status.get("status") == "out of range":
+        n = status.get("failing_outside_range", 0)
+        return f"outside jax {status.get('jax')}" + (f"; ⚠️ would explain {n} failures here" if n else "")
+    if status.get("status") == "no longer reproduces":
+        return f"{status.get('passing', 0)} selected checks all pass: remove the entry?"
+    return "—"
+
+
+def ledger_warnings(run: Run) -> list[str]:
+    """Entries a reviewer must act on, for the first screen: no longer reproducing, stale, or
+    out of range while matching failures here."""
+    lines = []
+    for status in _ledger_statuses(run):
+        state, entry = status.get("status"), md.code(status.get("id", "?"))
+        if state == "no longer reproduces":
+            lines.append(
+                f"⚠️ Ledger entry {entry} no longer reproduces: every check it selects passes; remove it?"
+            )
+        elif state == "stale":
+            lines.append(
+                f"⚠️ Ledger entry {entry} is stale: it selects nothing in this run; fix its selector."
+            )
+        elif state == "out of range" and status.get("failing_outside_range"):
+            lines.append(
+                f"⚠️ Ledger entry {entry} would explain {status['failing_outside_range']} failures here, "
+                f"outside its range jax {status.get('jax')}; widen it if they are the same defect."
+            )
+    return lines
 
 
 def _link(link: str) -> str:
@@ -462,41 +524,6 @@ def _link(link: str) -> str:
 
 
 _GITHUB_THREAD = re.compile(r"^https://github\.com/(?P<repo>[^/]+/[^/]+)/(?:issues|pull)/(?P<number>\d+)")
-
-
-def _matched(results: list[CaseResult], status: dict) -> str:
-    if status.get("status") == "out of range":
-        n = status.get("failing_outside_range", 0)
-        return f"outside jax {status.get('jax')}" + (f"; ⚠️ would explain {n} failures here" if n else "")
-    if status.get("status") == "no longer reproduces":
-        return f"{status.get('passing', 0)} selected checks all pass: remove the entry?"
-    if not results:
-        return "—"
-    checks = Counter(r.check for r in results)
-    dtypes = sorted({r.case.dtype for r in results})
-    return (
-        f"{count_line(group_failures(results), 'check')}: "
-        + ", ".join(f"{c} ×{n}" for c, n in sorted(checks.items()))
-        + f" ({', '.join(dtypes)})"
-    )
-
-
-def _worst(results: list[CaseResult]) -> str:
-    metrics = [(m, r) for r in results for m in ([worst_metric(r)] if worst_metric(r) else [])]
-    if metrics:
-        metric, result = max(
-            metrics,
-            key=lambda mr: (
-                mr[0].max_abs / mr[0].tolerance
-                if mr[0].tolerance > 0 and mr[0].max_abs == mr[0].max_abs
-                else float("inf")
-            ),
-        )
-        return f"{md.code(describe_worst_element(metric))} in {md.code(result.case.case_id)}"
-    for result in results:
-        if result.reason.strip():
-            return md.truncate(result.reason.strip().splitlines()[0])
-    return "—"
 
 
 def observed_section(results: Iterable[CaseResult]) -> str | None:
@@ -516,9 +543,7 @@ def observed_section(results: Iterable[CaseResult]) -> str | None:
         ]
         for (subject, what), counts in sorted(seen.items())
     ]
-    return "## Observed behaviour where the semantics are open\n\n" + md.table(
-        ["subject", "what", "observed (checks)"], rows
-    )
+    return md.table(["subject", "what", "observed (checks)"], rows)
 
 
 OBSERVED_LABELS = {
@@ -551,20 +576,96 @@ def flaky_section(results: Iterable[CaseResult]) -> str | None:
         "in a fresh process: not counted as failures (a crash that happens again is an error)."
     )
     table = md.table(["subject", "check", "case", "first attempt", "retry in a fresh process"], rows)
-    return "\n".join(["## Flaky (crashed once, then ran normally)", "", intro, "", table])
+    return "\n".join([intro, "", table])
+
+
+def unique_clauses(text: str) -> str:
+    """``text`` with each '; '-separated clause once (clauses inside brackets stay whole): a
+    constraint that two directions violate is one reason, not two."""
+    clauses, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if depth == 0 and text.startswith("; ", i):
+            clauses.append(text[start:i])
+            start = i + 2
+    clauses.append(text[start:])
+    return "; ".join(dict.fromkeys(c for c in clauses if c))
 
 
 def unsupported_summary(results: tuple[CaseResult, ...]) -> str | None:
+    """Unsupported checks per subject and reason, folded; the subject named once per group."""
     reasons = Counter(
-        (r.case.subject, r.reason or "no reason given") for r in results if r.verdict == "unsupported"
+        (r.case.subject, unique_clauses(r.reason or "no reason given"))
+        for r in results
+        if r.verdict == "unsupported"
     )
     if not reasons:
         return None
-    rows = [[subject, reason, n] for (subject, reason), n in sorted(reasons.items())]
+    rows, previous = [], None
+    for (subject, reason), n in sorted(reasons.items()):
+        rows.append([f"**{subject}**" if subject != previous else "", reason, n])
+        previous = subject
     table = md.table(
         ["subject", "reason (from the subject's declared capabilities)", "checks"], rows, align="llr"
     )
-    return md.details(f"Unsupported combinations ({sum(reasons.values())})", table)
+    title = (
+        f"➖ Unsupported: {md.plural(sum(reasons.values()), 'check')} for {md.plural(len(reasons), 'reason')}"
+    )
+    return md.details(title, table)
+
+
+def subject_lines(run: Run) -> list[str]:
+    """One line per subject: what passed, failed, is known, unsupported or unavailable, and how
+    it ran; a subject none of whose checks ran says why."""
+    by_subject: dict[str, list[CaseResult]] = {}
+    for result in run.results:
+        by_subject.setdefault(result.case.subject, []).append(result)
+    executions = _executions(run)
+    idle = idle_subjects(run)
+    for subject in idle:
+        by_subject.setdefault(subject, [])
+    lines = []
+    for subject, mine in sorted(by_subject.items()):
+        if subject in idle:
+            icon = md.STATUS_ICON["unavailable"] if idle[subject].startswith("unavailable") else "⛔"
+            lines.append(f"- {icon} **{subject}** — not checked: {md.cell(idle[subject])}")
+            continue
+        counts = verdict_counts(tuple(mine))
+        parts = [f"{counts['pass']} passed"]
+        if counts["failed"]:
+            causes = group_causes(r for r in mine if r.verdict in FAILED)
+            parts.insert(0, f"{counts['failed']} failing ({md.plural(len(causes), 'root cause')})")
+        if counts["known"]:
+            known = group_causes(r for r in mine if r.verdict == "known")
+            parts.append(f"🐞 {counts['known']} known ({md.plural(len(known), 'issue')})")
+        for verdict in ("flaky", "unsupported", "unavailable"):
+            if counts[verdict]:
+                parts.append(f"{md.STATUS_ICON[verdict]} {counts[verdict]} {verdict}")
+        if executions.get(subject):
+            parts.append(md.cell(executions[subject]))
+        icon = md.STATUS_ICON["fail" if counts["failed"] else "pass"]
+        lines.append(f"- {icon} **{subject}** — {' · '.join(parts)}")
+        contradicted = sorted({r.check for r in mine if r.details.get(UNDECLARED_JAX_RUNTIME)})
+        if contradicted:
+            lines.append(
+                f"  - ⚠️ declares no JAX runtime (`Capabilities.jax_runtime` unset), yet JAX compiled during "
+                f"its calls: the declaration contradicts what was observed; {', '.join(contradicted)} ran "
+                "their JAX-side parts anyway. Set `jax_runtime=True`."
+            )
+    return lines
+
+
+def _executions(run: Run) -> dict[str, str]:
+    """How each subject ran, from summary.json's subjects block (``execution_detail``, else ``execution``)."""
+    subjects = (run.summary or {}).get("subjects")
+    if not isinstance(subjects, list):
+        return {}
+    return {
+        s["name"]: str(s.get("execution_detail") or s.get("execution") or "native")
+        for s in subjects
+        if isinstance(s, dict) and s.get("name") and s.get("available", True)
+    }
 
 
 def display_path(folder: Path) -> str:
@@ -587,65 +688,53 @@ def render_markdown(run: Run, *, plot_note: str | None = None, max_details: int 
 
 
 def render(
-    run: Run, *, plot_note: str | None = None, max_details: int = MAX_DETAILS, max_chars: int = MAX_CHARS
+    run: Run, *, plot_note: str | None = None, max_details: int = MAX_DETAILS, max_chars: int = BUDGET_CHARS
 ) -> Rendered:
-    """report.md and, when it cannot hold every finding in full within ``max_chars``, details.md
+    """report.md and, when it cannot hold every root cause in full within ``max_chars``, details.md
     (pure: no files touched).
 
-    report.md keeps the one-screen summary at the top, then as many findings in full as fit
-    (at most ``max_details``) and the rest as table rows that link into details.md; if even the
-    table does not fit, the sections after it shrink to links, then the table to its first rows."""
-    groups = group_failures(r for r in run.results if r.verdict in FAILED)
-    top, footer = _top(run, plot_note), _footer(run)
-    full_entries = [finding_section(n, g) for n, g in enumerate(groups, start=1)]
-    whole = _assemble(top, groups, full_entries, len(groups), _tail(run, short=False), footer)
-    if len(groups) <= max_details and len(whole) <= max_chars:
+    report.md opens with what a reviewer needs: the verdict, the root causes nobody explained (one
+    row each), one line per subject; everything else is folded. When that does not fit, the causes
+    past the first ones keep only their row (linking into details.md), then the folds after them
+    shrink to links, then the table to its first rows; details.md holds everything."""
+    causes = group_causes(r for r in run.results if r.verdict in FAILED)
+    top, footer = _top(run), _footer(run)
+    subjects = [*subject_lines(run), *ledger_warnings(run)]
+    full = [cause_section(n, c) for n, c in enumerate(causes, start=1)]
+    whole = _assemble(top, causes, full, len(causes), subjects, _folds(run, plot_note, short=False), footer)
+    if len(causes) <= max_details and len(whole) <= max_chars:
         return Rendered(whole, None)
-    anchored = [finding_section(n, g, anchor=True) for n, g in enumerate(groups, start=1)]
-    details = _assemble(_details_top(run), groups, anchored, len(groups), _tail(run, short=False), footer)
+    anchored = [cause_section(n, c, anchor=True) for n, c in enumerate(causes, start=1)]
+    details = _assemble(
+        _details_top(run), causes, anchored, len(causes), subjects, _folds(run, None, short=False), footer
+    )
     note = (
-        f"📄 **Every finding in full, with its repro script: {DETAILS_LINK}** (beside this file; "
-        f"report.md stays within {max_chars:,} characters, what a review comment holds)."
+        f"📄 **Every root cause in full, with its repro script: {DETAILS_LINK}** (beside this file; "
+        f"report.md stays within {max_chars:,} characters, well inside what a review comment holds)."
     )
     for short in (False, True):
-        tail = _tail(run, short=short)
+        folds = _folds(run, plot_note, short=short)
         for listed in (MAX_LISTED, 100, 50, 20, 0):
-            for shown in range(min(max_details, len(groups)), -1, -1):
-                text = _assemble(top, groups, full_entries, shown, tail, footer, listed=listed, note=note)
+            for shown in range(min(max_details, len(causes)), -1, -1):
+                text = _assemble(top, causes, full, shown, subjects, folds, footer, listed=listed, note=note)
                 if len(text) <= max_chars:
                     return Rendered(text, details)
     return Rendered(_clip(text, max_chars), details)  # the summary alone is too long (thousands of subjects)
 
 
-def _top(run: Run, plot_note: str | None) -> list[str]:
-    """The one-screen summary: title, incomplete warning, verdict, environment, grid."""
-    results = run.results
+def _top(run: Run) -> list[str]:
+    """Title, incomplete warning, verdict, environment."""
     parts = [f"# Conformance report · jax {run.jax_version}", ""]
     if not run.complete:
         parts += [incomplete_warning(run), ""]
-    parts += [verdict_line(run), "", environment_line(run), ""]
-    grid = feature_grid(results)
-    unavailable = unavailable_subjects(results)
-    if grid.subjects:
-        parts += [grid_table(grid, unavailable), "", md.LEGEND, ""]
-    execution = execution_line(run)
-    if execution:
-        parts += [execution, ""]
-    fidelity = fidelity_section(results)
-    if fidelity:
-        parts += [fidelity, ""]
-    for subject, reason in unavailable.items():
-        parts += [f"🚫 **{subject}** is unavailable here: {md.cell(reason) or 'no reason given'}", ""]
-    if plot_note:
-        parts += [plot_note, ""]
-    return parts
+    return parts + [verdict_line(run), "", environment_line(run), ""]
 
 
 def _details_top(run: Run) -> list[str]:
     return [
-        f"# Conformance report · jax {run.jax_version} · every finding in full",
+        f"# Conformance report · jax {run.jax_version} · every root cause in full",
         "",
-        f"The details of [{REPORT_FILE}]({REPORT_FILE}) (the summary, grid and plot are there).",
+        f"The details of [{REPORT_FILE}]({REPORT_FILE}).",
         "",
         verdict_line(run),
         "",
@@ -654,27 +743,35 @@ def _details_top(run: Run) -> list[str]:
     ]
 
 
-def _tail(run: Run, *, short: bool) -> list[str]:
-    """The sections after the findings; ``short`` leaves the long ones to details.md."""
+def _folds(run: Run, plot_note: str | None, *, short: bool) -> list[str]:
+    """What follows the first screen, each part folded; ``short`` leaves the long ones to details.md."""
     results = run.results
+    grid = feature_grid(results)
     sections = [
-        flaky_section(results),
+        known_issues_section(run, cases=not short),
+        md.details(
+            "Grid: subjects × features", grid_table(grid, unavailable_subjects(results)) + "\n\n" + md.LEGEND
+        )
+        if grid.subjects
+        else None,
         unsupported_summary(results),
-        known_issues_section(run, findings=not short),
-        observed_section(results),
-        pairwise_section(run.summary),
+        _folded(fidelity_section(results), "What holds on hardware (interpreter verdicts vs lowered)"),
+        _folded(flaky_section(results), "🎲 Flaky checks (crashed once, then ran normally)"),
+        _folded(observed_section(results), "Observed behaviour where the semantics are open"),
+        _folded(pairwise_section(run.summary), "Pairwise coverage of optional inputs"),
+        plot_note,
     ]
     if short:
         flaky = sum(r.verdict == "flaky" for r in results)
-        sections[0] = (
-            f"🎲 {md.plural(flaky, 'flaky check')} (crashed once, then ran normally): in {DETAILS_LINK}."
-            if flaky
-            else None
-        )
-        sections[3] = (
-            f"Observed behaviour where the semantics are open: in {DETAILS_LINK}." if sections[3] else None
+        sections[4] = f"🎲 {md.plural(flaky, 'flaky check')}: in {DETAILS_LINK}." if flaky else None
+        sections[5] = (
+            f"Observed behaviour where the semantics are open: in {DETAILS_LINK}." if sections[5] else None
         )
     return [part for section in sections if section for part in (section, "")]
+
+
+def _folded(section: str | None, title: str) -> str | None:
+    return None if section is None else md.details(title, section)
 
 
 def _footer(run: Run) -> str:
@@ -687,38 +784,29 @@ def _footer(run: Run) -> str:
 
 def _assemble(
     top: list[str],
-    groups: list[FailureGroup],
+    causes: list[RootCause],
     entries: list[str],
     shown: int,
-    tail: list[str],
+    subjects: list[str],
+    folds: list[str],
     footer: str,
     *,
     listed: int = MAX_LISTED,
     note: str = "",
 ) -> str:
-    """The report with the first ``shown`` findings in full and the rest in a table; ``note``
-    (the link to details.md) goes above the findings, and makes the table's numbers links."""
+    """The report: ``top``, the causes' table, the subject lines, the first ``shown`` causes in
+    full (folded), then the folds. ``note`` (the link to details.md) goes above the table, whose
+    rows past ``shown`` then link into details.md."""
     parts = list(top)
-    if groups:
-        parts += [f"## Failures: {count_line(groups)}", ""]
-        parts += [
-            "One finding per case template (the same subject, shape, masks and options, whatever the "
-            "check and dtype); cases shrunk to the same smaller case are one finding.",
-            "",
-        ]
+    if causes:
+        parts += [f"## ❌ Not explained by the ledger: {cause_count_line(causes)}", ""]
         if note:
             parts += [note, ""]
-        for entry in entries[:shown]:
-            parts += [entry, ""]
-        if shown < len(groups):
-            rest = groups[shown:]
-            parts += [
-                f"### Further findings ({len(rest)})",
-                "",
-                findings_table(rest, shown + 1, listed=listed, link=DETAILS_FILE if note else ""),
-                "",
-            ]
-    parts += tail
+        parts += [causes_table(causes, shown=shown, listed=listed, link=DETAILS_FILE if note else ""), ""]
+    parts += [*subjects, ""]
+    for entry in entries[:shown]:
+        parts += [entry, ""]
+    parts += folds
     parts.append(footer)
     return "\n".join(parts).rstrip() + "\n"
 

@@ -40,6 +40,7 @@ from kernels.registry import UnknownSubjectError, subject_names
 from kernels.tpu_chips import DEFAULT_TPU_TARGETS, TPU_CHIPS, parse_targets
 from reports.environment import environment_block
 from reports.folder_lock import FolderBusyError, FolderLock
+from reports.grid import not_checked_reasons, nothing_checked
 from reports.records import (
     SCHEMA_VERSION,
     CaseResult,
@@ -53,6 +54,10 @@ PLUGIN_NAME = "conformance-suite"
 DISK_FULL_MARGIN_BYTES = 1 << 20  # summary.json, report.md and its plots on top of the records
 SEED_KEY = "conformance_seed"
 RESUME_KEY = "conformance_resume_keys"
+# The exit code of a run that checked nothing: every selected subject unavailable, or every
+# planned check unsupported or unavailable. pytest's own codes are 0-5 (5: nothing collected);
+# 6 is none of them (docs/reliability.md lists them all).
+EXIT_NOTHING_CHECKED = 6
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -517,8 +522,9 @@ class ConformancePlugin:
         self.recorder.finish(summary, interrupted=interrupted)
         self.recorder = None
         _render_report(self.report_dir, self.config)
-        self._ledger_lines = _ledger_lines(statuses)
-        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        collect_only = bool(self.config.getoption("collectonly", False))  # listed, not run: judge nothing
+        self._ledger_lines = _ledger_lines(statuses) + ([] if collect_only else _not_run_lines(results))
+        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and not collect_only:
             session.exitstatus = _exit_status(results, statuses, self.strict_known, interrupted)
 
 
@@ -578,11 +584,24 @@ def _exit_status(
     results: tuple[CaseResult, ...], statuses: list[dict[str, Any]], strict: bool, interrupted: bool
 ) -> int:
     """0 when every failure is known (and, with --strict-known, every entry still reproduces):
-    the records decide, not pytest's outcomes, so a crash the ledger explains counts as known."""
+    the records decide, not pytest's outcomes, so a crash the ledger explains counts as known.
+    EXIT_NOTHING_CHECKED when no check ran at all: a green that means "nothing ran" is no green.
+    A run where some subjects ran is judged on what ran."""
     unexplained = any(r.verdict in known_issues.FAILING for r in results)
     if unexplained or interrupted or (strict and known_issues.strict_problems(statuses)):
         return pytest.ExitCode.TESTS_FAILED
+    if nothing_checked(results):
+        return EXIT_NOTHING_CHECKED
     return pytest.ExitCode.OK
+
+
+def _not_run_lines(results: tuple[CaseResult, ...]) -> list[tuple[str, bool]]:
+    """The terminal's NOT RUN line, with each subject's reason, when no check ran at all."""
+    if not nothing_checked(results):
+        return []
+    reasons = not_checked_reasons(results)
+    lines = [(f"conformance: NOT RUN: nothing was checked (exit {EXIT_NOTHING_CHECKED})", True)]
+    return lines + [(f"conformance: {subject}: {reason}", True) for subject, reason in reasons.items()]
 
 
 def _ledger_lines(statuses: list[dict[str, Any]]) -> list[tuple[str, bool]]:

@@ -3,6 +3,8 @@
 * ``CompileCounter``: counts XLA backend compilations through JAX's monitoring events
   (``/jax/core/compile/backend_compile_duration``, emitted by every version we support);
   listeners are unregistered by whichever name the version has.
+* ``JaxActivity``: the same events plus JAX's traces (``/jax/core/compile/jaxpr_trace_duration``),
+  with ``clear_caches()`` (``jax.clear_caches``): whether a call runs through JAX at all.
 * ``live_array_count()``: ``len(jax.live_arrays())``.
 * ``enable_compilation_cache(folder)``: JAX's persistent compilation cache in ``folder``,
   with the thresholds lowered so that every compilation is kept. The names exist, and CPU
@@ -18,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+# Emitted whenever JAX traces a function to a jaxpr, even when the persistent compilation cache
+# then spares the backend compile: what says "this call ran through JAX" after clear_caches().
+JAXPR_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 
 # JAX config -> value for the persistent cache. JAX's defaults keep only compilations
 # that took >= 1 s; the suite compiles hundreds of small kernels of 0.1-1 s each
@@ -61,6 +66,24 @@ class CompileCounter:
 
     def __exit__(self, *exc: object) -> None:
         _unregister_duration_listener(self._listener)
+
+
+class JaxActivity(CompileCounter):
+    """Counts JAX traces and backend compilations while active, on this thread only: after
+    ``clear_caches()``, any call that goes through JAX (jit or op by op) traces at least once."""
+
+    def _listener(self, event: str, duration: float, *args: Any, **kwargs: Any) -> None:
+        if event in (BACKEND_COMPILE_EVENT, JAXPR_TRACE_EVENT) and threading.get_ident() == self._thread:
+            self.count += 1
+            self.names.append(str(kwargs.get("fun_name", event.rsplit("/", 1)[-1])))
+
+
+def clear_caches() -> None:
+    """``jax.clear_caches()``: every jit and op-by-op cache of this process, so the next call of
+    anything JAX traces (and compiles, or reads the persistent cache) again."""
+    import jax
+
+    jax.clear_caches()
 
 
 def _unregister_duration_listener(callback: Any) -> None:

@@ -92,6 +92,10 @@ class Runner:
         start = time.perf_counter()
         verdict, result = self.outcome(planned)
         elapsed = time.perf_counter() - start
+        if verdict == "unsupported":  # found at run time: nothing observable (e.g. nothing compiled)
+            return CaseResult(
+                verdict=verdict, reason=result.reason, availability=_availability(subject), **base
+            )
         run = self.store.run(case, subject.adapter_for(case.config))
         timings = {**run.timings(), "check_s": elapsed}
         forward = run.__dict__.get("forward_call")

@@ -176,7 +176,8 @@ def _raising(
 
 
 def _constraint_reasons(constraints: tuple[ShapeConstraint, ...]) -> str:
-    return "; ".join(f"{c.name}: {c.reason}" for c in constraints)
+    # A constraint violated in both directions is one reason, said once.
+    return "; ".join(dict.fromkeys(f"{c.name}: {c.reason}" for c in constraints))
 
 
 def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:

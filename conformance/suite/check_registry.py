@@ -194,7 +194,8 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         f"{_CHECKS}.runtime:recompile",
         "no recompilation",
         9,
-        needs=("jax_runtime",),
+        # No ``needs``: whether the subject runs through JAX is observed on its first call
+        # (runtime.observe_jax), not only declared; unsupported where nothing compiled.
         sampling="runtime_sample",
         shrinks=False,
     ),
@@ -203,7 +204,8 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         f"{_CHECKS}.runtime:leak",
         "no leak",
         10,
-        needs=("jax_runtime",),
+        # No ``needs``: host memory (RSS, traced allocations) is judged on every subject; live
+        # JAX arrays where JAX ran in its first call (runtime.observe_jax), declared or not.
         sampling="one_case",
         shrinks=False,
         on_user_cases=False,  # one fixed case per subject; a user's case adds nothing to it

@@ -14,6 +14,7 @@ from conformance.plan.catalogue import classify, plan
 from conformance.plan.profiles import get
 from conformance.plan.subjects import Subject, resolve_subjects
 from kernels.function_adapter import FunctionAdapter
+from reports.records import UNDECLARED_JAX_RUNTIME
 from tests.conformance import toy_subjects
 
 TOY = "tests.conformance.toy_subjects"
@@ -61,25 +62,52 @@ def test_keeping_one_output_per_call_is_a_leak():
     assert Runner((subject,), get("ci"), shrink=False).outcome(planned)[0] == "pass"
 
 
-@pytest.mark.parametrize("check", ["recompile", "leak"])
-def test_runtime_checks_are_unsupported_without_a_jax_runtime(check):
-    """A NumPy function creates no JAX compilations or arrays: the check cannot observe it,
-    so it is unsupported with the reason, never a vacuous pass."""
-    exact = FunctionAdapter.wrap(toy_subjects.exact, "exact")
-    subject = Subject("exact", "exact", exact, exact.availability(), exact.capabilities())
-    case = Case("exact", "float32", batch=2, q_heads=2, kv_heads=2, q_len=128, kv_len=128)
+UNDECLARED = "tests.mutants.undeclared"
+SMALL = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=128, kv_len=128)  # 128 KiB outputs
+
+
+def _evaluate(impl: str, check: str):
+    """The record ``check`` gets on ``SMALL`` for the function at ``impl`` (planned as the suite plans it)."""
+    (subject,) = resolve_subjects(impl)
+    case = dataclasses.replace(SMALL, subject=subject.name)
     planned = classify(check, case, subject.capabilities)
-    assert planned.status == "unsupported" and "no JAX runtime" in planned.reason
-    items = plan((subject,), get("ci"), 0)[check]
-    assert items and {p.status for p in items} == {"unsupported"}
-    assert Runner((subject,), get("ci"), shrink=False).evaluate(items[0]).verdict == "unsupported"
+    assert planned.status == "run", planned.reason  # planned whatever the declaration says
+    return Runner((subject,), get("ci"), shrink=False).evaluate(planned)
+
+
+def test_a_numpy_subject_gets_the_host_side_of_leak_and_no_recompile():
+    """Without Capabilities.jax_runtime a NumPy function still has host memory to leak: judged.
+    Nothing compiles under JAX, so recompile has nothing to observe: unsupported, with why."""
+    leak = _evaluate(f"{UNDECLARED}:numpy_attention", "leak")
+    assert leak.verdict == "pass" and "live JAX arrays not counted" in leak.reason
+    assert not leak.details.get(UNDECLARED_JAX_RUNTIME)
+    recompile = _evaluate(f"{UNDECLARED}:numpy_attention", "recompile")
+    assert recompile.verdict == "unsupported" and "no JAX compilation observed" in recompile.reason
+    caught = _evaluate(f"{UNDECLARED}:leaks_host", "leak")
+    assert caught.verdict == "fail" and "host allocations" in caught.reason, caught.reason
+
+
+def test_a_jax_subject_that_declares_no_runtime_is_observed_and_caught():
+    """JAX compiled during the first call: the checks run their JAX side and say the
+    declaration contradicts what was observed."""
+    for check in ("recompile", "leak"):
+        correct = _evaluate(f"{UNDECLARED}:jax_attention", check)
+        assert correct.verdict == "pass", correct.reason
+        assert correct.details.get(UNDECLARED_JAX_RUNTIME) == 1 and "contradicts" in correct.reason
+    caught = _evaluate(f"{UNDECLARED}:recompiles_undeclared", "recompile")
+    assert caught.verdict == "fail" and "compiled" in caught.reason and "contradicts" in caught.reason
+    assert caught.details.get(UNDECLARED_JAX_RUNTIME) == 1
 
 
 @pytest.mark.parametrize("check", ["recompile", "leak"])
-def test_runtime_checks_are_unsupported_for_torch_sdpa(check):
+def test_runtime_checks_observe_torch_sdpa(check):
     (subject,) = resolve_subjects("torch_sdpa")
     if not subject.available:
         pytest.skip(subject.reason)
     items = plan((subject,), get("ci"), 0)[check]
-    assert items and {p.status for p in items} == {"unsupported"}
-    assert all("no JAX runtime" in p.reason for p in items)
+    assert items and {p.status for p in items} == {"run"}
+    record = Runner((subject,), get("ci"), shrink=False).evaluate(items[0])
+    if check == "recompile":  # PyTorch compiles nothing under JAX
+        assert record.verdict == "unsupported" and "no JAX compilation observed" in record.reason
+    else:  # its host memory is judged
+        assert record.verdict == "pass" and "live JAX arrays not counted" in record.reason

@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reports.grouping import count_line, group_failures
+from conformance.harness.plugin import EXIT_NOTHING_CHECKED
+from reports.grouping import cause_count_line, group_causes
 from reports.records import read_results
+from tests.conformance.toy_subjects import Elsewhere
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "tests.conformance.toy_subjects"
@@ -64,7 +66,7 @@ def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_rep
     minimal = record.details["minimal_case_id"]
     assert f"Shrunk to a smaller failing case: {minimal} (" in record.reason
     report = (tmp_path / "report.md").read_text()
-    assert f"## Failures: {count_line(group_failures(failed))}" in report
+    assert f"## ❌ Not explained by the ledger: {cause_count_line(group_causes(failed))}" in report
     assert f"**Shrunk to:** `{minimal}`" in report and report.count(f"`{minimal}`") == 2  # and its repro
     script = tmp_path / "repro.py"
     script.write_text(record.repro)
@@ -104,3 +106,57 @@ def test_resume_skips_what_is_recorded(tmp_path):
     assert results.complete and results.header["resumed"] is False  # the first header is kept
     assert {r.key for r in first} < {r.key for r in results.results}
     assert {r.check for r in results.results} == {"forward", "lse"}
+
+
+def test_a_run_that_checks_nothing_exits_6_and_says_not_run(tmp_path):
+    """Every selected subject unavailable: no green. Exit 6 (pytest uses 0-5), NOT RUN with the
+    reason in report.md and on the terminal, and the gate refuses the folder in one line."""
+    done = run_suite(tmp_path, "Elsewhere")
+    assert done.returncode == EXIT_NOTHING_CHECKED == 6, done.stdout[-3000:]
+    assert "conformance: NOT RUN: nothing was checked (exit 6)" in done.stdout
+    verdict = (tmp_path / "report.md").read_text().splitlines()[2]
+    assert verdict == f"**⛔ NOT RUN: nothing was checked** — **elsewhere**: unavailable: {Elsewhere.REASON}."
+    gate = subprocess.run(
+        [sys.executable, "-m", "reports", "gate", str(tmp_path), str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gate.returncode == 2 and gate.stdout == ""
+    (line,) = gate.stderr.strip().splitlines()
+    assert "NOT RUN, nothing was checked (elsewhere: unavailable: " in line and "cannot be compared" in line
+
+
+def test_a_mixed_run_is_judged_on_what_ran(tmp_path):
+    """One subject unavailable, one running: today's exit code for what ran, the rest listed."""
+    done = run_suite(tmp_path, "exact", "--impl", f"{TOY}:exact,{TOY}:Elsewhere", "-k", SMALL)
+    assert done.returncode == 0, done.stdout[-3000:]
+    report = (tmp_path / "report.md").read_text()
+    assert report.splitlines()[2].startswith("**✅ PASS** — all ")
+    assert "not checked here: elsewhere (see below)" in report.splitlines()[2]
+    assert f"- 🚫 **elsewhere** — not checked: unavailable: {Elsewhere.REASON}" in report
+    failing = run_suite(
+        tmp_path / "red",
+        "scaled_wrong",
+        "--impl",
+        f"{TOY}:scaled_wrong,{TOY}:Elsewhere",
+        "-k",
+        "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64",
+        "--no-shrink",
+    )
+    assert failing.returncode == 1, failing.stdout[-3000:]
+
+
+def test_the_exit_status_tells_nothing_checked_from_a_pass():
+    from conformance.harness.plugin import _exit_status
+    from tests.reports.synthetic import result
+
+    unavailable = result("gone", "forward", "unavailable", ratio=None, reason="no GPU")
+    unsupported = result("flash", "forward", "unsupported", ratio=None, reason="no window")
+    passed, failed = result("flash", "lse"), result("flash", "backward", "fail", ratio=9.0)
+    assert _exit_status((unavailable, unsupported), [], False, False) == EXIT_NOTHING_CHECKED
+    assert _exit_status((), [], False, False) == EXIT_NOTHING_CHECKED
+    assert _exit_status((unavailable, passed), [], False, False) == 0  # judged on what ran
+    assert _exit_status((unavailable, passed, failed), [], False, False) == 1
+    assert _exit_status((unavailable,), [], False, True) == 1  # interrupted stays interrupted's code

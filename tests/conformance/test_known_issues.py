@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reports.grouping import count_line, group_failures, template_id
+from reports.grouping import group_causes, known_count_line, template_id
 from reports.records import read_results
 from tests.conformance.test_end_to_end import TOY, run_suite
 
@@ -61,9 +61,8 @@ def test_a_run_whose_every_failure_is_known_exits_0_and_keeps_the_record(tmp_pat
     assert status["status"] == "reproduced"
     assert status["matched"] == sorted(f"forward[{r.case.case_id}]" for r in forward)
     report = (tmp_path / "report.md").read_text()
-    findings = count_line(group_failures(forward))
-    assert f"## Known issues: {findings} explained" in report and "wrong-scale" in report
-    assert all(f"`{template_id(r.case.case_id, r.case.dtype)}`" in report for r in forward)  # grouped
+    assert f"🐞 Known issues: {known_count_line(group_causes(forward))}" in report and "wrong-scale" in report
+    assert all(f"`{template_id(r.case.case_id, r.case.dtype)}`" in report for r in forward)  # its cases
     assert "example/kernels#1" in report and "PASS" in report.splitlines()[2]
 
 

@@ -5,6 +5,7 @@
 ``scaled_wrong`` multiplies the logits by 1.25: the forward and lse checks must reject it.
 ``finite_mask`` masks with -1e30 (mean(v) on fully masked rows), declared or not;
 ``make_leaky()`` keeps every output; ``noisy`` flips a last bit now and then.
+``Elsewhere`` is an adapter that is never available here (hardware this machine lacks).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import itertools
 
 import numpy as np
 
-from kernels.base import Capabilities
+from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from reference import AttentionInputs, AttentionSpec, attention_forward
 from reference.masks import full_visibility
 
@@ -102,3 +103,23 @@ def noisy(q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None,
 finite_mask.attention_capabilities = dataclasses.replace(CAPS, fully_masked_rows="mean_v")
 finite_mask_claims_zeros.attention_capabilities = CAPS
 noisy.attention_capabilities = CAPS
+
+
+class Elsewhere:
+    """An adapter for hardware this machine lacks: unavailable, with its reason."""
+
+    name = "elsewhere"
+    description = "a kernel for an accelerator that is not here"
+    REASON = "needs an accelerator this machine lacks"
+
+    def availability(self) -> Availability:
+        return Availability(False, self.REASON)
+
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        raise RuntimeError(self.REASON)
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        raise RuntimeError(self.REASON)

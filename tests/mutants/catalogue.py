@@ -147,6 +147,20 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "recompiles", "runtime:recompiles", "recompile", "recompilation", "jits a fresh closure on every call"
     ),
+    _m(
+        "leaks_host_undeclared",
+        "undeclared:leaks_host",
+        "leak",
+        "leak (no JAX runtime declared)",
+        "NumPy function keeping every output and a 256 KiB buffer per call; jax_runtime unset",
+    ),
+    _m(
+        "recompiles_undeclared",
+        "undeclared:recompiles_undeclared",
+        "recompile",
+        "recompilation (no JAX runtime declared)",
+        "jits a fresh closure on every call; jax_runtime unset",
+    ),
     _m("mutates_inputs", "contract:mutates_inputs", "no_mutation", "input mutation", "pre-scales q in place"),
     _m(
         "wrong_dtype",
@@ -291,6 +305,10 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.paged:Int8PagedDecode", RUNS_EVERYWHERE),
     # Ragged paged attention over its adapter's packing: right on every mixed pack and config.
     Control(f"{PACKAGE}.ragged:RaggedPaged", RUNS_EVERYWHERE),
+    # Correct, with Capabilities.jax_runtime unset: NumPy (leak judges its host memory; recompile is
+    # unsupported, nothing compiles) and JAX (observed compiling: recompile and leak run in full).
+    Control(f"{PACKAGE}.undeclared:numpy_attention", tuple(c for c in RUNS_EVERYWHERE if c != "recompile")),
+    Control(f"{PACKAGE}.undeclared:jax_attention", RUNS_EVERYWHERE),
     # Right attention copied out through a Pallas TPU kernel, one half per core: no race.
     Control(f"{PACKAGE}.races:RaceFreeCopy", (*RUNS_EVERYWHERE, "races")),
     # Right attention copied out through a Pallas TPU kernel that lowers, with a cost estimate.

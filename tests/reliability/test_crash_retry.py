@@ -74,7 +74,7 @@ def test_flaky_is_no_failure_in_the_exit_status_or_the_report(flaky_run):
     own = [line for line in done.stdout.splitlines() if not line.startswith(PROGRESS_PREFIX)]
     assert any("1 flaky" in line for line in own) and "failed" not in own[-1]
     assert "**✅ PASS**" in report
-    section = report.split("## Flaky (crashed once, then ran normally)", 1)[1]
+    section = report.split("🎲 Flaky checks (crashed once, then ran normally)", 1)[1]
     assert crashed(records).case.case_id in section and "SIGABRT" in section and "pass in" in section
 
 

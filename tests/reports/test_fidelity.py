@@ -68,7 +68,8 @@ def test_a_subject_that_cannot_run_but_lowers_is_listed_as_lowered_only():
     assert "not run here (lowered only) | none | for TPU: lowers: 1 of 1 pass" in fidelity_section(ragged)
 
 
-def test_the_report_shows_the_table_under_the_grid(tmp_path):
+def test_the_report_folds_the_table_after_the_grid(tmp_path):
     folder = write_run(tmp_path / "run", interpreted_subject())
     text = render_markdown(load_run(folder))
-    assert text.index("What holds on hardware") < text.index("## Failures")
+    fold = "<details><summary>What holds on hardware (interpreter verdicts vs lowered)</summary>"
+    assert text.index("<details><summary>Grid") < text.index(fold)

@@ -53,7 +53,7 @@ def test_newly_failing_check_fails_the_gate(tmp_path, capsys):
     code, out = _gate(tmp_path, base, standard_results(extra=[broken]), capsys)
     assert code == EXIT_REGRESSION
     assert "## ❌ Upgrade gate: FAIL — 1 regression" in out
-    assert "### ❌ Newly failing: 1 finding (1 failing check)" in out
+    assert "### ❌ Newly failing: 1 root cause (1 failing check in 1 case)" in out
     assert "| xla | backward · bfloat16-L1000-full-nomask-s0 | pass | fail | dq: ratio 8 (k 3) |" in out
 
 
@@ -62,7 +62,7 @@ def test_fixed_checks_are_listed_but_do_not_fail(tmp_path, capsys):
     code, out = _gate(tmp_path, base_results, standard_results(), capsys)
     assert code == EXIT_PASS
     assert (
-        "### ✅ Fixed: 1 finding (1 check)" in out
+        "### ✅ Fixed: 1 root cause (1 check in 1 case)" in out
         and "| xla | backward · bfloat16-L1000-full-nomask-s0 | fail | pass | was dq: ratio 8 (k 3) |" in out
     )
 

@@ -40,7 +40,7 @@ def test_a_check_the_base_passed_fails_the_gate_even_when_the_ledger_knows_it(tm
     base = standard_results()
     code, out = _gate(tmp_path, capsys, base, standard_results(extra=[_known(_segment_check(base))]))
     assert code == EXIT_REGRESSION
-    assert "### ❌ Newly failing: 1 finding (1 failing check)" in out
+    assert "### ❌ Newly failing: 1 root cause (1 failing check in 1 case)" in out
     assert (
         "| pass | known | known issue [nan-segments](https://github.com/jax-ml/jax/issues/1); out: ratio 9"
     ) in out
@@ -56,7 +56,7 @@ def test_the_gate_lists_known_issues_the_candidate_fixes(tmp_path, capsys):
     base = standard_results()
     code, out = _gate(tmp_path, capsys, standard_results(extra=[_known(_segment_check(base))]), base)
     assert code == EXIT_PASS
-    assert "### ✅ Fixed: 1 finding (1 check)" in out and "was known issue [nan-segments]" in out
+    assert "### ✅ Fixed: 1 root cause (1 check in 1 case)" in out and "was known issue [nan-segments]" in out
     assert "The candidate fixes known issue [nan-segments]" in out
 
 

@@ -66,10 +66,10 @@ def test_matrix_report(root):
     lines = text.splitlines()
     assert lines[2] == (
         "**❌ FAILURES** in 1 version of 4 JAX versions (0.4.38 … 0.10.2): "
-        "0.6.2: 1 finding (1 failing check); ⚠️ incomplete: 0.9.2."
+        "0.6.2: 1 root cause (1 failing check in 1 case); ⚠️ incomplete: 0.9.2."
     )
     assert "| subject | 0.4.38 | 0.6.2 | 0.9.2 | 0.10.2 |" in text
-    assert "| **xla** | ✅ 26 | ❌ 1/26 · 1 finding (backward, bfloat16) | ✅ 26 | ✅ 26 |" in text
+    assert "| **xla** | ✅ 26 | ❌ 1/26 · 1 root cause (backward, bfloat16) | ✅ 26 | ✅ 26 |" in text
     assert "| **flash** | ✅ 26 · ➖ 1 | ✅ 26 · ➖ 1 | ✅ 26 · ➖ 1 | ✅ 24 · ➖ 3 |" in text
     assert "| **gpu_triton** | 🚫 | 🚫 | 🚫 | 🚫 |" in text
     # Ratio drift per subject and dtype, with the change from the previous version.
@@ -140,3 +140,12 @@ def test_moves_among_tiny_ratios_are_noise(tmp_path):
     write_run(tmp_path / "jax-0.9.2", results, jax="0.9.2")
     write_run(tmp_path / "jax-0.10.2", standard_results(drift=0.03))  # tripled, still tiny
     assert case_drifts(load_matrix(discover(tmp_path))) == []
+
+
+def test_a_version_where_nothing_was_checked_says_not_run(tmp_path):
+    write_run(tmp_path / "jax-0.10.2", standard_results())
+    only_unsupported = [r for r in standard_results() if r.verdict in ("unsupported", "unavailable")]
+    write_run(tmp_path / "jax-0.4.35", only_unsupported, jax="0.4.35")
+    text = render_matrix(load_matrix(discover(tmp_path)))
+    assert "⛔ NOT RUN (nothing was checked): 0.4.35" in text.splitlines()[2]
+    assert "| **flash** | ⛔ nothing checked (➖ 1 unsupported) | ✅ 26 · ➖ 1 |" in text

@@ -37,11 +37,19 @@ def test_passing_run_fits_one_screen(tmp_path):
     verdict = lines[2]
     assert verdict.startswith("**✅ PASS**")
     assert "all 52 checks that ran passed" in verdict
-    assert "1 unsupported" in verdict and "gpu_triton" in verdict
+    assert "1 unsupported" in verdict and "not checked here: gpu_triton" in verdict
     assert lines[4].startswith("Python 3.11.7 · jax 0.10.2 · jaxlib 0.10.2 · numpy 2.4.6 · cpu (cpu)")
     assert "profile ci · seed 0" in lines[4]
-    assert "INCOMPLETE" not in text and "## Failures" not in text
-    assert len(lines) < 40  # one screen: no failure sections, unsupported reasons collapsed
+    assert "INCOMPLETE" not in text and "Not explained" not in text
+    # Then one line per subject, and everything else folded.
+    assert lines[6:10] == [
+        "- ✅ **flash** — 26 passed · ➖ 1 unsupported",
+        "- 🚫 **gpu_triton** — not checked: unavailable: needs a CUDA GPU; none here",
+        "- ✅ **xla** — 26 passed",
+        "",
+    ]
+    assert lines[10].startswith("<details>")
+    assert lines[10] == "<details><summary>Grid: subjects × features</summary>"  # no ledger here
 
 
 def _grid_rows(text: str) -> dict[str, list[str]]:
@@ -74,29 +82,39 @@ def test_grid_has_subject_columns_and_grouped_feature_rows(tmp_path):
     ]
     assert rows["**all checks**"] == ["✅ 26", "🚫", "✅ 26"]
     assert rows["window"] == ["➖", "🚫", "·"]  # unsupported (declared) / unavailable / never drawn
-    assert "🚫 **gpu_triton** is unavailable here: needs a CUDA GPU; none here" in text
 
 
-def test_failure_section_has_case_worst_element_ratio_and_repro(tmp_path):
+def test_failure_row_and_fold_have_case_worst_element_ratio_and_repro(tmp_path):
     text = _render(tmp_path, standard_results(extra=[_failing()]))
-    assert "**❌ FAIL** — 1 of 54 checks failed" in text
-    assert "failing: flash" in text
+    lines = text.splitlines()
+    assert lines[2].startswith(
+        "**❌ FAIL** — 1 root cause not explained by the ledger (1 failing check in 1 case); 51 checks passed"
+    )
+    # The first screen: the cause's row, right under the verdict.
+    assert lines[6] == "## ❌ Not explained by the ledger: 1 root cause (1 failing check in 1 case)"
+    row = (
+        "| 1 | flash | forward fails in bfloat16 | 1 | `bfloat16-L129-causal-nomask-s0` | "
+        "`out[1, 0, 127, 5]: subject 0.5073, reference 0.5 (error 7.30e-03)` "
+        "(3.65× its tolerance, forward) | "
+        "`python repro/forward/bfloat16-L129-causal-nomask-s0.py` |"
+    )
+    assert lines[10] == row
+    assert "- ❌ **flash** — 1 failing (1 root cause) · 25 passed · ➖ 1 unsupported" in lines
     assert _grid_rows(text)["**all checks**"][0] == "❌ 1/27"
-    section = text[text.index("## Failures: 1 finding (1 failing check)") :]
-    assert "### 1. ❌ flash · forward fails in bfloat16 · `*-L129-causal-nomask-s0`" in section
-    assert "**Case id:** `bfloat16-L129-causal-nomask-s0`." in section
-    assert "**Case:** bfloat16, batch 2, 4 heads, q 129 × kv 129, head dim 64, causal (top-left)" in section
-    assert "**Worst element:** `out[1, 0, 127, 5]: subject 0.5073, reference 0.5 (error 7.30e-03)`" in section
+    section = text[text.index("<details><summary>1. flash · forward fails in bfloat16 · 1 case</summary>") :]
+    assert (
+        "**Worst case** (forward): `bfloat16-L129-causal-nomask-s0`: "
+        "bfloat16, batch 2, 4 heads, q 129 × kv 129" in (section)
+    )
     assert (
         "is 3.65× the tolerance 2.00e-03" in section
         and "error ratio to the baseline 7.3 (allowed about 2)" in section
     )
     assert "out: max-abs error over tolerance \\| see table" in section  # a pipe cannot break the layout
-    path = "repro/forward/bfloat16-L129-causal-nomask-s0.py"
-    assert f"<details><summary>Repro script (<code>{path}</code>, beside this report)</summary>" in section
+    assert "**Repro** (`repro/forward/bfloat16-L129-causal-nomask-s0.py`, beside this report)" in section
     # The repro contains ``` itself, so the fence must be longer and the script intact.
     assert "````python\nimport numpy as np\n" in section and 'print("```not a fence end```")\n````' in section
-    assert section.index("<details>") < section.index("</details>")
+    assert section.index("````python") < section.index("</details>")
 
 
 def test_error_verdict_is_a_failure_without_metrics(tmp_path):
@@ -104,27 +122,40 @@ def test_error_verdict_is_a_failure_without_metrics(tmp_path):
         result("xla", "forward", "error", ratio=None, reason="SIGSEGV in subject call"), repro="print(1)\n"
     )
     text = _render(tmp_path, [*standard_results(), crashed])
-    assert "1 of them errors" in text.splitlines()[2]
+    assert "(1 failing check in 1 case, 1 of them errors)" in text.splitlines()[2]
+    assert (
+        "| xla | forward errors in float32 | 1 | `float32-L128-full-nomask-s0` | SIGSEGV in subject call |"
+        in text
+    )
     assert "**Error** (the check or the subject crashed" in text
     assert "**Reason:** SIGSEGV in subject call" in text
-    assert "Worst element" not in text.split("## Failures")[1].split("Repro")[0]
+    assert "Error vs tolerance" not in text
 
 
-def test_many_failures_are_listed_after_the_detailed_ones(tmp_path):
-    fails = [with_verdict(r, "fail", 5.0) for r in standard_results() if r.check == "forward" and r.metrics]
+def test_many_causes_keep_their_rows_and_the_rest_is_in_details(tmp_path):
+    """Every subject's forward fails in two ways (numbers far off, and NaN): one root cause each per
+    subject, however many cases; causes past the first ones in full keep their row, details.md has all."""
+    fails = [
+        with_verdict(r, "fail", 5.0, reason=f"out: OUT OF TOLERANCE; max-abs {r.case.q_len * 1e-3:g}")
+        for r in standard_results()
+        if r.check == "forward" and r.metrics and r.case.subject == "flash"
+    ]
+    fails += [
+        with_verdict(r, "error", reason=f"xla crashed on {r.case.q_len} keys at [0, {r.case.q_len}]")
+        for r in standard_results()
+        if r.check == "forward" and r.metrics and r.case.subject == "xla"
+    ]
     folder = write_run(tmp_path / "jax-0.10.2", standard_results(extra=fails))
-    text = write_report(folder, plots=False, max_details=3).read_text(encoding="utf-8")
-    # float32 and bfloat16 of one case are one finding: 2 subjects x (6 lengths + segment ids).
-    findings = len(fails) // 2
-    assert findings == 14 and f"## Failures: 14 findings ({len(fails)} failing checks)" in text
-    assert text.count("<details><summary>Repro script") == 3
-    assert f"### Further findings ({findings - 3})" in text
-    assert "| [4](details.md#finding-4) | flash | forward fails in float32 and bfloat16 |" in text
-    # The findings only listed in report.md are in full in details.md, beside it.
+    text = write_report(folder, plots=False, max_details=1).read_text(encoding="utf-8")
+    assert (
+        f"## ❌ Not explained by the ledger: 2 root causes "
+        f"({len(fails)} failing checks in {len(fails)} cases)" in text
+    )
+    assert text.count("<details><summary>1. ") == 1 and "<details><summary>2. " not in text
+    assert "| [2](details.md#cause-2) | xla | forward errors in float32 and bfloat16 | 14 |" in text
     details = (folder / "details.md").read_text(encoding="utf-8")
     assert "[details.md](details.md)" in text and "[report.md](report.md)" in details
-    assert details.count("<details><summary>Repro script") == findings
-    assert all(f'<a id="finding-{n}"></a>' in details for n in range(1, findings + 1))
+    assert all(f'<a id="cause-{n}"></a>' in details for n in (1, 2))
 
 
 def test_killed_run_is_marked_incomplete_at_the_top(tmp_path):
@@ -146,10 +177,27 @@ def test_torn_last_line_is_dropped_and_reported(tmp_path):
     assert "**✅ PASS** — all 52 checks" in text
 
 
-def test_nothing_ran_is_not_a_pass(tmp_path):
+def test_nothing_checked_is_not_a_pass(tmp_path):
     only_unavailable = [r for r in standard_results() if r.verdict == "unavailable"]
     text = _render(tmp_path, only_unavailable)
-    assert "**⚠️ NOTHING RAN**" in text and "✅ PASS" not in text
+    assert text.splitlines()[2] == (
+        "**⛔ NOT RUN: nothing was checked** — **gpu_triton**: unavailable: needs a CUDA GPU; none here."
+    )
+    assert "PASS" not in text
+    only_unsupported = [r for r in standard_results() if r.verdict == "unsupported"]
+    text = _render(tmp_path / "b", only_unsupported)
+    assert text.splitlines()[2] == (
+        "**⛔ NOT RUN: nothing was checked** — "
+        "**flash**: every check unsupported: local window not supported (×1)."
+    )
+
+
+def test_a_mixed_run_is_judged_on_what_ran_and_lists_the_rest(tmp_path):
+    text = _render(tmp_path, standard_results())
+    assert text.splitlines()[2].startswith(
+        "**✅ PASS** — all 52 checks that ran passed (28 cases, 2 subjects)"
+    )
+    assert "not checked here: gpu_triton (see below)" in text.splitlines()[2]
 
 
 def test_plot_is_written_and_linked(tmp_path):
@@ -219,14 +267,19 @@ def test_suite_features_are_grouped_and_labelled(tmp_path):
     ]
 
 
-def test_multiline_reason_and_execution_line(tmp_path):
+def test_multiline_reason_and_execution_in_the_subject_lines(tmp_path):
     failing = dataclasses.replace(
         _failing(), reason="out of tolerance\nsee the table\nShrunk to a smaller failing case: x (q 7)"
     )
     folder = write_run(tmp_path / "jax-0.10.2", standard_results(extra=[failing]))
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     summary["subjects"] = [
-        {"name": "flash", "available": True, "execution": "pallas TPU interpret mode on CPU"},
+        {
+            "name": "flash",
+            "available": True,
+            "execution": "interpret",
+            "execution_detail": "Pallas TPU on CPU",
+        },
         {"name": "xla", "available": True, "execution": ""},
         {"name": "gpu_triton", "available": False, "execution": ""},
     ]
@@ -236,22 +289,56 @@ def test_multiline_reason_and_execution_line(tmp_path):
     assert "**Reason:**\n\n```text\nout of tolerance\nsee the table\n```" in text
     # The shrink note (an old record: only in the reason) is said once, apart, with the repro's case.
     assert "**Shrunk to:** `x` (smaller cases failing the same way)." in text
-    assert "The forward check of the smaller case `x`, shrunk from `bfloat16-L129-causal-nomask-s0`:" in text
-    assert "Execution · flash: pallas TPU interpret mode on CPU · xla: native" in text
+    assert "The forward check of the smaller case `x`, shrunk from `bfloat16-L129-causal-nomask-s0`." in text
+    assert (
+        "- ❌ **flash** — 1 failing (1 root cause) · 25 passed · ➖ 1 unsupported · Pallas TPU on CPU" in text
+    )
+    assert "- ✅ **xla** — 26 passed · native" in text
     assert "profile ci · seed 1234\n" in text  # the suite's hypothesis_seed wins over a plain seed
 
 
-def test_execution_line_shows_the_detail_of_the_literal():
-    from reports.render import execution_line
+def test_a_reason_is_said_once_per_cell(tmp_path):
+    """Forward and backward constraints both violated: the same constraint is one clause."""
+    from reports.render import unique_clauses
 
-    subjects = [
-        {
-            "name": "flash",
-            "available": True,
-            "execution": "interpret",
-            "execution_detail": "Pallas TPU on CPU",
-        },
-        {"name": "xla", "available": True, "execution": "native", "execution_detail": ""},
+    clause = "kv_len: block (default 128; raises) must divide kv_len"
+    twice = f"{clause}; {clause}"
+    assert unique_clauses(twice + "; q_len: other (a; b)") == (
+        "kv_len: block (default 128; raises) must divide kv_len; q_len: other (a; b)"
+    )
+    assert unique_clauses("a (x; y); c (z; y)") == "a (x; y); c (z; y)"  # brackets stay whole
+    repeated = [
+        dataclasses.replace(r, reason=twice, case=dataclasses.replace(r.case, case_id=f"c{n}"))
+        for n, r in enumerate(standard_results()[:3])
     ]
-    fake = type("FakeRun", (), {"summary": {"subjects": subjects}})()
-    assert execution_line(fake) == "Execution · flash: Pallas TPU on CPU · xla: native"
+    repeated = [dataclasses.replace(r, verdict="unsupported", metrics=()) for r in repeated]
+    text = _render(tmp_path, [*standard_results(), *repeated])
+    fold = text[text.index("<details><summary>➖ Unsupported") :]
+    fold = fold[: fold.index("</details>")]
+    assert fold.count("kv_len: block (default 128; raises) must divide kv_len") == 1
+    assert fold.count("**flash**") == 1  # the subject once per group of rows
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/reports.md"])
+def test_the_documented_first_screen_is_what_render_writes(tmp_path, page):
+    """The sample first screen in the README and docs/reports.md has the renderer's shape: title,
+    verdict, environment, one line per subject, then folds (their titles as the renderer writes them)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / page).read_text(encoding="utf-8")
+    sample = text[text.index("```\n# Conformance report") + 4 :]
+    sample = sample[: sample.index("```")].splitlines()
+    issue = {"id": "mask-edge", "link": "https://github.com/example/kernels/issues/3", "summary": "edge"}
+    known = [
+        dataclasses.replace(with_verdict(r, "fail", 5.0), verdict="known", known_issue=issue)
+        for r in standard_results()[:4]
+    ]
+    rendered = _render(tmp_path, [*standard_results(), *known]).splitlines()
+    for documented, written in zip(sample[:6], rendered[:6], strict=True):
+        assert documented.split(" — ")[0].split(" · ")[0] == written.split(" — ")[0].split(" · ")[0]
+    assert sample[6].startswith("- ✅ **tpu_flash** — ") and " passed · 🐞 " in sample[6]
+    folds = [line[2:] for line in sample if line.startswith("▸ ")]
+    titles = [line.split("<summary>")[1].split("</summary>")[0] for line in rendered if "<summary>" in line]
+    assert folds[0].split(":")[0] == titles[0].split(":")[0] == "🐞 Known issues"
+    source = (Path(__file__).resolve().parents[2] / "reports" / "render.py").read_text(encoding="utf-8")
+    assert all(f.split(":")[0] in source for f in folds if f != "...")  # fold titles render.py writes

@@ -39,12 +39,13 @@ class CheckContext:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """verdict: "pass" or "fail" (errors are SubjectError, raised); reason: one paragraph
+    """verdict: "pass" or "fail" (errors are SubjectError, raised), or "unsupported" when the
+    check found at run time that it cannot observe the subject (say why); reason: one paragraph
     naming what failed, the worst element and the fraction failing; details: numbers the
     check measured (e.g. the leak check's growth), recorded in the result's ``details``;
     observed: behaviour where the semantics are open (``conformance.judge.behaviour``), recorded as is."""
 
-    verdict: Literal["pass", "fail"]
+    verdict: Literal["pass", "fail", "unsupported"]
     reason: str = ""
     metrics: tuple[TensorMetrics, ...] = ()
     details: dict[str, object] = dataclasses.field(default_factory=dict)
@@ -69,3 +70,8 @@ def passed(reason: str = "", **details: object) -> Outcome:
 
 def failed(reason: str, **details: object) -> Outcome:
     return Outcome("fail", reason, details=dict(details))
+
+
+def unsupported(reason: str) -> Outcome:
+    """The check cannot observe this subject (found when it ran): never a vacuous pass."""
+    return Outcome("unsupported", reason)

@@ -1,20 +1,30 @@
 """Checks over repeated calls: ``determinism`` (bitwise reruns), ``recompile`` (a second
 same-shape call compiles nothing) and ``leak`` (live device buffers and host RSS stay
-flat)."""
+flat).
+
+``recompile`` and ``leak`` do not trust ``Capabilities.jax_runtime`` alone: a subject that
+leaves it unset is watched once (``observe_jax``: JAX's caches cleared, its first call watched
+for JAX tracing or compiling). Where JAX ran, both checks run their JAX-side parts and record
+``UNDECLARED_JAX_RUNTIME``: the report says the declaration contradicts what was observed.
+Where it did not, ``leak`` still judges host memory (any subject can leak it) and ``recompile``
+is ``unsupported``: nothing compiled, so nothing can recompile.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import gc
 import tracemalloc
+from collections.abc import Callable
 
 import numpy as np
 import psutil
 
 from conformance.judge import jax_compat
 from conformance.judge.artifacts import call_forward, call_gradients
-from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
+from conformance.judge.checks.base import CheckContext, Outcome, failed, passed, unsupported
 from conformance.judge.inputs import build_inputs
+from reports.records import UNDECLARED_JAX_RUNTIME
 
 # Leak thresholds. Growth is measured over a second batch of calls, after a first batch
 # has warmed caches and allocator arenas, so one-off growth is not charged as a leak.
@@ -56,26 +66,91 @@ def determinism(ctx: CheckContext) -> Outcome:
     return failed("\n".join(found)) if found else passed()
 
 
+NOTHING_COMPILED = (
+    "no JAX compilation observed: Capabilities.jax_runtime is unset and the subject's first call, "
+    "with JAX's caches cleared, traced and compiled nothing under JAX, so nothing can recompile"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxObservation:
+    """Whether the subject's calls run through JAX: declared (``Capabilities.jax_runtime``), or
+    observed on a first call with JAX's caches cleared (traces and compiles counted)."""
+
+    declared: bool
+    observed: bool
+    events: tuple[str, ...] = ()
+
+    @property
+    def runs_jax(self) -> bool:
+        return self.declared or self.observed
+
+    @property
+    def contradicts(self) -> bool:
+        """Undeclared, yet JAX compiled during the call."""
+        return self.observed and not self.declared
+
+    def details(self) -> dict[str, object]:
+        return {UNDECLARED_JAX_RUNTIME: 1} if self.contradicts else {}
+
+    def note(self) -> str:
+        if not self.contradicts:
+            return ""
+        return (
+            f"; Capabilities.jax_runtime is unset, yet JAX traced or compiled {len(self.events)} time(s) "
+            f"during the first call ({', '.join(self.events[:3])}): the declaration contradicts what "
+            "was observed, so the JAX-side parts ran"
+        )
+
+
+def observe_jax(ctx: CheckContext, call: Callable[[], object]) -> JaxObservation:
+    """Run ``call`` (the check's first call of the subject) and say whether it ran through JAX.
+
+    A declared subject is taken at its word (no cache clearing: its compilations stay warm). An
+    undeclared one is watched: JAX's caches are cleared first, so a function jitted by an earlier
+    case must trace again, and any trace or compile during the call counts. JAX not importable:
+    nothing ran through it."""
+    if ctx.capabilities.jax_runtime:
+        call()
+        return JaxObservation(True, False)
+    try:
+        jax_compat.clear_caches()
+    except ImportError:
+        call()
+        return JaxObservation(False, False)
+    with jax_compat.JaxActivity() as activity:
+        call()
+    return JaxObservation(False, activity.count > 0, tuple(activity.names))
+
+
 def recompile(ctx: CheckContext) -> Outcome:
-    """After one call, a call with new values of the same shapes triggers no XLA compilation."""
-    ctx.run.forward  # noqa: B018 - the first call may compile
+    """After one call, a call with new values of the same shapes triggers no XLA compilation.
+
+    Both calls are made here, the first on salted inputs, the second on the case's own: what
+    the check judges never rests on a call cached by an earlier check (JAX's caches may have
+    been cleared since, by ``observe_jax`` for another subject)."""
     fresh = build_inputs(ctx.case, salt=1)
+    observation = observe_jax(ctx, lambda: call_forward(ctx.adapter, ctx.case, fresh).get("forward"))
+    if not observation.runs_jax:
+        return unsupported(NOTHING_COMPILED)
     problems = []
     with jax_compat.CompileCounter() as counter:
-        call_forward(ctx.adapter, ctx.case, fresh).get("forward")
+        call_forward(ctx.adapter, ctx.case, ctx.oracle.inputs).get("forward")
     if counter.count:
         problems.append(
             f"forward compiled {counter.count} time(s) on a second same-shape call: {counter.names[:5]}"
         )
     if ctx.backward:
-        ctx.run.gradients  # noqa: B018
+        call_gradients(ctx.adapter, ctx.case, fresh, ctx.oracle.dout).get("gradients")  # may compile
         with jax_compat.CompileCounter() as counter:
-            call_gradients(ctx.adapter, ctx.case, fresh, ctx.oracle.dout).get("gradients")
+            call_gradients(ctx.adapter, ctx.case, ctx.oracle.inputs, ctx.oracle.dout).get("gradients")
         if counter.count:
             problems.append(
                 f"gradients compiled {counter.count} time(s) on a second same-shape call: {counter.names[:5]}"
             )
-    return failed("; ".join(problems)) if problems else passed()
+    if problems:
+        return failed("; ".join(problems) + observation.note(), **observation.details())
+    return passed(observation.note().lstrip("; "), **observation.details())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +162,11 @@ class _Memory:
     traced: int
 
 
-def _sample() -> _Memory:
+def _sample(jax_arrays: bool) -> _Memory:
+    """Memory now; live JAX arrays only where the subject runs through JAX (else 0)."""
     gc.collect()
-    return _Memory(
-        jax_compat.live_array_count(), psutil.Process().memory_info().rss, tracemalloc.get_traced_memory()[0]
-    )
+    arrays = jax_compat.live_array_count() if jax_arrays else 0
+    return _Memory(arrays, psutil.Process().memory_info().rss, tracemalloc.get_traced_memory()[0])
 
 
 def leak(ctx: CheckContext) -> Outcome:
@@ -102,20 +177,23 @@ def leak(ctx: CheckContext) -> Outcome:
     leak in native code only in the RSS.
     """
     calls = ctx.profile.leak_calls
+
+    def one() -> None:
+        call_forward(ctx.adapter, ctx.case, ctx.oracle.inputs).get("forward")
+
+    # The warm-up's first call says whether the live JAX arrays are worth counting.
+    observation = observe_jax(ctx, one)
     out_bytes = ctx.run.forward.out.nbytes
-
-    def batch() -> None:
-        for _ in range(calls):
-            call_forward(ctx.adapter, ctx.case, ctx.oracle.inputs).get("forward")
-
-    batch()  # warm-up: caches, arenas, lazily created buffers
+    for _ in range(calls - 1):  # the rest of the warm-up: caches, arenas, lazily created buffers
+        one()
     tracing = tracemalloc.is_tracing()
     if not tracing:
         tracemalloc.start()
     try:
-        before = _sample()
-        batch()
-        after = _sample()
+        before = _sample(observation.runs_jax)
+        for _ in range(calls):
+            one()
+        after = _sample(observation.runs_jax)
     finally:
         if not tracing:
             tracemalloc.stop()
@@ -144,11 +222,16 @@ def leak(ctx: CheckContext) -> Outcome:
             f"host RSS grew {grew.rss / 2**20:.1f} MiB over {calls} calls "
             f"({grew.rss / calls / 1024:.0f} KiB per call)"
         )
+    arrays = (
+        f"live arrays {before.arrays} -> {after.arrays}"
+        if observation.runs_jax
+        else "live JAX arrays not counted (no JAX ran in its first call)"
+    )
     summary = (
-        f"{calls} calls: live arrays {before.arrays} -> {after.arrays}, "
-        f"traced host memory +{grew.traced / 1024:.0f} KiB, "
+        f"{calls} calls: {arrays}, traced host memory +{grew.traced / 1024:.0f} KiB, "
         f"RSS {before.rss / 2**20:.1f} -> {after.rss / 2**20:.1f} MiB"
     )
+    details.update(observation.details())
     if problems:
-        return failed("; ".join(problems) + f" ({summary})", **details)
-    return passed(summary, **details)
+        return failed("; ".join(problems) + f" ({summary}){observation.note()}", **details)
+    return passed(summary + observation.note(), **details)
