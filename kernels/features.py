@@ -373,6 +373,83 @@ WINDOW = Feature(
 )
 
 
+# Chunked causal attention: the chunk sizes the draws and the pairwise edit use (1: only the
+# diagonal; 7 and 48 do not divide the lengths drawn, leaving a short last chunk).
+CHUNKS = (1, 7, 16, 48, 64, 128)
+
+
+def _chunk_refusal(caps: Any, shape: Any, spec: Any, inputs: Any) -> str | None:
+    if spec.chunk is None or spec.alignment in caps.chunked_causal_alignments:
+        return None
+    if not caps.chunked_causal_alignments:
+        return "chunked causal mask not supported"
+    return (
+        f"chunked causal alignment {spec.alignment} not supported "
+        f"(only {', '.join(caps.chunked_causal_alignments)})"
+    )
+
+
+def _chunk_parse(value: str) -> Fields:
+    if value in NO:
+        return {}
+    chunk = _number("chunk", value)
+    if chunk < 1:
+        raise FeatureSyntaxError(f"chunk={value!r}: use a positive number of keys per chunk, e.g. chunk=64")
+    return {"chunk": chunk, "causal": True}  # chunked attention is causal within its chunk
+
+
+def _chunk_draw(ctx: Any) -> Fields:
+    # Draws nothing unless declared and causal at a declared alignment, so the seeds of other
+    # subjects keep drawing the same cases.
+    chunked = ctx.caps.chunked_causal_alignments
+    if not (chunked and ctx.fields["causal"] and ctx.fields["alignment"] in chunked):
+        return {"chunk": None}
+    if not ctx.draw(ctx.st.booleans()):
+        return {"chunk": None}
+    longest = max(ctx.fields["q_len"], ctx.fields["kv_len"])
+    return {"chunk": ctx.draw(ctx.st.sampled_from(CHUNKS) | ctx.st.integers(1, 2 * longest))}
+
+
+def _chunk_shrink(ctx: Any) -> Fields:
+    if not ctx.fields.get("causal", ctx.case.causal):
+        return {"chunk": None}
+    return {"chunk": _maybe(ctx, ctx.case.chunk)}
+
+
+def _chunk_add(case: Any, caps: Any) -> Fields:
+    fields: Fields = {"chunk": 48, "causal": True}
+    if case.alignment not in caps.chunked_causal_alignments:
+        fields["alignment"] = caps.chunked_causal_alignments[0]
+    return fields
+
+
+CHUNK = Feature(
+    "chunked_causal",
+    fields=(Field("chunk", "int | None", None),),
+    capability="chunked_causal_alignments",
+    present=_optional("chunk"),
+    refusals=(_chunk_refusal,),
+    grid=lambda case: "chunked_causal" if case.chunk is not None else None,
+    labels={"chunked_causal": "chunked causal"},
+    token=lambda case: f"chunk{case.chunk}" if case.chunk is not None else None,
+    words=lambda case: f"chunked causal (chunks of {case.chunk} keys)" if case.chunk is not None else None,
+    spec_fields=("chunk",),
+    keywords=lambda inputs, spec: {"chunk": spec.chunk} if spec.chunk is not None else {},
+    accepts=("chunk",),
+    parse={"chunk": _chunk_parse},
+    draws=(Draw(210, _chunk_draw),),
+    shrinks=(Draw(210, _chunk_shrink),),
+    pairwise=(
+        PairwiseEdit(
+            "chunked_causal",
+            lambda caps: bool(caps.chunked_causal_alignments),
+            _optional("chunk"),
+            _chunk_add,
+            lambda case: {"chunk": None},
+        ),
+    ),
+)
+
 def _segments_validate(case: Any) -> str | None:
     if case.segments < 0:
         return f"segments must be >= 0, got {case.segments}"
@@ -842,6 +919,7 @@ DISTINCT_V_DIM = Feature(
 
 FEATURES: tuple[Feature, ...] = (
     CAUSAL,
+    CHUNK,
     WINDOW,
     SEGMENTS,
     LENGTHS,

@@ -118,6 +118,22 @@ def _levelled() -> list[tuple[int, Case]]:
         kv_heads=1,
     )
 
+    # Chunked causal (Llama-4 local attention; chunks tile the key axis from key 0, a query in its
+    # diagonal's chunk). Chunk 1 (only the diagonal: an off-by-one at the chunk edge empties every
+    # row); 48 across a 256 sequence (no divisor: a short last chunk, and chunks straddling the
+    # 128-key blocks a kernel skips or keeps whole); a chunk as long as the sequence and longer (plain
+    # causal: a kernel that restarts chunks at the length or at a block is caught); Sq != Sk both
+    # ways, both alignments (the chunk of a query follows its diagonal, not its row index).
+    add(0, causal=True, chunk=1)
+    add(0, causal=True, chunk=48, q_len=256, kv_len=256)
+    add(0, causal=True, chunk=128)
+    add(1, causal=True, chunk=300, q_len=256, kv_len=256)
+    for sq, sk in ((128, 256), (256, 128)):
+        for align in ("top_left", "bottom_right"):
+            add(0 if sq < sk else 1, causal=True, chunk=64, q_len=sq, kv_len=sk, alignment=align)
+    add(1, causal=True, chunk=48, window=(20, None), q_len=256, kv_len=256)  # ANDed with a window
+    add(1, causal=True, chunk=64, q_heads=4, kv_heads=2, batch=2, segments=2)  # GQA and segments
+
     # Softcap near the logits' scale (std 2) and far from it; with large logits.
     add(0, softcap=1.0)
     add(0, softcap=30.0, causal=True)
