@@ -450,6 +450,7 @@ CHUNK = Feature(
     ),
 )
 
+
 def _segments_validate(case: Any) -> str | None:
     if case.segments < 0:
         return f"segments must be >= 0, got {case.segments}"

@@ -301,7 +301,14 @@ def _plan(inputs: AttentionInputs, spec: AttentionSpec) -> _MaskPlan:
     if inputs.mask is not None:
         full = np.broadcast_to(inputs.mask, (inputs.mask.shape[0], hq, sq, sk))
         digest = hashlib.sha1(np.ascontiguousarray(full).tobytes()).hexdigest()
-    key = (kind, offset if kind != "full" else 0, window, chunk, digest, None if planes is None else len(planes))
+    key = (
+        kind,
+        offset if kind != "full" else 0,
+        window,
+        chunk,
+        digest,
+        None if planes is None else len(planes),
+    )
     return _MaskPlan(key, layout, planes)
 
 

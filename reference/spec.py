@@ -58,9 +58,13 @@ class AttentionSpec:
             raise ValueError(f"unknown alignment {self.alignment!r}; use one of {ALIGNMENTS}")
         if self.chunk is not None:
             if isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1:
-                raise ValueError(f"chunk must be a positive number of keys, got {self.chunk!r}; use None to disable it")
+                raise ValueError(
+                    f"chunk must be a positive number of keys, got {self.chunk!r}; use None to disable it"
+                )
             if not self.causal:
-                raise ValueError("chunk needs causal=True (chunked causal attention); set causal=True or chunk=None")
+                raise ValueError(
+                    "chunk needs causal=True (chunked causal attention); set causal=True or chunk=None"
+                )
         if self.softcap is not None and not self.softcap > 0:
             raise ValueError(f"softcap must be positive, got {self.softcap}; use None to disable it")
         if self.window is not None:

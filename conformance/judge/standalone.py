@@ -251,7 +251,9 @@ def _visibility(case: Case) -> tuple[list[Callable[..., Any]], str]:
         lines.append(f"visible = visible & {per_row('causal_visible(SQ, SK, {offset})')}  # {case.alignment}")
     if case.chunk is not None:
         functions.append(dense.chunk_visible)
-        lines.append(f"visible = visible & {per_row('chunk_visible(SQ, SK, {offset}, CHUNK)')}  # {case.alignment}")
+        lines.append(
+            f"visible = visible & {per_row('chunk_visible(SQ, SK, {offset}, CHUNK)')}  # {case.alignment}"
+        )
     if case.window is not None:
         functions.append(dense.window_visible)
         lines.append(

@@ -52,6 +52,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "c * tanh(s) instead of c * tanh(s / c)",
     ),
     _m(
+        "chunk_edge_off_by_one",
+        "masking:chunk_edge_off_by_one",
+        "forward",
+        "mask edges",
+        "chunked causal: a chunk's first key left out (j > chunk start, not >=)",
+    ),
+    _m(
         "causal_off_by_one",
         "masking:causal_off_by_one",
         "forward",
