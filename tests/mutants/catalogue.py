@@ -226,6 +226,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "the keys of a row's last, partly filled page are never read",
     ),
     _m(
+        "one_token_row_empty",
+        "paged:OneTokenRowEmpty",
+        "forward",
+        "ragged batches",
+        "a row of one key taken for an empty one (length <= 1 skipped): a fresh decode step sees nothing",
+    ),
+    _m(
         "dequant_scale_ignored",
         "paged:IgnoresDequantScale",
         "forward",
