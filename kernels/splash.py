@@ -488,7 +488,8 @@ class SplashAdapter:
             raise NotImplementedError(SINKS_REASON)
         off_tpu = TpuExecution(self.interpreter)
         scale = spec.resolved_scale(inputs.shape.head_dim)
-        layout = f"mask_layout({spec.causal!r}, {spec.alignment!r}, {spec.window!r}, SQ, SK, {spec.chunk!r})"
+        chunk = "" if spec.chunk is None else f", {spec.chunk!r}"
+        layout = f"mask_layout({spec.causal!r}, {spec.alignment!r}, {spec.window!r}, SQ, SK{chunk})"
         kernel_options = (
             f"softcap={spec.softcap!r},\n"
             f"        blocks=kernel_blocks({TUNABLES.resolved(self.config)!r}),\n"
