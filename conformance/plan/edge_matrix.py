@@ -318,7 +318,7 @@ def config_cases(
 # one-token or a page-edge row sits *before* others. Each triple below is rotated over a batch of
 # three, so each of its patterns sits in the first, the middle and the last row once. The lengths
 # come from the subject's own declaration (``Tunables.length_boundaries``: its page and its default
-# kv block, in tokens), never from its name. The patterns:
+# kv block, in tokens; ``kernels.features.ragged_row_lengths``), never from its name. The patterns:
 #   empty      0 keys: a finished request; its pages are none, the next row's offset must not move
 #   one        1 key: a fresh decode step; a kernel that treats it as empty skips a live row
 #   page+1     one key into a second page: a partial last page after a full one
