@@ -60,7 +60,7 @@ from kernels.jax_runtime import (
     to_jax,
     to_numpy,
 )
-from kernels.lowering import LoweringCall, abstract_arrays
+from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
 from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
     INTERPRETERS,
@@ -474,7 +474,10 @@ class SplashAdapter:
 
             b, hq, sq, _ = inputs.q.shape
             args += (jax.ShapeDtypeStruct((b, hq, sq, inputs.v.shape[-1]), inputs.q.dtype),)
-        return LoweringCall("tpu", fn, args)
+        # A ChunkedCausalMask is computed in the kernel from a 1-D q_sequence, whose block Mosaic
+        # tiles by the chip's lanes and sublanes: lowered under an abstract TPU (the default kind).
+        device_kind = DEFAULT_DEVICE_KIND if spec.chunk is not None else None
+        return LoweringCall("tpu", fn, args, device_kind)
 
     # -- standalone repro ------------------------------------------------------------
 

@@ -118,6 +118,12 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         )
         for d in (dtypes if every_dtype else dtypes[:1])
     ]
+    # Chunked causal edges, in the first dtype (they test the mask, which no dtype changes).
+    curated += [
+        edge_matrix.instantiate(t, subject.name, d)
+        for t in edge_matrix.chunk_cases(profile.edge_level)
+        for d in dtypes[:1]
+    ]
     # Ragged length patterns at every batch position, for a subject that takes per-row lengths:
     # in the first dtype (they test page and offset arithmetic, which no dtype changes).
     curated += [

@@ -119,22 +119,6 @@ def _levelled() -> list[tuple[int, Case]]:
         kv_heads=1,
     )
 
-    # Chunked causal (Llama-4 local attention; chunks tile the key axis from key 0, a query in its
-    # diagonal's chunk). Chunk 1 (only the diagonal: an off-by-one at the chunk edge empties every
-    # row); 48 (no divisor of 256: a short last chunk, and chunks straddling the 128-key blocks a
-    # kernel skips or keeps whole); a chunk as long as the sequence and longer (plain causal: a
-    # kernel that restarts chunks at a block or at the length is caught); Sq != Sk both ways, both
-    # alignments (a query's chunk follows its diagonal, not its row index). One shape at level 0, so
-    # a subject that takes the chunk as a mask array compiles once for all of them.
-    for chunk in (1, 48, 256):
-        add(0, causal=True, chunk=chunk, q_len=256, kv_len=256)
-    add(1, causal=True, chunk=300, q_len=256, kv_len=256)
-    for sq, sk in ((128, 256), (256, 128)):
-        for align in ("top_left", "bottom_right"):
-            add(0 if sq < sk else 1, causal=True, chunk=64, q_len=sq, kv_len=sk, alignment=align)
-    add(1, causal=True, chunk=48, window=(20, None), q_len=256, kv_len=256)  # ANDed with a window
-    add(1, causal=True, chunk=64, q_heads=4, kv_heads=2, batch=2, segments=2)  # GQA and segments
-
     # Softcap near the logits' scale (std 2) and far from it; with large logits.
     add(0, softcap=1.0)
     add(0, softcap=30.0, causal=True)
@@ -199,6 +183,33 @@ def _levelled() -> list[tuple[int, Case]]:
     add(2, q_len=2048, kv_len=2048, causal=True, head_dim=128, v_head_dim=128)
     add(2, q_len=1024, kv_len=2048, causal=True, alignment="bottom_right", segments=5, batch=2)
     return out
+
+
+# Chunked causal (Llama-4 local attention; chunks tile the key axis from key 0, a query in its
+# diagonal's chunk), in a subject's first dtype only: they test the mask, which no dtype changes,
+# and each chunk size is a kernel of its own in interpret mode. Chunk 1 (only the diagonal: an
+# off-by-one at the chunk edge empties every row); 48 across 256 keys (no divisor: a short last
+# chunk, and a chunk straddling the 128-key blocks a kernel skips or keeps whole); Sq != Sk both
+# ways and both alignments (a query's chunk follows its diagonal, not its row index); a chunk as long
+# as the sequence and longer (plain causal: a kernel that restarts chunks at a block or at the
+# length is caught); with a window (ANDed), and with GQA and segment ids.
+CHUNK_EDGES: tuple[tuple[int, Case], ...] = (
+    (0, _t(causal=True, chunk=1)),
+    (0, _t(causal=True, chunk=48, q_len=256, kv_len=256)),
+    (0, _t(causal=True, chunk=64, q_len=128, kv_len=256)),
+    (0, _t(causal=True, chunk=64, q_len=128, kv_len=256, alignment="bottom_right")),
+    (1, _t(causal=True, chunk=64, q_len=256, kv_len=128)),
+    (1, _t(causal=True, chunk=64, q_len=256, kv_len=128, alignment="bottom_right")),
+    (1, _t(causal=True, chunk=256, q_len=256, kv_len=256)),
+    (1, _t(causal=True, chunk=300, q_len=256, kv_len=256)),
+    (1, _t(causal=True, chunk=48, window=(20, None), q_len=256, kv_len=256)),
+    (1, _t(causal=True, chunk=64, q_heads=4, kv_heads=2, batch=2, segments=2)),
+)
+
+
+def chunk_cases(level: int) -> tuple[Case, ...]:
+    """The chunked causal templates up to ``level`` (``CHUNK_EDGES``), run in a subject's first dtype."""
+    return tuple(t for lvl, t in CHUNK_EDGES if lvl <= level)
 
 
 def edge_cases(level: int) -> tuple[Case, ...]:

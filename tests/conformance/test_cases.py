@@ -140,12 +140,16 @@ def test_user_cases_take_a_chunk_and_it_implies_causal():
         parse_case("chunk=-4", ("float32",))
 
 
-def test_the_edge_matrix_holds_the_chunk_edges_at_ci():
-    chunked = [t for t in edge_matrix.edge_cases(0) if t.chunk is not None]
-    assert {t.chunk for t in chunked if t.q_len == t.kv_len} >= {1, 48, 256}  # 48 divides no length
-    assert any(t.chunk >= max(t.q_len, t.kv_len) for t in chunked)  # as long as the sequence
-    assert {t.alignment for t in chunked if t.q_len != t.kv_len} == {"top_left", "bottom_right"}
-    assert all(t.q_len % 48 for t in chunked if t.chunk == 48)
+def test_the_chunk_edges_hold_chunk_one_a_non_divisor_the_whole_sequence_and_both_alignments():
+    ci, dev = edge_matrix.chunk_cases(0), edge_matrix.chunk_cases(1)
+    assert {t.chunk for t in ci} >= {1, 48} and all(t.q_len % 48 for t in ci if t.chunk == 48)
+    assert {t.alignment for t in ci if t.q_len != t.kv_len} == {"top_left", "bottom_right"}
+    assert set(ci) < set(dev) and all(t.chunk is not None and t.causal for t in dev)
+    assert any(t.chunk == max(t.q_len, t.kv_len) for t in dev)  # as long as the sequence
+    assert any(t.chunk > max(t.q_len, t.kv_len) for t in dev)  # longer
+    assert {(t.q_len > t.kv_len, t.alignment) for t in dev if t.q_len != t.kv_len} == {
+        (a, b) for a in (False, True) for b in ("top_left", "bottom_right")
+    }
 
 
 def test_ragged_patterns_put_each_pattern_in_the_first_a_middle_and_the_last_row():
