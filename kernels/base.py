@@ -138,6 +138,9 @@ class Capabilities:
     dtypes: tuple[str, ...]
     causal_alignments: tuple[Alignment, ...] = ()
     window: bool = False
+    # The alignments at which the implementation places a chunked causal mask (``chunk``,
+    # docs/semantics.md): a subset of ``causal_alignments``; empty: no chunked mask.
+    chunked_causal_alignments: tuple[Alignment, ...] = ()
     segment_ids: bool = False
     lengths: bool = False
     # With ``lengths``: query lengths too. Decode kernels take kv lengths only (one query per row).
@@ -185,6 +188,11 @@ class Capabilities:
         unknown = set(self.dtypes) - set(DTYPES)
         if unknown:
             raise ValueError(f"unknown dtypes {sorted(unknown)}; choose from {DTYPES}")
+        if set(self.chunked_causal_alignments) - set(self.causal_alignments):
+            raise ValueError(
+                f"chunked_causal_alignments {self.chunked_causal_alignments} must be among "
+                f"causal_alignments {self.causal_alignments}: a chunked mask is causal"
+            )
         if self.kv_storage is not None and self.kv_storage not in KV_STORAGES:
             raise ValueError(f"unknown kv_storage {self.kv_storage!r}; choose from {KV_STORAGES} (or None)")
 

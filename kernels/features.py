@@ -225,6 +225,24 @@ def _per_row_lengths(length: int, batch: int, short: int) -> tuple[int, ...]:
     return tuple(length if b % 2 == 0 else short for b in range(batch))
 
 
+# Ragged serving batches (docs/suite.md): the row lengths where page and offset arithmetic breaks,
+# from a kernel's key-axis boundaries (``Tunables.length_boundaries``: its page and its default kv
+# block); ``DEFAULT_BOUNDARY`` where it declares none (a kernel that takes full rows): 128 keys, the
+# TPU lane width and the most common kernel block.
+DEFAULT_BOUNDARY = 128
+RAGGED_ROWS = ("empty", "one", "page+1", "block-1", "block", "block+1", "long")
+
+
+def ragged_row_lengths(boundaries: tuple[int, ...], length: int) -> dict[str, int]:
+    """Pattern name -> its row length on a sequence of ``length`` keys (clipped to it): ``empty`` 0
+    (a finished request), ``one`` 1 (a fresh decode step), ``page+1`` one key into a second page,
+    ``block-1``/``block``/``block+1`` around the kernel's default kv block, ``long`` the whole."""
+    page = boundaries[0] if boundaries else DEFAULT_BOUNDARY
+    block = boundaries[-1] if boundaries else DEFAULT_BOUNDARY
+    values = (0, 1, page + 1, block - 1, block, block + 1, length)
+    return {name: min(n, length) for name, n in zip(RAGGED_ROWS, values, strict=True)}
+
+
 def _lengths_value(key: str) -> Callable[[str], Fields]:
     return lambda value: {key: tuple(_number(key, n) for n in value.split("/"))}
 
@@ -373,6 +391,84 @@ WINDOW = Feature(
 )
 
 
+# Chunked causal attention: the chunk sizes the draws and the pairwise edit use (1: only the
+# diagonal; 7 and 48 do not divide the lengths drawn, leaving a short last chunk).
+CHUNKS = (1, 7, 16, 48, 64, 128)
+
+
+def _chunk_refusal(caps: Any, shape: Any, spec: Any, inputs: Any) -> str | None:
+    if spec.chunk is None or spec.alignment in caps.chunked_causal_alignments:
+        return None
+    if not caps.chunked_causal_alignments:
+        return "chunked causal mask not supported"
+    return (
+        f"chunked causal alignment {spec.alignment} not supported "
+        f"(only {', '.join(caps.chunked_causal_alignments)})"
+    )
+
+
+def _chunk_parse(value: str) -> Fields:
+    if value in NO:
+        return {}
+    chunk = _number("chunk", value)
+    if chunk < 1:
+        raise FeatureSyntaxError(f"chunk={value!r}: use a positive number of keys per chunk, e.g. chunk=64")
+    return {"chunk": chunk, "causal": True}  # chunked attention is causal within its chunk
+
+
+def _chunk_draw(ctx: Any) -> Fields:
+    # Draws nothing unless declared and causal at a declared alignment, so the seeds of other
+    # subjects keep drawing the same cases.
+    chunked = ctx.caps.chunked_causal_alignments
+    if not (chunked and ctx.fields["causal"] and ctx.fields["alignment"] in chunked):
+        return {"chunk": None}
+    if not ctx.draw(ctx.st.booleans()):
+        return {"chunk": None}
+    longest = max(ctx.fields["q_len"], ctx.fields["kv_len"])
+    return {"chunk": ctx.draw(ctx.st.sampled_from(CHUNKS) | ctx.st.integers(1, 2 * longest))}
+
+
+def _chunk_shrink(ctx: Any) -> Fields:
+    if not ctx.fields.get("causal", ctx.case.causal):
+        return {"chunk": None}
+    return {"chunk": _maybe(ctx, ctx.case.chunk)}
+
+
+def _chunk_add(case: Any, caps: Any) -> Fields:
+    fields: Fields = {"chunk": 48, "causal": True}
+    if case.alignment not in caps.chunked_causal_alignments:
+        fields["alignment"] = caps.chunked_causal_alignments[0]
+    return fields
+
+
+CHUNK = Feature(
+    "chunked_causal",
+    fields=(Field("chunk", "int | None", None),),
+    capability="chunked_causal_alignments",
+    present=_optional("chunk"),
+    refusals=(_chunk_refusal,),
+    grid=lambda case: "chunked_causal" if case.chunk is not None else None,
+    labels={"chunked_causal": "chunked causal"},
+    token=lambda case: f"chunk{case.chunk}" if case.chunk is not None else None,
+    words=lambda case: f"chunked causal (chunks of {case.chunk} keys)" if case.chunk is not None else None,
+    spec_fields=("chunk",),
+    keywords=lambda inputs, spec: {"chunk": spec.chunk} if spec.chunk is not None else {},
+    accepts=("chunk",),
+    parse={"chunk": _chunk_parse},
+    draws=(Draw(210, _chunk_draw),),
+    shrinks=(Draw(210, _chunk_shrink),),
+    pairwise=(
+        PairwiseEdit(
+            "chunked_causal",
+            lambda caps: bool(caps.chunked_causal_alignments),
+            _optional("chunk"),
+            _chunk_add,
+            lambda case: {"chunk": None},
+        ),
+    ),
+)
+
+
 def _segments_validate(case: Any) -> str | None:
     if case.segments < 0:
         return f"segments must be >= 0, got {case.segments}"
@@ -463,6 +559,26 @@ def _lengths_draw(ctx: Any) -> Fields:
     return {"q_lengths": q_lengths, "kv_lengths": ctx.draw(ctx.per_row(f["batch"], f["kv_len"]))}
 
 
+def _ragged_row_draw(ctx: Any) -> Fields:
+    """One ragged row pattern (``RAGGED_ROWS``, at the subject's own boundaries) placed at a drawn
+    batch position, over the lengths drawn so far (full rows where none were). Draws nothing for a
+    subject without lengths, so the seeds of other subjects keep drawing the same cases."""
+    caps, st, f = ctx.caps, ctx.st, ctx.fields
+    if not (caps.lengths and ctx.draw(st.booleans())):
+        return {}
+    pattern = ctx.draw(st.sampled_from(RAGGED_ROWS[:-1]))
+    row = ctx.draw(st.integers(0, f["batch"] - 1))
+    boundaries = caps.tunables.length_boundaries()
+    out: Fields = {}
+    for name, full in (("kv_lengths", f["kv_len"]), ("q_lengths", f["q_len"])):
+        lengths = f.get(name)
+        if name == "kv_lengths" or lengths is not None:
+            placed = list(lengths if lengths is not None else (full,) * f["batch"])
+            placed[row] = ragged_row_lengths(boundaries, full)[pattern]
+            out[name] = tuple(placed)
+    return out
+
+
 def _lengths_shrink(ctx: Any) -> Fields:
     st, case, f = ctx.st, ctx.case, ctx.fields
 
@@ -512,7 +628,7 @@ LENGTHS = Feature(
     keywords=_from_inputs("q_lengths", "kv_lengths"),
     accepts=("q_lengths", "kv_lengths"),
     parse={"q_lengths": _lengths_value("q_lengths"), "kv_lengths": _lengths_value("kv_lengths")},
-    draws=(Draw(110, _lengths_draw),),
+    draws=(Draw(110, _lengths_draw), Draw(220, _ragged_row_draw)),
     shrinks=(Draw(200, _lengths_shrink),),
     pairwise=(
         PairwiseEdit(
@@ -526,8 +642,11 @@ LENGTHS = Feature(
             "kv_lengths",
             lambda caps: caps.lengths,
             lambda case: case.kv_lengths is not None,
+            # A one-token row first, before the others (where a row's offset is a cumulative sum).
             lambda case, caps: {
-                "kv_lengths": _per_row_lengths(case.kv_len, case.batch, case.kv_len * 5 // 8)
+                "kv_lengths": (1, *_per_row_lengths(case.kv_len, case.batch, case.kv_len * 5 // 8)[1:])
+                if case.batch > 1
+                else (case.kv_len * 5 // 8,)
             },
             lambda case: {"kv_lengths": None},
         ),
@@ -842,6 +961,7 @@ DISTINCT_V_DIM = Feature(
 
 FEATURES: tuple[Feature, ...] = (
     CAUSAL,
+    CHUNK,
     WINDOW,
     SEGMENTS,
     LENGTHS,

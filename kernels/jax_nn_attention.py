@@ -11,6 +11,8 @@ Translation from canonical semantics (``docs/semantics.md``):
   than any distance between a query and a key.
 * Valid lengths map to ``query_seq_lengths``/``key_value_seq_lengths`` (int32);
   the boolean mask is passed as is (True = may attend).
+* A chunked causal mask (``chunk``) has no argument: ``kernels.chunked_mask`` folds it into the
+  boolean mask (``[B|1, 1, Sq, Sk]``, ANDed with the case's), and ``is_causal`` stays on.
 * ``lse`` comes from ``return_residual=True`` where this JAX has it; it is laid out
   ``[B, T, N]`` and transposed to ``[B, H, Sq]``.
 """
@@ -25,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kernels.base import Availability, SubjectGrads, SubjectOutput
+from kernels.chunked_mask import as_mask, chunk_plane, fold_chunk
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -187,6 +190,7 @@ class JaxNnRunner:
         """``out: [B, Hq, Sq, D]`` in the input dtype; ``lse: [B, Hq, Sq]`` (dtype of k) or None."""
         import jax
 
+        inputs, spec = as_mask(inputs, spec)
         static = _static(self.implementation, inputs.shape, spec)
         arrays = _arrays(inputs)
         args = tuple(to_jax(a) for a in arrays)
@@ -206,6 +210,7 @@ class JaxNnRunner:
         """Gradients of ``sum(out * dout)`` by JAX autodiff; ``dbias`` has the bias's own shape."""
         import jax
 
+        inputs, spec = as_mask(inputs, spec)
         static = _static(self.implementation, inputs.shape, spec)
         arrays = _arrays(inputs)
         args = tuple(to_jax(a) for a in arrays)
@@ -221,15 +226,26 @@ class JaxNnRunner:
         dbias = None if dbias is None else to_numpy(dbias)
         return SubjectGrads(to_numpy(dq), to_numpy(dk), to_numpy(dv), dbias)
 
-    def standalone(self, shape: AttentionShape, spec: AttentionSpec, lse: bool) -> StandaloneCall:
-        """The calls above as script text (``kernels.standalone``)."""
+    def standalone(
+        self, shape: AttentionShape, spec: AttentionSpec, lse: bool, chunk_offsets: tuple[int, ...] = (0,)
+    ) -> StandaloneCall:
+        """The calls above as script text (``kernels.standalone``); ``chunk_offsets``: each row's
+        ``diag(i) - i`` for a chunked case (``kernels.chunked_mask.diagonal_offsets``)."""
         options = ", ".join(
             f"{k}={v!r}" for k, v in _static(self.implementation, shape, spec).options().items()
         )
         arrays = "(q, k, v, bias, mask, q_lengths, kv_lengths)"
+        setup, folding = "", ()
+        if spec.chunk is not None:
+            folding = source_of(chunk_plane, fold_chunk)
+            setup = (
+                f"mask = fold_chunk(mask, SQ, SK, {chunk_offsets!r}, {spec.chunk!r})"
+                "  # the chunked causal mask as jax.nn's boolean mask\n"
+            )
         return StandaloneCall(
             imports=("import functools", "import jax", "import jax.numpy as jnp"),
-            definitions=source_of(jax_nn_attention, jax_nn_gradients),
+            definitions=folding + source_of(jax_nn_attention, jax_nn_gradients),
+            setup=setup,
             forward=(
                 f"attention = jax.jit(functools.partial(jax_nn_attention, {options}, lse={lse!r}))\n"
                 f"args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"

@@ -83,10 +83,10 @@ DEFAULT_KV_PAGES_PER_BLOCK, DEFAULT_QUERIES_PER_BLOCK = 128, 32
 
 TUNABLES = Tunables(
     (
-        # Counted in pages (the API's unit; its default is capped at the table's width, as the
-        # kernel's own default is). A larger value widens the page table with unused pages,
-        # since the kernel requires num_kv_pages_per_block <= pages_per_seq.
-        Tunable("num_kv_pages_per_block", DEFAULT_KV_PAGES_PER_BLOCK, "kv"),
+        # Counted in pages (the API's unit, ``unit=PAGE_SIZE``; its default is capped at the
+        # table's width, as the kernel's own default is). A larger value widens the page table
+        # with unused pages, since the kernel requires num_kv_pages_per_block <= pages_per_seq.
+        Tunable("num_kv_pages_per_block", DEFAULT_KV_PAGES_PER_BLOCK, "kv", unit=PAGE_SIZE),
         # Counted in packed query tokens (every sequence's together); any positive value.
         Tunable("num_queries_per_block", DEFAULT_QUERIES_PER_BLOCK, "q"),
     )

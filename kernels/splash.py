@@ -12,6 +12,10 @@ Translation from canonical semantics (``docs/semantics.md``):
   window is one ``LocalMask`` whose right edge is ``min(right, 0)``. A boolean mask
   becomes a ``NumpyMask`` per head; one that differs across the batch gets a kernel
   per batch element.
+* Chunked causal (``chunk``, JAX >= 0.6.0) is ``ChunkedCausalMask(shape, chunk)``: key ``j``
+  visible from query ``i`` iff ``i // C == j // C`` and ``i >= j``, which is canonical top-left
+  (chunks on the key axis from key 0, a query in its diagonal's chunk). It has no offset, so
+  bottom-right is not declared; with a window it is ANDed with the ``LocalMask``.
 * Segment ids map to ``SegmentIds(q, kv)``; softcap to ``attn_logits_soft_cap``
   (applied to the scaled logits, as canonical). There is no bias and no lengths.
 * Sinks (JAX >= 0.7.1) map to the kernel's ``sinks: [Hq]`` argument, shared by every batch
@@ -56,7 +60,7 @@ from kernels.jax_runtime import (
     to_jax,
     to_numpy,
 )
-from kernels.lowering import LoweringCall, abstract_arrays
+from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
 from kernels.standalone import StandaloneCall, source_of
 from kernels.tpu_interpret import (
     INTERPRETERS,
@@ -162,6 +166,11 @@ LOWERING_CONSTRAINTS = (
 
 ANY_HEAD_DIM_SINCE = (0, 5, 3)
 ANY_V_HEAD_DIM_SINCE = (0, 7, 2)
+# * Chunked causal: ``ChunkedCausalMask`` arrives in 0.6.0 (looked for in the module; 0.5.3 has
+#   none). Where it is missing, chunked cases are unsupported with CHUNKED_REASON (a constraint of
+#   basis ``api``); it has no offset at any version, so only top-left is declared.
+CHUNKED_MASK_SINCE = (0, 6, 0)
+CHUNKED_REASON = "splash has ChunkedCausalMask from JAX 0.6.0; this JAX's splash has no chunked causal mask"
 
 # Tunables: BlockSizes has the same fields, defaults (every block 128, the unfused
 # backward) and checks from 0.4.35 to 0.10.2. kv blocks and their compute blocks are
@@ -196,6 +205,7 @@ class _Api:
     module: Any  # the splash package: make_splash_mha, BlockSizes, SegmentIds and the mask classes
     shard_kwargs: tuple[tuple[str, int], ...]  # make_splash_mha's sharding keywords, where they exist
     sinks: bool  # the kernel takes sinks=[Hq]
+    chunked: bool  # the module has ChunkedCausalMask
 
 
 def _load_api() -> _Api:
@@ -206,7 +216,8 @@ def _load_api() -> _Api:
     if "interpret" not in params:
         raise TypeError("make_splash_mha has no interpret= argument on this version")
     shards = tuple((name, 1) for name in ("head_shards", "q_seq_shards") if name in params)
-    return _Api(splash, shards, _takes_sinks())
+    masks = importlib.import_module(MODULE + ".splash_attention_mask")  # not re-exported by the package
+    return _Api(splash, shards, _takes_sinks(), hasattr(masks, "ChunkedCausalMask"))
 
 
 def _takes_sinks() -> bool:
@@ -224,6 +235,21 @@ def _takes_sinks() -> bool:
 
 
 SINKS_REASON = "attention sinks not supported: splash takes sinks from JAX 0.7.1"
+
+
+def _chunked_constraints(chunked: bool) -> tuple[ShapeConstraint, ...]:
+    """Where this JAX's splash has no ``ChunkedCausalMask``: chunked cases cannot be expressed."""
+    if chunked:
+        return ()
+    return (
+        ShapeConstraint(
+            name="chunked_causal_mask_missing",
+            reason=CHUNKED_REASON,
+            holds=lambda shape, spec: spec.chunk is None,
+            basis="api",
+            features=("chunked_causal",),
+        ),
+    )
 
 
 def _head_dim_constraints() -> tuple[tuple[ShapeConstraint, ...], bool]:
@@ -268,14 +294,21 @@ class _MaskPlan:
 def _plan(inputs: AttentionInputs, spec: AttentionSpec) -> _MaskPlan:
     _, hq, sq, _ = inputs.q.shape
     sk = inputs.k.shape[2]
-    layout = mask_layout(spec.causal, spec.alignment, spec.window, sq, sk)
-    kind, offset, window = layout
+    layout = mask_layout(spec.causal, spec.alignment, spec.window, sq, sk, spec.chunk)
+    kind, offset, window, chunk = layout
     planes = mask_planes(inputs.mask, hq, sq, sk)
     digest = None
     if inputs.mask is not None:
         full = np.broadcast_to(inputs.mask, (inputs.mask.shape[0], hq, sq, sk))
         digest = hashlib.sha1(np.ascontiguousarray(full).tobytes()).hexdigest()
-    key = (kind, offset if kind != "full" else 0, window, digest, None if planes is None else len(planes))
+    key = (
+        kind,
+        offset if kind != "full" else 0,
+        window,
+        chunk,
+        digest,
+        None if planes is None else len(planes),
+    )
     return _MaskPlan(key, layout, planes)
 
 
@@ -303,12 +336,13 @@ class SplashAdapter:
 
     def capabilities(self) -> Capabilities:
         head_dim_constraints, distinct_v_dim = _head_dim_constraints()
-        sinks = self._sinks_supported()
+        sinks, chunked = self._sinks_supported(), self._chunked_supported()
         return Capabilities(
             jax_runtime=True,
             race_detection=race_detection_declared(choose_execution(self.interpreter)),
             dtypes=("float32", "bfloat16"),
             causal_alignments=("top_left", "bottom_right"),
+            chunked_causal_alignments=("top_left",),  # ChunkedCausalMask has no offset
             window=True,
             segment_ids=True,
             bool_mask=True,
@@ -321,7 +355,7 @@ class SplashAdapter:
             lse=True,
             fully_masked_rows="unspecified",
             constraints=compiled_where_run(
-                CONSTRAINTS + LOWERING_CONSTRAINTS + head_dim_constraints,
+                CONSTRAINTS + LOWERING_CONSTRAINTS + head_dim_constraints + _chunked_constraints(chunked),
                 choose_execution(self.interpreter).mode == "native",
             ),
             tunables=TUNABLES,
@@ -333,6 +367,12 @@ class SplashAdapter:
             return _load_api().sinks
         except Exception:  # noqa: BLE001 - unavailable: availability() says why
             return False
+
+    def _chunked_supported(self) -> bool:
+        try:
+            return _load_api().chunked
+        except Exception:  # noqa: BLE001 - unavailable: availability() says why
+            return jax_version() >= CHUNKED_MASK_SINCE
 
     def _blocks(self) -> dict[str, Any]:
         """``BlockSizes`` keywords under this adapter's config (every block and the fused flag)."""
@@ -434,7 +474,10 @@ class SplashAdapter:
 
             b, hq, sq, _ = inputs.q.shape
             args += (jax.ShapeDtypeStruct((b, hq, sq, inputs.v.shape[-1]), inputs.q.dtype),)
-        return LoweringCall("tpu", fn, args)
+        # A ChunkedCausalMask is computed in the kernel from a 1-D q_sequence, whose block Mosaic
+        # tiles by the chip's lanes and sublanes: lowered under an abstract TPU (the default kind).
+        device_kind = DEFAULT_DEVICE_KIND if spec.chunk is not None else None
+        return LoweringCall("tpu", fn, args, device_kind)
 
     # -- standalone repro ------------------------------------------------------------
 
@@ -448,7 +491,8 @@ class SplashAdapter:
             raise NotImplementedError(SINKS_REASON)
         off_tpu = TpuExecution(self.interpreter)
         scale = spec.resolved_scale(inputs.shape.head_dim)
-        layout = f"mask_layout({spec.causal!r}, {spec.alignment!r}, {spec.window!r}, SQ, SK)"
+        chunk = "" if spec.chunk is None else f", {spec.chunk!r}"
+        layout = f"mask_layout({spec.causal!r}, {spec.alignment!r}, {spec.window!r}, SQ, SK{chunk})"
         kernel_options = (
             f"softcap={spec.softcap!r},\n"
             f"        blocks=kernel_blocks({TUNABLES.resolved(self.config)!r}),\n"
@@ -473,7 +517,7 @@ class SplashAdapter:
         setup = (
             f"MODULE = {MODULE!r}\n"
             "splash = importlib.import_module(MODULE)\n"
-            f"layout = {layout}  # (kind, offset, window)\n"
+            f"layout = {layout}  # (kind, offset, window, chunk)\n"
             "planes = mask_planes(mask, HQ, SQ, SK)  # the boolean mask, [Hq, Sq, Sk] per batch row\n"
             f"{interpreting}"
         )
@@ -523,10 +567,14 @@ class SplashAdapter:
 # --- the translation: functions of NumPy/JAX values, embedded verbatim in standalone repros --
 
 
-def mask_layout(causal: bool, alignment: str, window: Any, q_len: int, kv_len: int) -> tuple:
-    """(kind, offset, window) of the structural mask: kind ``"full"``, ``"causal"`` or ``"local"``;
-    ``offset`` puts the diagonal at ``i + offset`` (0 top-left, Sk - Sq bottom-right); ``window``
-    (left, right) for ``LocalMask``, causal folded in as ``right = min(right, 0)``."""
+def mask_layout(
+    causal: bool, alignment: str, window: Any, q_len: int, kv_len: int, chunk: Any = None
+) -> tuple:
+    """(kind, offset, window, chunk) of the structural mask: kind ``"full"``, ``"causal"``,
+    ``"local"`` or ``"chunked"`` (``ChunkedCausalMask`` of ``chunk`` keys, top-left, ANDed with a
+    ``LocalMask`` when ``window`` is set); ``offset`` puts the diagonal at ``i + offset`` (0 top-left,
+    Sk - Sq bottom-right); ``window`` (left, right) for ``LocalMask``, causal folded in as
+    ``right = min(right, 0)``."""
     offset = 0 if alignment == "top_left" else kv_len - q_len
     if causal and window is not None:
         left, right = window
@@ -536,8 +584,10 @@ def mask_layout(causal: bool, alignment: str, window: Any, q_len: int, kv_len: i
     # (LocalMask((None, None)) itself fails in splash's kernel with "captures constants".)
     if window in ((None, 0), (None, None)) and (causal or window == (None, None)):
         window = None
+    if chunk is not None:
+        return "chunked", offset, window, chunk
     kind = "local" if window is not None else "causal" if causal else "full"
-    return kind, offset, window
+    return kind, offset, window, None
 
 
 def mask_planes(mask: Any, q_heads: int, q_len: int, kv_len: int) -> Any:
@@ -555,8 +605,15 @@ def mask_planes(mask: Any, q_heads: int, q_len: int, kv_len: int) -> Any:
 def splash_mask(splash: Any, layout: tuple, plane: Any, q_heads: int, q_len: int, kv_len: int) -> Any:
     """The ``MultiHeadMask`` of one kernel: ``layout``'s structural mask, ANDed into a ``NumpyMask``
     per head with ``plane`` (``[Hq, Sq, Sk]`` bool) when there is one."""
-    kind, offset, window = layout
-    if kind == "causal":
+    kind, offset, window, chunk = layout
+    if kind == "chunked":
+        import importlib  # ChunkedCausalMask is not re-exported by the splash package
+
+        masks = importlib.import_module(splash.__name__ + ".splash_attention_mask")
+        structural = masks.ChunkedCausalMask((q_len, kv_len), chunk_size=chunk)
+        if window is not None:
+            structural = structural & splash.LocalMask((q_len, kv_len), window_size=window, offset=offset)
+    elif kind == "causal":
         structural = splash.CausalMask((q_len, kv_len), offset=offset)
     elif kind == "local":
         structural = splash.LocalMask((q_len, kv_len), window_size=window, offset=offset)

@@ -139,6 +139,18 @@ class Tunables:
                 out.append(f"{p.name}={value} must divide {p.divides}={values[p.divides]}")
         return tuple(out)
 
+    def length_boundaries(self, longest: int = 128) -> tuple[int, ...]:
+        """Token lengths where the kernel's blocking of the key axis changes, from the declaration:
+        each kv-axis block's unit when it is counted in pages (a page, ``unit > 1``) and its default
+        in tokens (``default * unit``), up to ``longest``; sorted. A row length one short of, on or
+        one past such a length is where page and block arithmetic goes wrong. Empty when the
+        kernel declares no kv blocks."""
+        out = set()
+        for p in self.params:
+            if p.axis == "kv" and isinstance(p.default, int) and not isinstance(p.default, bool):
+                out |= {n for n in (p.unit if p.unit > 1 else None, p.default * p.unit) if n and n <= longest}
+        return tuple(sorted(out))
+
     def normalized(self, config: Mapping[str, Value] | Config) -> Config:
         """``config`` as sorted pairs without the entries equal to their default."""
         return normalize({k: v for k, v in dict(config).items() if self.get(k).default != v})

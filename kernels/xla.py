@@ -11,6 +11,8 @@ lengths, lse). What this implementation does differently from canonical:
   holds, so it is declared ``unspecified``.
 * ``value`` must have the shape of ``key`` (no Dv != D); segment ids have no
   argument (use a boolean mask); there is no softcap.
+* Chunked causal attention has no argument either: the adapter passes it as a boolean mask
+  (``kernels.chunked_mask``), top-left as ``is_causal`` is.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import dataclasses
 import numpy as np
 
 from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.chunked_mask import diagonal_offsets
 from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
 from kernels.jax_runtime import default_backend, jax_version
 from kernels.standalone import StandaloneCall
@@ -56,6 +59,7 @@ class XlaAdapter:
             jax_runtime=True,
             dtypes=_dtypes(),
             causal_alignments=("top_left",),
+            chunked_causal_alignments=("top_left",),  # as a boolean mask (kernels.chunked_mask)
             window=True,
             lengths=True,
             bool_mask=True,
@@ -77,4 +81,5 @@ class XlaAdapter:
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """This adapter's calls as standalone script text (``kernels.standalone``)."""
-        return self._runner.standalone(inputs.shape, spec, lse=api_has_lse())
+        offsets = diagonal_offsets(inputs, spec) if spec.chunk is not None else (0,)
+        return self._runner.standalone(inputs.shape, spec, lse=api_has_lse(), chunk_offsets=offsets)

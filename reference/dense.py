@@ -20,6 +20,13 @@ def causal_visible(q_len: int, kv_len: int, offset: int):
     return np.arange(kv_len)[None, :] <= np.arange(q_len)[:, None] + offset
 
 
+def chunk_visible(q_len: int, kv_len: int, offset: int, chunk: int):
+    """[Sq, Sk] bool: key j is in the chunk of query i's diagonal, j // chunk == (i + offset) // chunk
+    (chunks tile the key axis from key 0, floor division); ANDed with causal_visible it is chunked
+    causal attention."""
+    return np.arange(kv_len)[None, :] // chunk == (np.arange(q_len)[:, None] + offset) // chunk
+
+
 def window_visible(q_len: int, kv_len: int, offset: int, left: int | None, right: int | None):
     """[Sq, Sk] bool: diag(i) - left <= j <= diag(i) + right, both edges inclusive,
     diag(i) = i + offset; None leaves that side unbounded."""

@@ -54,6 +54,8 @@ def visible(spec: AttentionSpec, inputs: AttentionInputs, batch: int, rows: slic
     diag = i + row_diagonal(spec, inputs, batch)
     if spec.causal:
         allowed &= (j <= diag)[None]
+    if spec.chunk is not None:  # chunks tile the key axis from key 0; a query is in its diagonal's
+        allowed &= (j // spec.chunk == np.floor_divide(diag, spec.chunk))[None]
     if spec.window is not None:
         left, right = spec.window
         if left is not None:

@@ -20,6 +20,8 @@ def constants(case: Any) -> list[str]:
         lines.append(f"CAUSAL = True  # {case.alignment} alignment")
     if case.window is not None:
         lines.append(f"WINDOW = {case.window!r}  # (left, right), inclusive; None = unbounded")
+    if case.chunk is not None:
+        lines.append(f"CHUNK = {case.chunk!r}  # keys per chunk, chunks from key 0 (chunked causal)")
     if case.softcap is not None:
         lines.append(f"SOFTCAP = {case.softcap!r}")
     return lines
@@ -43,6 +45,11 @@ def visibility(case: Any) -> tuple[list[Callable[..., Any]], str]:
     if case.causal:
         functions.append(dense.causal_visible)
         lines.append(f"visible = visible & {per_row('causal_visible(SQ, SK, {offset})')}  # {case.alignment}")
+    if case.chunk is not None:
+        functions.append(dense.chunk_visible)
+        lines.append(
+            f"visible = visible & {per_row('chunk_visible(SQ, SK, {offset}, CHUNK)')}  # {case.alignment}"
+        )
     if case.window is not None:
         functions.append(dense.window_visible)
         lines.append(

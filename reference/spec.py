@@ -40,6 +40,10 @@ class AttentionSpec:
     window:    ``(left, right)``, inclusive, relative to ``diag(i)``: key ``j`` is
                visible iff ``diag(i) - left <= j <= diag(i) + right``. Either side
                may be ``None`` (unbounded).
+    chunk:     chunked causal attention (Llama-4 style), ``C`` keys per chunk; needs ``causal``.
+               Chunks tile the key axis from key 0 (``[0, C)``, ``[C, 2C)``, ...); query ``i``
+               belongs to the chunk of its diagonal, so key ``j`` is visible iff ``j <= diag(i)``
+               and ``j // C == diag(i) // C`` (floor division). ``None`` = plain causal.
     """
 
     scale: float | None = None
@@ -47,10 +51,20 @@ class AttentionSpec:
     causal: bool = False
     alignment: Alignment = "top_left"
     window: tuple[int | None, int | None] | None = None
+    chunk: int | None = None
 
     def __post_init__(self) -> None:
         if self.alignment not in ALIGNMENTS:
             raise ValueError(f"unknown alignment {self.alignment!r}; use one of {ALIGNMENTS}")
+        if self.chunk is not None:
+            if isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1:
+                raise ValueError(
+                    f"chunk must be a positive number of keys, got {self.chunk!r}; use None to disable it"
+                )
+            if not self.causal:
+                raise ValueError(
+                    "chunk needs causal=True (chunked causal attention); set causal=True or chunk=None"
+                )
         if self.softcap is not None and not self.softcap > 0:
             raise ValueError(f"softcap must be positive, got {self.softcap}; use None to disable it")
         if self.window is not None:

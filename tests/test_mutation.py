@@ -58,6 +58,8 @@ SMOKE: tuple[str, ...] = (
     "sink",  # attention sinks: extreme values, causal, GQA, rows that see no key
     "lenkv37.48.128.1",  # decode: rows ending inside a page, on its edge, on a compute block's, at 1
     "lenq1.40.7",  # mixed prefill/decode pack, each row's diagonal at its valid lengths
+    "-B3-Hq2-Hkv1-",  # ragged length patterns (empty, one-token, page-edge rows) at every row
+    "chunk1-B1-Hq1-Hkv1-Sq128",  # chunked causal, chunks of one key: every chunk edge is a diagonal
 )
 
 

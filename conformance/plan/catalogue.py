@@ -120,6 +120,19 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         )
         for d in (dtypes if every_dtype else dtypes[:1])
     ]
+    # Chunked causal edges, in the first dtype (they test the mask, which no dtype changes).
+    curated += [
+        edge_matrix.instantiate(t, subject.name, d)
+        for t in edge_matrix.chunk_cases(profile.edge_level)
+        for d in dtypes[:1]
+    ]
+    # Ragged length patterns at every batch position, for a subject that takes per-row lengths:
+    # in the first dtype (they test page and offset arithmetic, which no dtype changes).
+    curated += [
+        edge_matrix.instantiate(t, subject.name, d)
+        for t in ragged_cases(caps, profile.edge_level)
+        for d in dtypes[:1]
+    ]
     # K/V in the subject's own storage (int8 pages, ...): its every case, rounded to it.
     curated = [dataclasses.replace(c, **features.subject_fields(caps)) for c in curated]
     drawn = strategies.draw_cases(
@@ -166,6 +179,31 @@ def _config_shapes(caps: Capabilities) -> tuple[tuple[int, Case, bool], ...]:
         if not caps.admits(probe.skeleton(), probe.spec, probe.dtype, "forward", probe.features):
             return family
     return edge_matrix.CONFIG_SHAPES
+
+
+def ragged_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
+    """The ragged length patterns (``edge_matrix.ragged_patterns``) up to ``level`` for a subject
+    that declares lengths, on the first ragged shape it runs, at the lengths its own tunables
+    declare (``Tunables.length_boundaries``); none for a subject without lengths."""
+    if not caps.lengths or not caps.dtypes:
+        return ()
+    boundaries = caps.tunables.length_boundaries()
+    shapes = [
+        edge_matrix.ragged_case(s, p, boundaries, caps.q_lengths)
+        for s in edge_matrix.RAGGED_SHAPES
+        for p in edge_matrix.ragged_patterns(0)[:1]
+    ]
+    runs = [
+        s
+        for s, probe in zip(edge_matrix.RAGGED_SHAPES, shapes, strict=True)
+        if not caps.admits(probe.skeleton(), probe.spec, caps.dtypes[0], "forward", probe.features)
+    ]
+    if not runs:
+        return ()
+    return tuple(
+        edge_matrix.ragged_case(runs[0], p, boundaries, caps.q_lengths)
+        for p in edge_matrix.ragged_patterns(level)
+    )
 
 
 def _raising(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from conformance.plan.cases import Case
+from kernels import features
 from kernels.tunables import Config, Tunable, Tunables
 
 CURATED_LENGTHS = (1, 7, 113, 127, 128, 129, 1000, 1023)
@@ -184,6 +185,33 @@ def _levelled() -> list[tuple[int, Case]]:
     return out
 
 
+# Chunked causal (Llama-4 local attention; chunks tile the key axis from key 0, a query in its
+# diagonal's chunk), in a subject's first dtype only: they test the mask, which no dtype changes,
+# and each chunk size is a kernel of its own in interpret mode. Chunk 1 (only the diagonal: an
+# off-by-one at the chunk edge empties every row); 48 across 256 keys (no divisor: a short last
+# chunk, and a chunk straddling the 128-key blocks a kernel skips or keeps whole); Sq != Sk both
+# ways and both alignments (a query's chunk follows its diagonal, not its row index); a chunk as long
+# as the sequence and longer (plain causal: a kernel that restarts chunks at a block or at the
+# length is caught); with a window (ANDed), and with GQA and segment ids.
+CHUNK_EDGES: tuple[tuple[int, Case], ...] = (
+    (0, _t(causal=True, chunk=1)),
+    (0, _t(causal=True, chunk=48, q_len=256, kv_len=256)),
+    (0, _t(causal=True, chunk=64, q_len=128, kv_len=256)),
+    (0, _t(causal=True, chunk=64, q_len=128, kv_len=256, alignment="bottom_right")),
+    (1, _t(causal=True, chunk=64, q_len=256, kv_len=128)),
+    (1, _t(causal=True, chunk=64, q_len=256, kv_len=128, alignment="bottom_right")),
+    (1, _t(causal=True, chunk=256, q_len=256, kv_len=256)),
+    (1, _t(causal=True, chunk=300, q_len=256, kv_len=256)),
+    (1, _t(causal=True, chunk=48, window=(20, None), q_len=256, kv_len=256)),
+    (1, _t(causal=True, chunk=64, q_heads=4, kv_heads=2, batch=2, segments=2)),
+)
+
+
+def chunk_cases(level: int) -> tuple[Case, ...]:
+    """The chunked causal templates up to ``level`` (``CHUNK_EDGES``), run in a subject's first dtype."""
+    return tuple(t for lvl, t in CHUNK_EDGES if lvl <= level)
+
+
 def edge_cases(level: int) -> tuple[Case, ...]:
     """Templates of every level <= ``level``, in a fixed order, without duplicates."""
     seen: dict[Case, None] = {}
@@ -292,3 +320,87 @@ def config_cases(
             for _, config in edge_configs(tunables, shape.q_len, shape.kv_len, shape.batch):
                 out.append((dataclasses.replace(shape, config=config), every_dtype))
     return tuple(out)
+
+
+# -- ragged serving batches: per-row length patterns at every batch position ---------------------
+#
+# Serving kernels (paged, ragged paged, anything taking per-row lengths) find each row's first page
+# or token from a cumulative sum over the rows before it, so the bugs live where an empty, a
+# one-token or a page-edge row sits *before* others. Each triple below is rotated over a batch of
+# three, so each of its patterns sits in the first, the middle and the last row once. The lengths
+# come from the subject's own declaration (``Tunables.length_boundaries``: its page and its default
+# kv block, in tokens; ``kernels.features.ragged_row_lengths``), never from its name. The patterns:
+#   empty      0 keys: a finished request; its pages are none, the next row's offset must not move
+#   one        1 key: a fresh decode step; a kernel that treats it as empty skips a live row
+#   page+1     one key into a second page: a partial last page after a full one
+#   block-1, block, block+1: one short of, on and one past a kv block (the kernel's default block,
+#              or its page when it declares no larger block): the last block's tail, a block
+#              skipped or read one too far
+#   long       the whole sequence
+# Subjects that take query lengths too get the same lengths for the queries of a row (clipped to
+# Sq): an empty request has no query, a decode row one.
+RAGGED_ROTATIONS: tuple[tuple[int, tuple[str, str, str]], ...] = (
+    (0, ("empty", "one", "page+1")),
+    (1, ("block-1", "block", "block+1")),
+)
+# Whole batches: every row empty (nothing to attend anywhere: no row may come out of another's
+# pages); one long row among many short ones (a long row's blocks after short rows' offsets).
+RAGGED_BATCHES: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (0, "all_empty", ("empty", "empty", "empty")),
+    (1, "one_long", ("one", "page+1", "one", "long", "block-1", "one")),
+)
+# The shapes a pattern rides on, in order of preference (the first whose plain form the subject
+# runs, as for configs): prefill rows (Sq = Sk); packs with each row's diagonal at its valid
+# lengths (ragged paged attention: causal only, D 128); decode (Sq = 1). ``length`` is filled in.
+RAGGED_SHAPES: tuple[Case, ...] = (
+    _t(q_heads=2, kv_heads=1, head_dim=64, v_head_dim=64),
+    _t(q_heads=2, kv_heads=1, head_dim=128, v_head_dim=128, causal=True, alignment="bottom_right_valid"),
+    _t(q_len=1, q_heads=2, kv_heads=1, head_dim=128, v_head_dim=128),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RaggedPattern:
+    """One planned ragged batch: its name, where each pattern sits (``"one@first"``), the row
+    lengths by pattern name, and the level that first runs it."""
+
+    level: int
+    name: str
+    rows: tuple[str, ...]
+
+    @property
+    def placements(self) -> tuple[str, ...]:
+        """``pattern@position`` for the first, middle and last row (the note lists cases by them)."""
+        last = len(self.rows) - 1
+        where = {0: "first", last // 2: "middle", last: "last"}
+        return tuple(f"{self.rows[i]}@{where[i]}" for i in sorted(where))
+
+
+def ragged_patterns(level: int) -> tuple[RaggedPattern, ...]:
+    """Every rotation of each triple and each whole batch, up to ``level``."""
+    out = []
+    for lvl, triple in RAGGED_ROTATIONS:
+        for shift in range(3):
+            rows = triple[shift:] + triple[:shift]
+            out.append(RaggedPattern(lvl, "rotation_" + "-".join(triple) + f"_{shift}", rows))
+    out += [RaggedPattern(lvl, name, rows) for lvl, name, rows in RAGGED_BATCHES]
+    return tuple(p for p in out if p.level <= level)
+
+
+def ragged_length(boundaries: tuple[int, ...]) -> int:
+    """The sequence length the patterns ride on: two of the largest boundary, so a row one past a
+    block still leaves a block for the long rows."""
+    return 2 * (boundaries[-1] if boundaries else features.DEFAULT_BOUNDARY)
+
+
+def ragged_case(shape: Case, pattern: RaggedPattern, boundaries: tuple[int, ...], q_lengths: bool) -> Case:
+    """``shape`` (one of ``RAGGED_SHAPES``) carrying ``pattern``: kv lengths per row, and the same
+    (clipped to Sq) as query lengths where the subject takes them and Sq > 1."""
+    length = ragged_length(boundaries)
+    lengths = features.ragged_row_lengths(boundaries, length)
+    kv = tuple(lengths[name] for name in pattern.rows)
+    q_len = shape.q_len if shape.q_len == 1 else length
+    fields: dict = dict(batch=len(kv), q_len=q_len, kv_len=length, kv_lengths=kv)
+    if q_lengths and q_len > 1:
+        fields["q_lengths"] = tuple(min(n, q_len) for n in kv)
+    return dataclasses.replace(shape, **fields)

@@ -8,6 +8,7 @@ from kernels.base import Availability, Capabilities, ShapeConstraint
 FULL = Capabilities(
     dtypes=("float32", "bfloat16", "float16"),
     causal_alignments=("top_left", "bottom_right"),
+    chunked_causal_alignments=("top_left", "bottom_right"),
     window=True,
     segment_ids=True,
     lengths=True,

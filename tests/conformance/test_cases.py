@@ -117,3 +117,51 @@ def test_description_rebuilds_the_case_and_says_its_features_in_words():
         json.loads(json.dumps(case_result_to_json(CaseResult(record, "forward", "pass"))))
     )
     assert back.case == record
+
+
+def test_a_chunked_causal_case_names_its_chunk_and_needs_causal():
+    case = Case("x", "float32", causal=True, chunk=48, window=(16, None))
+    assert case.case_id == "x-float32-causal_tl-chunk48-win16.inf-B1-Hq1-Hkv1-Sq128-Sk128-D64"
+    assert case.spec.chunk == 48 and "chunked_causal" in case.features
+    assert "chunked causal (chunks of 48 keys)" in case.words()
+    with pytest.raises(ValueError, match="chunk needs causal=True"):
+        Case("x", "float32", chunk=48)
+
+
+def test_user_cases_take_a_chunk_and_it_implies_causal():
+    from conformance.plan.user_cases import CaseSyntaxError, parse_case
+
+    case = parse_case("B=1,Sq=256,Sk=256,D=64,chunk=64", ("float32",))
+    assert case.chunk == 64 and case.causal and case.alignment == "top_left"
+    assert parse_case("Sq=128,Sk=256,causal=bottom_right,chunk=48", ("float32",)).alignment == "bottom_right"
+    with pytest.raises(CaseSyntaxError, match="chunk='x' is not an integer"):
+        parse_case("chunk=x", ("float32",))
+    with pytest.raises(CaseSyntaxError, match="positive number of keys"):
+        parse_case("chunk=-4", ("float32",))
+
+
+def test_the_chunk_edges_hold_chunk_one_a_non_divisor_the_whole_sequence_and_both_alignments():
+    ci, dev = edge_matrix.chunk_cases(0), edge_matrix.chunk_cases(1)
+    assert {t.chunk for t in ci} >= {1, 48} and all(t.q_len % 48 for t in ci if t.chunk == 48)
+    assert {t.alignment for t in ci if t.q_len != t.kv_len} == {"top_left", "bottom_right"}
+    assert set(ci) < set(dev) and all(t.chunk is not None and t.causal for t in dev)
+    assert any(t.chunk == max(t.q_len, t.kv_len) for t in dev)  # as long as the sequence
+    assert any(t.chunk > max(t.q_len, t.kv_len) for t in dev)  # longer
+    assert {(t.q_len > t.kv_len, t.alignment) for t in dev if t.q_len != t.kv_len} == {
+        (a, b) for a in (False, True) for b in ("top_left", "bottom_right")
+    }
+
+
+def test_ragged_patterns_put_each_pattern_in_the_first_a_middle_and_the_last_row():
+    ci = edge_matrix.ragged_patterns(0)
+    placements = [p for pattern in ci for p in pattern.placements]
+    for name in ("empty", "one", "page+1"):
+        assert {f"{name}@{where}" for where in ("first", "middle", "last")} <= set(placements)
+    assert any(set(p.rows) == {"empty"} for p in ci)  # the all-empty batch
+    dev = edge_matrix.ragged_patterns(1)
+    for name in ("block-1", "block", "block+1"):
+        assert {f"{name}@{where}" for where in ("first", "middle", "last")} <= {
+            p for pattern in dev for p in pattern.placements
+        }
+    (long,) = [p for p in dev if p.name == "one_long"]
+    assert long.rows.count("long") == 1 and len(long.rows) > 3

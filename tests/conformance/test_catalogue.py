@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from conformance.plan import catalogue, profiles
 from conformance.plan.cases import Case
 from tests.conformance.fakes import BLOCKED, FULL, subject
@@ -103,3 +105,38 @@ def test_every_case_runs_in_every_declared_dtype():
         by_template.setdefault(dataclasses.replace(case, dtype=""), set()).add(case.dtype)
     curated = [dtypes for dtypes in by_template.values()]
     assert sum(1 for d in curated if d == {"float32", "bfloat16"}) >= 40
+
+
+def test_ragged_patterns_follow_the_subjects_own_page_and_block():
+    """The lengths come from the declaration: a page of 8 tokens and a 2-page block give rows of
+    9 (a page and one) and 15, 16, 17 (around the block); kv lengths only where q lengths are not
+    declared; none at all for a subject without lengths."""
+    from kernels.tunables import Tunable, Tunables
+
+    caps = dataclasses.replace(
+        FULL, q_lengths=False, tunables=Tunables((Tunable("pages_per_block", 2, "kv", unit=8),))
+    )
+    cases = catalogue.ragged_cases(caps, 1)
+    rows = {n for c in cases for n in c.kv_lengths}
+    assert rows == {0, 1, 9, 15, 16, 17, 32} and all(c.q_lengths is None for c in cases)
+    assert {c.batch for c in cases} == {3, 6} and all(c.kv_len == 32 for c in cases)
+    assert catalogue.ragged_cases(dataclasses.replace(FULL, lengths=False), 1) == ()
+    with_q = catalogue.ragged_cases(dataclasses.replace(caps, q_lengths=True), 0)
+    assert all(c.q_lengths == c.kv_lengths for c in with_q)
+
+
+@pytest.mark.parametrize("name", ["xla", "paged_attention", "ragged_paged_attention"])
+def test_every_length_taking_subject_plans_the_ragged_patterns_at_ci(name):
+    from conformance.judge.dtypes import DTYPE_NAMES
+    from conformance.plan import edge_matrix
+    from conformance.plan.subjects import resolve_subjects
+
+    (subject,) = resolve_subjects(name)
+    if subject.capabilities is None:
+        pytest.skip(f"{name} neither runs nor lowers here: {subject.reason}")
+    caps = subject.capabilities
+    ragged = catalogue.ragged_cases(caps, 0)
+    assert len(ragged) == len(edge_matrix.ragged_patterns(0)) == 4
+    dtype = next(d for d in DTYPE_NAMES if d in caps.dtypes)
+    planned = set(catalogue.cases_for(subject, profiles.get("ci"), 0))
+    assert {edge_matrix.instantiate(t, name, dtype) for t in ragged} <= planned

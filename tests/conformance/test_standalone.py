@@ -189,6 +189,19 @@ def test_xla_masks_lengths_bias_gqa_in_bfloat16_pass_standalone(tmp_path, check)
     assert_same_worst(done, result)
 
 
+def test_xla_chunked_causal_as_its_boolean_mask_passes_standalone(tmp_path):
+    """The script folds the chunk into jax.nn's mask as the adapter does (kernels/chunked_mask.py)."""
+    case = Case("xla", "float32", batch=2, q_heads=2, kv_heads=1, q_len=96, kv_len=96, head_dim=16,
+                v_head_dim=16, causal=True, chunk=40, mask="b1qk")  # fmt: skip
+    result = record(case, "forward", "xla")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(case, declaration("forward"), resolve("xla"), result.metrics)
+    assert "def fold_chunk(" in text and "def chunk_visible(" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
 def test_xla_backward_with_window_bias_and_gqa_passes_standalone(tmp_path):
     case = Case(
         "xla", "float32", q_heads=4, kv_heads=1, q_len=48, kv_len=64, head_dim=16, v_head_dim=16,
@@ -306,6 +319,19 @@ def test_splash_causal_segments_gqa_passes_standalone(tmp_path):
     text = standalone.script(case, declaration("forward"), subject.adapter_for(case.config), result.metrics)
     assert not CHECKOUT_IMPORT.search(text) and "layout = mask_layout(True, 'top_left', None, SQ, SK)" in text
     assert "def splash_gradients(" not in text  # a forward repro leaves the gradients out
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+def test_splash_chunked_causal_passes_standalone(tmp_path):
+    subject = _splash_or_skip()
+    case = Case("splash", "float32", q_heads=2, kv_heads=1, q_len=256, kv_len=256, head_dim=128,
+                v_head_dim=128, causal=True, chunk=48)  # fmt: skip
+    result = record(case, "forward", "splash")
+    assert result.verdict == "pass", result.reason
+    text = standalone.script(case, declaration("forward"), subject.adapter_for(case.config), result.metrics)
+    assert "layout = mask_layout(True, 'top_left', None, SQ, SK, 48)" in text
     done = run_isolated(text, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert_same_worst(done, result)
@@ -597,6 +623,12 @@ REFERENCE_CASES = [
          causal=True, alignment="bottom_right", bias="1h1k", softcap=3.0, sinks="normal"),
     Case("x", "bfloat16", batch=2, q_heads=3, kv_heads=1, q_len=16, kv_len=24, head_dim=8, v_head_dim=8,
          segments=2, orphan_segment=True, sinks="extreme"),
+    # Chunked causal: bottom-right with a chunk that divides neither length; per row at the valid
+    # lengths, chunks still counted from key 0.
+    Case("x", "float32", batch=2, q_heads=2, kv_heads=1, q_len=24, kv_len=40, head_dim=8, v_head_dim=8,
+         causal=True, alignment="bottom_right", chunk=7),
+    Case("x", "float32", batch=2, q_len=12, kv_len=20, head_dim=8, v_head_dim=8, causal=True,
+         alignment="bottom_right_valid", chunk=5, q_lengths=(1, 12), kv_lengths=(20, 13)),
 ]  # fmt: skip
 
 

@@ -33,6 +33,7 @@ FLAGS = (
 @st.composite
 def capabilities(draw) -> Capabilities:
     flags = {flag: draw(st.booleans()) for flag in FLAGS}
+    alignments = tuple(draw(st.lists(st.sampled_from(("top_left", "bottom_right")), unique=True)))
     return dataclasses.replace(
         BLOCKED if draw(st.booleans()) else FULL,
         dtypes=tuple(
@@ -45,7 +46,8 @@ def capabilities(draw) -> Capabilities:
                 )
             )
         ),
-        causal_alignments=tuple(draw(st.lists(st.sampled_from(("top_left", "bottom_right")), unique=True))),
+        causal_alignments=alignments,
+        chunked_causal_alignments=tuple(a for a in alignments if draw(st.booleans())),
         **flags,
     )
 
@@ -61,6 +63,8 @@ def test_drawn_cases_use_only_declared_features(caps, data):
         assert caps.softcap or case.softcap is None
         assert caps.gqa or case.q_heads == case.kv_heads
         assert caps.causal_alignments or not case.causal
+        assert case.chunk is None or (case.causal and case.alignment in caps.chunked_causal_alignments)
+        assert caps.lengths or (case.q_lengths is None and case.kv_lengths is None)
 
 
 def test_draws_are_reproducible_for_a_seed():
@@ -137,3 +141,38 @@ def test_a_decode_only_subject_gets_decode_draws_with_kv_lengths_and_megacore_co
     assert all(strategies.runnable(c, caps) for c in drawn)
     assert any(c.kv_lengths is not None for c in drawn) and any(c.q_heads > c.kv_heads for c in drawn)
     assert {"kv_head", "batch"} & {dict(c.config).get("megacore_mode") for c in drawn}
+
+
+def test_chunks_are_drawn_only_where_declared_and_draw_nothing_elsewhere():
+    """The chunk draw comes after every other one and draws nothing for a subject without it: the
+    same seed draws the same cases for a subject that does not declare chunks."""
+    plain = dataclasses.replace(FULL, chunked_causal_alignments=())
+    drawn = strategies.draw_cases(strategies.cases("s", FULL, profiles.get("dev")), 40, 3)
+    assert any(c.chunk is not None for c in drawn) and all(c.chunk is None or c.causal for c in drawn)
+    without = strategies.draw_cases(strategies.cases("s", plain, profiles.get("dev")), 40, 3)
+    assert all(c.chunk is None for c in without)
+
+
+def test_a_ragged_row_pattern_is_drawn_at_any_row_for_a_subject_with_lengths():
+    """paged_attention's declaration: a page (16 tokens) and a 4-page compute block (64): drawn kv
+    lengths hold an empty, one-token or boundary row somewhere other than the last row too."""
+    from kernels.paged_attention import CONSTRAINTS, tunables
+
+    caps = Capabilities(
+        dtypes=("float32",),
+        lengths=True,
+        q_lengths=False,
+        gqa=True,
+        constraints=CONSTRAINTS,
+        tunables=tunables(megacore=False),
+    )
+    drawn = strategies.draw_cases(strategies.cases("paged", caps, profiles.get("dev")), 60, 3)
+    marked = {0, 1, 15, 16, 17, 63, 64, 65}
+    early = [c for c in drawn if c.kv_lengths and any(n in marked for n in c.kv_lengths[:-1])]
+    assert early, [c.kv_lengths for c in drawn]
+
+
+def test_shrinking_a_ragged_batch_goes_toward_fewer_rows():
+    big = Case("s", "float32", batch=4, q_len=1, kv_len=128, kv_lengths=(0, 1, 17, 128))
+    minimal = shrink(big, FULL, lambda c: c.kv_lengths is not None and 1 in c.kv_lengths, budget_s=30)
+    assert minimal is not None and minimal.batch <= 2 and 1 in minimal.kv_lengths

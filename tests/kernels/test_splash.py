@@ -104,3 +104,51 @@ def test_window_unbounded_on_both_sides_is_no_window(adapter, causal):
     """(None, None) bounds nothing: the full (or causal) mask, not a LocalMask that splash rejects."""
     inputs = make_inputs(2, b=1, hq=1, hkv=1, sq=128, sk=128, d=128)
     check_forward(adapter, inputs, AttentionSpec(causal=causal, window=(None, None)), "float32")
+
+
+def test_chunked_causal_is_declared_top_left_from_jax_0_6_0(adapter):
+    from kernels.jax_runtime import jax_version
+
+    capabilities = adapter.capabilities()
+    assert capabilities.chunked_causal_alignments == ("top_left",), "ChunkedCausalMask has no offset"
+    missing = [c for c in capabilities.constraints if c.name == "chunked_causal_mask_missing"]
+    assert bool(missing) == (jax_version() < (0, 6, 0))
+
+
+def test_chunked_causal_is_unsupported_with_its_reason_where_splash_has_no_chunked_mask(monkeypatch):
+    from kernels import splash
+
+    api = splash._load_api()
+    monkeypatch.setattr(splash, "_load_api", lambda: dataclasses.replace(api, chunked=False))
+    inputs = make_inputs(0, b=1, hq=1, hkv=1, sq=128, sk=128, d=128)
+    spec = AttentionSpec(causal=True, chunk=64)
+    reasons = SplashAdapter().capabilities().admits(inputs, spec, "float32", "forward", ("chunked_causal",))
+    assert [e.text for e in reasons] == [f"chunked_causal_mask_missing: {splash.CHUNKED_REASON}"]
+    assert not reasons[0].raises
+
+
+@pytest.mark.parametrize("sq, sk", [(128, 128), (128, 256), (256, 128)])
+def test_chunked_causal_mask_is_the_canonical_top_left_chunk(adapter, sq, sk):
+    """ChunkedCausalMask's own mask equals the reference's visibility, Sq == Sk and both Sq != Sk."""
+    from kernels import splash
+    from reference.masks import full_visibility
+
+    spec = AttentionSpec(causal=True, chunk=48)
+    inputs = make_inputs(0, b=1, hq=1, hkv=1, sq=sq, sk=sk, d=8)
+    layout = splash.mask_layout(True, "top_left", None, sq, sk, 48)
+    mask = splash.splash_mask(splash._load_api().module, layout, None, 1, sq, sk)
+    np.testing.assert_array_equal(np.asarray(mask[0:1, 0:sq, 0:sk])[0], full_visibility(spec, inputs)[0, 0])
+
+
+@pytest.mark.parametrize(
+    "spec, sq, sk",
+    [
+        (AttentionSpec(causal=True, chunk=48), 256, 256),  # a short last chunk, chunks across blocks
+        (AttentionSpec(causal=True, chunk=1), 128, 256),  # only the diagonal; Sq < Sk
+        (AttentionSpec(causal=True, chunk=64, window=(20, None)), 256, 128),  # with a window; Sq > Sk
+    ],
+)
+def test_chunked_causal_forward_and_gradients(adapter, spec, sq, sk):
+    inputs = make_inputs(8, b=1, hq=2, hkv=1, sq=sq, sk=sk, d=128)
+    check_forward(adapter, inputs, spec, "float32")
+    check_gradients(adapter, inputs, spec, "float32")

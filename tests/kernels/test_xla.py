@@ -57,3 +57,15 @@ def test_half_precision_forward(adapter, dtype):
         pytest.skip(f"{dtype} not declared on this backend")
     inputs = make_inputs(1, 1, 2, 2, 32, 32, 16, dtype=dtype)
     check_forward(adapter, inputs, AttentionSpec(causal=True), dtype)
+
+
+@pytest.mark.parametrize("chunk", [1, 48, 256])
+def test_chunked_causal_through_the_boolean_mask(adapter, chunk):
+    """jax.nn has no chunked mask: the adapter folds it into the boolean mask (kernels/chunked_mask.py),
+    here ANDed with a mask of the case's own and with kv lengths."""
+    mask = np.random.default_rng(2).random((2, 1, 256, 256)) > 0.1
+    inputs = make_inputs(9, b=2, hq=2, hkv=1, sq=256, sk=256, d=32, mask=mask, kv_lengths=np.array([256, 1]))
+    spec = AttentionSpec(causal=True, chunk=chunk)
+    assert adapter.capabilities().chunked_causal_alignments == ("top_left",)
+    check_forward(adapter, inputs, spec, "float32")
+    check_gradients(adapter, inputs, spec, "float32")

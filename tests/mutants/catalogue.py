@@ -52,6 +52,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "c * tanh(s) instead of c * tanh(s / c)",
     ),
     _m(
+        "chunk_edge_off_by_one",
+        "masking:chunk_edge_off_by_one",
+        "forward",
+        "mask edges",
+        "chunked causal: a chunk's first key left out (j > chunk start, not >=)",
+    ),
+    _m(
         "causal_off_by_one",
         "masking:causal_off_by_one",
         "forward",
@@ -231,6 +238,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "forward",
         "paged KV cache",
         "the keys of a row's last, partly filled page are never read",
+    ),
+    _m(
+        "one_token_row_empty",
+        "paged:OneTokenRowEmpty",
+        "forward",
+        "ragged batches",
+        "a row of one key taken for an empty one (length <= 1 skipped): a fresh decode step sees nothing",
     ),
     _m(
         "dequant_scale_ignored",

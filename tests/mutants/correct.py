@@ -25,6 +25,7 @@ FULL = Capabilities(
     jax_runtime=True,
     dtypes=("float32", "bfloat16", "float16"),
     causal_alignments=("top_left",),
+    chunked_causal_alignments=("top_left",),
     window=True,
     segment_ids=True,
     lengths=True,

@@ -46,12 +46,17 @@ def positions(q_len: int, kv_len: int, alignment: str) -> tuple[jax.Array, jax.A
     return diag, jnp.arange(kv_len)[None, :]
 
 
-def band(q_len: int, kv_len: int, *, causal: bool, alignment: str, window: Window) -> jax.Array:
-    """[Sq, Sk] bool: causal (j <= diag) and window (diag - left <= j <= diag + right)."""
+def band(
+    q_len: int, kv_len: int, *, causal: bool, alignment: str, window: Window, chunk: int | None = None
+) -> jax.Array:
+    """[Sq, Sk] bool: causal (j <= diag), chunk (j in diag's chunk of keys, chunks from key 0) and
+    window (diag - left <= j <= diag + right)."""
     diag, j = positions(q_len, kv_len, alignment)
     keep = jnp.ones((q_len, kv_len), dtype=bool)
     if causal:
         keep &= j <= diag
+    if chunk is not None:
+        keep &= j // chunk == diag // chunk  # floor division, as canonical
     if window is not None:
         left, right = window
         if left is not None:
@@ -85,6 +90,7 @@ def visibility(
     causal: bool = False,
     alignment: str = "top_left",
     window: Window = None,
+    chunk: int | None = None,
     q_segment_ids: jax.Array | None = None,
     kv_segment_ids: jax.Array | None = None,
     q_lengths: jax.Array | None = None,
@@ -92,7 +98,7 @@ def visibility(
     mask: jax.Array | None = None,
 ) -> jax.Array:
     """[B|1, H|1, Sq, Sk] bool, True = may attend: every mask ANDed (docs/semantics.md)."""
-    keep = band(q_len, kv_len, causal=causal, alignment=alignment, window=window)[None, None]
+    keep = band(q_len, kv_len, causal=causal, alignment=alignment, window=window, chunk=chunk)[None, None]
     keep = keep & padding(q_len, kv_len, q_lengths, kv_lengths)
     seg = segments(q_segment_ids, kv_segment_ids)
     if seg is not None:
@@ -144,9 +150,11 @@ def softmax_attend(
 
 
 STATIC = ("scale", "causal", "alignment", "window", "softcap")
+# ``attention`` also takes ``chunk`` (chunked causal): static too, for the functions that declare it.
+STATIC_OPTIONS = (*STATIC, "chunk")
 
 
-@functools.partial(jax.jit, static_argnames=STATIC)
+@functools.partial(jax.jit, static_argnames=STATIC_OPTIONS)
 def attention(
     q: jax.Array,
     k: jax.Array,
@@ -164,6 +172,7 @@ def attention(
     alignment: str = "top_left",
     window: Window = None,
     softcap: float | None = None,
+    chunk: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Correct attention: (out [B, Hq, Sq, Dv], lse [B, Hq, Sq]) in float32; sinks: [Hq]."""
     s, bias_mask = logits(q, k, scale, bias, softcap)
@@ -173,6 +182,7 @@ def attention(
         causal=causal,
         alignment=alignment,
         window=window,
+        chunk=chunk,
         q_segment_ids=q_segment_ids,
         kv_segment_ids=kv_segment_ids,
         q_lengths=q_lengths,
@@ -187,5 +197,5 @@ def attention(
 def call(fn: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, **keywords: Any) -> Any:
     """Run a jitted ``fn(q, k, v, <arrays>, **static)`` on NumPy inputs: the canonical keywords
     split into arrays (moved to the device) and static options."""
-    arrays = {n: device(keywords.pop(n)) for n in list(keywords) if n not in STATIC}
+    arrays = {n: device(keywords.pop(n)) for n in list(keywords) if n not in STATIC_OPTIONS}
     return fn(device(q), device(k), device(v), **arrays, **keywords)

@@ -224,3 +224,43 @@ def batch_zero_kv(
 
 
 batch_zero_kv.attention_capabilities = CAUSAL_TL
+
+
+CHUNKED_TL = Capabilities(
+    jax_runtime=True,
+    dtypes=("float32",),
+    causal_alignments=("top_left",),
+    chunked_causal_alignments=("top_left",),
+)
+
+
+@functools.partial(jax.jit, static_argnames=(*core.STATIC, "chunk"))
+def _chunk_exclusive_start(
+    q, k, v, *, scale, causal=False, alignment="top_left", window=None, softcap=None, chunk=None
+):
+    s, _ = core.logits(q, k, scale)
+    keep = core.band(q.shape[2], k.shape[2], causal=causal, alignment=alignment, window=None)
+    if chunk is not None:
+        diag, j = core.positions(q.shape[2], k.shape[2], alignment)
+        keep &= j > diag - diag % chunk  # BUG: exclusive; a chunk's first key belongs to it (>=)
+    return core.softmax_attend(s, keep[None, None], v)[0]
+
+
+def chunk_edge_off_by_one(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    causal: bool = False,
+    alignment: str = "top_left",
+    chunk: int | None = None,
+) -> np.ndarray:
+    """Chunked causal with the chunk's first key left out: off by one at every chunk edge."""
+    out = core.call(
+        _chunk_exclusive_start, q, k, v, scale=scale, causal=causal, alignment=alignment, chunk=chunk
+    )
+    return core.host(out, q.dtype)
+
+
+chunk_edge_off_by_one.attention_capabilities = CHUNKED_TL

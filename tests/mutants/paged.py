@@ -10,6 +10,8 @@ tunable), so the suite runs it on the same decode cases. The mutants break only 
   of the row, and past its last page one it does not own (garbage).
 * ``DropsLastPartialPage``: the keys of a row's last, partly filled page are never read
   (lengths that end on a page edge come out right).
+* ``OneTokenRowEmpty``: a row of one key is taken for an empty one (a ``length <= 1`` "nothing to
+  attend" fast path that should read ``length == 0``): a fresh decode step sees no key.
 
 ``Int8PagedDecode`` stores the pages as paged_attention[kv=int8] does (``int8_pages``: int8
 weights, a scale per token) and declares ``kv_storage="int8"``; it dequantises
@@ -110,6 +112,8 @@ class PagedDecode:
         lengths = np.full(b, sk) if inputs.kv_lengths is None else np.asarray(inputs.kv_lengths)
         if self.BUG == "drops_last_partial_page":
             lengths = lengths // PAGE_SIZE * PAGE_SIZE
+        if self.BUG == "one_token_row_empty":
+            lengths = np.where(lengths <= 1, 0, lengths)
         out = _decode(
             jnp.asarray(inputs.q),
             jnp.asarray(k_pages),
@@ -136,6 +140,12 @@ class PageOffByOne(PagedDecode):
 class DropsLastPartialPage(PagedDecode):
     BUG: ClassVar[str] = "drops_last_partial_page"
     name: str = "mutants_drops_last_partial_page"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OneTokenRowEmpty(PagedDecode):
+    BUG: ClassVar[str] = "one_token_row_empty"
+    name: str = "mutants_one_token_row_empty"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -7,6 +7,8 @@ the sentences of the spec, so a slip in one is unlikely to repeat in the other.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from reference.spec import AttentionInputs, AttentionSpec
@@ -31,6 +33,11 @@ def may_attend(spec: AttentionSpec, inputs: AttentionInputs, b: int, h: int, i: 
         d = diag(spec, i, sq, sk)
     if spec.causal and not j <= d:
         return False
+    if spec.chunk is not None:
+        # "chunks tile the key axis from key 0 ... query i belongs to the chunk of its diagonal"
+        chunk_of_query = math.floor(d / spec.chunk)
+        if not chunk_of_query * spec.chunk <= j < (chunk_of_query + 1) * spec.chunk:
+            return False
     if spec.window is not None:
         left, right = spec.window
         if left is not None and not d - left <= j:

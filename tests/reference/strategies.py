@@ -67,14 +67,17 @@ def _edge() -> st.SearchStrategy[int | None]:
 
 @st.composite
 def specs(draw: st.DrawFn, *, positional: bool = True, softcap: bool = True) -> AttentionSpec:
-    """Scale, softcap and (when ``positional``) causal/window with either alignment."""
-    return AttentionSpec(
+    """Scale, softcap and (when ``positional``) causal/window with either alignment, and a chunk
+    (chunked causal) on some causal ones."""
+    fields = dict(
         scale=draw(st.none() | st.sampled_from([0.3, 1.0, 2.5])),
         softcap=draw(st.none() | st.sampled_from([0.5, 2.0, 30.0])) if softcap else None,
         causal=draw(st.booleans()) if positional else False,
         alignment=draw(st.sampled_from(ALIGNMENTS)),
         window=draw(st.none() | st.tuples(_edge(), _edge())) if positional else None,
     )
+    chunk = draw(st.none() | st.integers(1, 6)) if fields["causal"] else None
+    return AttentionSpec(**fields, chunk=chunk)
 
 
 @st.composite

@@ -53,6 +53,33 @@ HAND_WRITTEN = {
         [[0, 1, 0], [0, 0, 1]],
     ),
     "window-None-1": (AttentionSpec(window=(None, 1)), 2, 4, [[1, 1, 0, 0], [1, 1, 1, 0]]),
+    "chunk-2-top_left-4x4": (
+        AttentionSpec(causal=True, chunk=2),
+        4,
+        4,
+        [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]],
+    ),
+    "chunk-1-diagonal-only": (AttentionSpec(causal=True, chunk=1), 3, 3, [[1, 0, 0], [0, 1, 0], [0, 0, 1]]),
+    # 3 does not divide 4: keys 0-2, then a short chunk of key 3.
+    "chunk-3-bottom_right-2x4": (
+        AttentionSpec(causal=True, chunk=3, alignment="bottom_right"),
+        2,
+        4,
+        [[1, 1, 1, 0], [0, 0, 0, 1]],
+    ),
+    # Query 2's diagonal (key 2) is in chunk 1, which holds no key of a 2-key sequence.
+    "chunk-2-top_left-3x2-last-row-dead": (
+        AttentionSpec(causal=True, chunk=2),
+        3,
+        2,
+        [[1, 0], [1, 1], [0, 0]],
+    ),
+    "chunk-longer-than-both-is-causal": (
+        AttentionSpec(causal=True, chunk=5, alignment="bottom_right"),
+        2,
+        3,
+        [[1, 1, 0], [1, 1, 1]],
+    ),
 }
 
 

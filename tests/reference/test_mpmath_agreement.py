@@ -102,6 +102,15 @@ RECIPES = [
     Recipe("window-1-None", AttentionSpec(window=(1, None), alignment=TL), shape=WIDE),
     Recipe("window-None-None", AttentionSpec(window=(None, None))),
     Recipe("causal-and-window-2-None", AttentionSpec(causal=True, window=(2, None), alignment=BR)),
+    # Chunked causal: chunks of 2 keys from key 0, a query in its diagonal's chunk.
+    Recipe("chunk-2-top_left-sq>sk", AttentionSpec(causal=True, chunk=2, alignment=TL), shape=WIDE),
+    Recipe("chunk-2-bottom_right", AttentionSpec(causal=True, chunk=2, alignment=BR)),
+    Recipe(
+        "chunk-3-bottom_right_valid-padding",
+        AttentionSpec(causal=True, chunk=3, alignment=BRV),
+        q_lengths=(2, 3),
+        kv_lengths=(5, 4),
+    ),
     # Bottom-right of the valid lengths: each batch row's diagonal at kv_len[b] - q_len[b]
     # (row 1 of the first has kv 2 < q 3: its first query sees no key).
     Recipe(

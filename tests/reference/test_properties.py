@@ -51,7 +51,7 @@ def full_bias(case: Case) -> np.ndarray:
 
 
 def bake_positional(case: Case) -> Case:
-    """Turn causal, window and kv_lengths (which depend on key positions) into a boolean mask.
+    """Turn causal, chunk, window and kv_lengths (which depend on key positions) into a boolean mask.
     q_lengths stay in the baked case and in the probe: bottom-right-valid places each row's
     diagonal by them, and the rows past them are masked in both anyway."""
     positional_only = dataclasses.replace(
@@ -61,7 +61,7 @@ def bake_positional(case: Case) -> Case:
     if case.inputs.mask is not None:
         mask &= case.inputs.mask
     return case.replace(
-        spec=dataclasses.replace(case.spec, causal=False, window=None), kv_lengths=None, mask=mask
+        spec=dataclasses.replace(case.spec, causal=False, window=None, chunk=None), kv_lengths=None, mask=mask
     )
 
 

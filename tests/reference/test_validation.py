@@ -105,6 +105,9 @@ BAD_SPECS = {
     "negative-softcap": (dict(softcap=-1.0), r"softcap must be positive"),
     "negative-left-window": (dict(window=(-1, 0)), r"window left edge must be >= 0"),
     "negative-right-window": (dict(window=(None, -2)), r"window right edge must be >= 0"),
+    "zero-chunk": (dict(causal=True, chunk=0), r"chunk must be a positive number of keys"),
+    "bool-chunk": (dict(causal=True, chunk=True), r"chunk must be a positive number of keys"),
+    "chunk-without-causal": (dict(chunk=64), r"chunk needs causal=True"),
 }
 
 
