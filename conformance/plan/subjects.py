@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from kernels.base import Adapter, Availability, Capabilities
-from kernels.registry import UnknownSubjectError, resolve, subject_names
+from kernels.registry import UnknownSubjectError, expand_family, resolve, subject_names
 from kernels.subject_spec import SubjectSyntaxError, split_subjects
 from kernels.tunables import Config, configured
 
@@ -68,7 +68,8 @@ def _declared_subject(impl: str, adapter: Adapter) -> Subject:
 
 def impl_names(impl: str, all_variants: tuple[str, ...] = ()) -> tuple[str, ...]:
     """``"all"`` -> every registered subject, then ``all_variants`` (the profile's subjects with
-    options); ``"a,b"`` -> ("a", "b"); ``"tpu_flash[interpreter=tpu],xla"`` keeps its brackets."""
+    options); ``"a,b"`` -> ("a", "b"); ``"tpu_flash[interpreter=tpu],xla"`` keeps its brackets;
+    ``"tokamax"`` -> one subject per implementation."""
     try:
         names = split_subjects(impl)
     except SubjectSyntaxError as error:
@@ -80,7 +81,8 @@ def impl_names(impl: str, all_variants: tuple[str, ...] = ()) -> tuple[str, ...]
     if "all" in names:
         everything = [*subject_names(), *all_variants]
         names = [*everything, *(n for n in names if n != "all" and n not in everything)]
-    return tuple(dict.fromkeys(names))
+    # A family name (kernels.registry.expand_family: "tokamax") is each of its implementations.
+    return tuple(dict.fromkeys(expanded for n in names for expanded in expand_family(n)))
 
 
 def resolve_subjects(impl: str, all_variants: tuple[str, ...] = ()) -> tuple[Subject, ...]:
