@@ -287,7 +287,41 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
     return ()
 
 
-def _capabilities(kind: _Kind, has_lse: bool) -> Capabilities:
+# JAX's generic Pallas interpreter cannot lower ``pl.program_id`` inside a loop or cond body on a
+# CPU ("NotImplementedError: MLIR translation rule for primitive 'program_id' not found for platform
+# cpu"), and tokamax's Triton kernels read it there: the forward for causal, kv lengths and windows
+# (its block-skipping conditions), the backward for those and for a bias, a mask or lengths. An
+# interpreter limit, not tokamax's: these constraints apply only where the interpreter runs the
+# kernel (on a GPU the cases run); measured at tokamax 0.0.12 with jax 0.10.2.
+_TRITON_INTERPRETER_LIMITS = (
+    ("causal_top_left", "both"),
+    ("lengths", "both"),
+    ("window", "both"),
+    ("bias", "backward"),
+    ("bool_mask", "backward"),
+)
+
+
+def _interpreter_constraints(kind: str, execution: Execution) -> tuple[ShapeConstraint, ...]:
+    if kind != "triton" or execution != "generic":
+        return ()
+    return tuple(
+        ShapeConstraint(
+            name=f"interpreter_program_id_{feature}" + ("_backward" if applies_to == "backward" else ""),
+            reason=f"with {feature.replace('_', ' ')}, the kernel reads pl.program_id inside a loop or cond "
+            "body, which JAX's generic Pallas interpreter cannot lower on a CPU (NotImplementedError: "
+            "MLIR translation rule for primitive 'program_id'); an interpreter limit, native Triton runs it",
+            holds=lambda shape, spec: False,
+            basis="raises",
+            applies_to=applies_to,  # type: ignore[arg-type]
+            features=(feature,),
+            exceptions=NOT_IMPLEMENTED,
+        )
+        for feature, applies_to in _TRITON_INTERPRETER_LIMITS
+    )
+
+
+def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
     xla = kind.name in ("xla", "xla_chunked")
     mosaic = kind.name == "mosaic_tpu"
     return Capabilities(
@@ -309,9 +343,9 @@ def _capabilities(kind: _Kind, has_lse: bool) -> Capabilities:
         distinct_v_dim=True,
         backward=True,
         bias_grad=xla or kind.name == "triton",
-        lse=has_lse and kind.lse_from is not None,
+        lse=kind.lse_from is not None,
         fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
-        constraints=_constraints(kind.name),
+        constraints=_constraints(kind.name) + _interpreter_constraints(kind.name, execution),
         tunables=kind.tunables,
     )
 
@@ -562,7 +596,11 @@ class TokamaxAdapter:
         return Availability(True, "", versions, mode, _EXECUTION_WORDS[execution])
 
     def capabilities(self) -> Capabilities:
-        return _capabilities(self._kind, True)
+        try:
+            execution = _execution(self._kind)
+        except Exception:  # no JAX: declare what runs natively (availability says why it cannot)
+            execution = "native"
+        return _capabilities(self._kind, execution)
 
     # -- configs -------------------------------------------------------------------------
 
@@ -637,8 +675,11 @@ class TokamaxAdapter:
                 )
             traced = args
         else:
+            import jax.numpy as jnp
+
             fn = functools.partial(tokamax_gradients, api.attention, op, loop=loop, **options)
-            traced = (*args, args[0])
+            q, v = args[0], args[2]
+            traced = (*args, jnp.zeros((*q.shape[:-1], v.shape[-1]), q.dtype))  # dout: out's shape
         ran = self._ran(fn, traced, execution, forward_config, vjp_config, direction)
         return Compiled(jax.jit(fn), ran)
 
