@@ -58,6 +58,16 @@ PINS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 # Pallas imports absl on several versions without declaring it.
 ALWAYS: tuple[str, ...] = ("absl-py>=1",)
 
+# tokamax releases the suite runs (kernels/tokamax.py reads 0.0.10 on) and the oldest JAX each one
+# requires (its package metadata: none has an upper bound), newest first. The newest is the
+# pyproject.toml `tokamax` group's pin (a test holds them equal). Before 0.0.10 tokamax has no
+# Mosaic TPU attention and pulls tensorflow.
+TOKAMAX_NEEDS_JAX: tuple[tuple[str, str], ...] = (
+    ("0.0.12", "0.9.2"),
+    ("0.0.11", "0.9.1"),
+    ("0.0.10", "0.8.2"),
+)
+
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
 
 
@@ -157,6 +167,19 @@ def requirements_for(version: str) -> tuple[str, ...]:
     if pins is None:
         raise ValueError(version_problem(version))
     return (f"jax=={version}", *pins)
+
+
+def tokamax_for(jax_version: str) -> str | None:
+    """The newest tokamax release (``TOKAMAX_NEEDS_JAX``) that installs with ``jax_version``, or
+    None when every one needs a newer JAX: the tokamax subjects are then unavailable (they say so)."""
+    jax = version_key(jax_version)
+    return next((t for t, needs in TOKAMAX_NEEDS_JAX if jax >= version_key(needs)), None)
+
+
+def tokamax_requirements(jax_version: str) -> tuple[str, ...]:
+    """``("tokamax==X",)`` for the newest release ``jax_version`` takes, else ``()``."""
+    release = tokamax_for(jax_version)
+    return () if release is None else (f"tokamax=={release}",)
 
 
 def install_failure(version: str, installer_output: str) -> str:

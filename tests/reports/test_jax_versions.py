@@ -209,3 +209,16 @@ def test_the_gate_imports_without_site_packages():
     numpy, jax or packaging at import time (-S: no site-packages at all)."""
     code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import reports.__main__, reports.gate"
     subprocess.run([sys.executable, "-S", "-c", code], check=True, cwd=ROOT)
+
+
+def test_tokamax_table_gives_the_newest_release_each_jax_takes_and_its_newest_is_the_pyproject_pin():
+    import tomllib
+
+    assert jv.tokamax_for("0.10.2") == "0.0.12"
+    assert jv.tokamax_for("0.9.1") == "0.0.11"
+    assert jv.tokamax_for("0.8.3") == "0.0.10"
+    assert jv.tokamax_for("0.8.1") is None
+    assert jv.tokamax_requirements("0.4.35") == ()
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    newest = jv.TOKAMAX_NEEDS_JAX[0][0]
+    assert pyproject["dependency-groups"]["tokamax"] == [f"tokamax=={newest}"]
