@@ -318,6 +318,24 @@ def _interpreter_constraints(kind: str, execution: Execution) -> tuple[ShapeCons
             exceptions=NOT_IMPLEMENTED,
         )
         for feature, applies_to in _TRITON_INTERPRETER_LIMITS
+    ) + (
+        ShapeConstraint(
+            name="interpreter_program_id_partial_backward_block",
+            reason="when a backward block (block_m1, block_m2 over q_len; block_n1, block_n2 over kv_len) "
+            "does not divide its length, the backward masks the last block with pl.program_id inside a "
+            "loop body, which the generic Pallas interpreter cannot lower on a CPU (NotImplementedError); "
+            "an interpreter limit, native Triton runs it",
+            holds=lambda shape, spec, b: (
+                shape.q_len % b["block_m1"] == 0
+                and shape.q_len % b["block_m2"] == 0
+                and shape.kv_len % b["block_n1"] == 0
+                and shape.kv_len % b["block_n2"] == 0
+            ),
+            basis="raises",
+            applies_to="backward",
+            sees_config=True,
+            exceptions=NOT_IMPLEMENTED,
+        ),
     )
 
 
