@@ -33,6 +33,17 @@ def test_the_family_name_is_every_implementation_and_all_includes_it():
     assert resolve("tokamax").name == "tokamax[impl=xla]" == resolve("tokamax[impl=xla]").name
 
 
+def test_ci_all_keeps_the_family_members_its_budget_names_and_tokamax_alone_keeps_every_one():
+    from conformance.plan.profiles import PROFILES
+
+    ci = PROFILES["ci"].family_in_all
+    in_all = impl_names("all", (), ci)
+    assert "tokamax[impl=xla]" in in_all and "tokamax[impl=triton]" not in in_all
+    assert "xla" in in_all and "tpu_flash" in in_all  # other subjects are untouched
+    assert impl_names("tokamax", (), ci) == FAMILY
+    assert set(FAMILY) <= set(impl_names("all", (), PROFILES["dev"].family_in_all))
+
+
 def test_an_unknown_implementation_is_one_line_naming_the_choices():
     with pytest.raises(UnknownSubjectError, match="impl=bogus is not one of xla|xla_chunked"):
         resolve("tokamax[impl=bogus]")
