@@ -231,8 +231,8 @@ def _not_implemented(name: str, feature: str, what: str, applies_to: str = "both
     )
 
 
-def _fits(block: int, length: int) -> bool:
-    return block <= length
+def _divides(block: int, length: int) -> bool:
+    return length % block == 0
 
 
 def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
@@ -250,24 +250,25 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
                 "no_window", "window", "check_inputs_support: 'mask.k_start is not supported.' (local window)"
             ),
             ShapeConstraint(
-                name="blocks_within_lengths",
-                reason="splash's kernel raises when a block is longer than its sequence ('bq should not be "
-                "greater than q_seq_len', likewise bkv and the backward blocks); tokamax's contract for "
-                "an unsupported input is NotImplementedError, and this release raises ValueError "
-                "(a finding: kernels/known_issues.toml)",
+                name="blocks_divide_lengths",
+                reason="splash's mask info raises where a block does not divide its sequence "
+                "('q_block_size=128 should divide q_seq_len=113', likewise kv; a block longer than "
+                "its sequence too): tokamax's contract for an unsupported input is "
+                "NotImplementedError, and this release raises ValueError (a finding, in "
+                "kernels/known_issues.toml)",
                 holds=lambda shape, spec, b: (
-                    _fits(b["block_q"], shape.q_len) and _fits(b["block_kv"], shape.kv_len)
+                    _divides(b["block_q"], shape.q_len) and _divides(b["block_kv"], shape.kv_len)
                 ),
                 basis="raises",
                 sees_config=True,
                 exceptions=NOT_IMPLEMENTED,
             ),
             ShapeConstraint(
-                name="backward_blocks_within_lengths",
-                reason="the backward's splash blocks must not be longer than their sequence either "
-                "(ValueError in this release, NotImplementedError by contract)",
+                name="backward_blocks_divide_lengths",
+                reason="the backward's splash blocks (block_q_dkv, block_kv_dkv) must divide their "
+                "sequences too (ValueError in this release, NotImplementedError by contract)",
                 holds=lambda shape, spec, b: (
-                    _fits(b["block_q_dkv"], shape.q_len) and _fits(b["block_kv_dkv"], shape.kv_len)
+                    _divides(b["block_q_dkv"], shape.q_len) and _divides(b["block_kv_dkv"], shape.kv_len)
                 ),
                 basis="raises",
                 applies_to="backward",
