@@ -222,3 +222,16 @@ def test_tokamax_table_gives_the_newest_release_each_jax_takes_and_its_newest_is
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     newest = jv.TOKAMAX_NEEDS_JAX[0][0]
     assert pyproject["dependency-groups"]["tokamax"] == [f"tokamax=={newest}"]
+
+
+def test_a_tokamax_release_is_a_second_parameter_of_conformance_only_where_named():
+    pair = "conformance(jax='0.9.2', tokamax='0.0.11')"
+    assert jv.selected_pair(pair) == ("0.9.2", "0.0.11")
+    assert jv.selected_version(pair) is None  # never read as a jax version "0.9.2', tokamax='0.0.11"
+    assert jv.session_pairs(["-s", pair], {})[-1] == ("0.9.2", "0.0.11")
+    assert jv.session_pairs(["-s", "conformance"], {}) == ((jv.NEWEST, None),)
+    assert jv.session_id("0.10.2", None) == "jax='0.10.2'"  # the one-parameter name nox gave before
+    assert jv.report_folder("0.9.2", "0.0.11") == "reports/jax-0.9.2-tokamax-0.0.11"
+    assert jv.tokamax_problem("0.0.11", "0.9.2") is None
+    assert "needs jax >= 0.9.1" in jv.tokamax_problem("0.0.11", "0.8.3")
+    assert "not a release the suite reads" in jv.tokamax_problem("0.0.3", "0.10.2")
