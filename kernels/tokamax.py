@@ -64,6 +64,7 @@ from kernels.jax_runtime import (
     default_backend,
     installed_jax_versions,
     installed_version,
+    jax_version,
     to_jax,
     to_numpy,
     unavailable_because,
@@ -216,6 +217,22 @@ KINDS: dict[str, _Kind] = {
 }
 
 
+# 0.0.10's Mosaic TPU op has no VJP op (splash's own VJP runs, with a fixed ConfigVjp), a Config of
+# three blocks (no layouts or scheduler), no GQA (NotImplementedError) and no residuals (it returns
+# None); 0.0.11 adds pallas_mosaic_tpu_vjp.py, the layout and scheduler fields, GQA and residuals.
+MOSAIC_TPU_FULL_SINCE = (0, 0, 11)
+MOSAIC_TPU_0_0_10 = ("block_q", "block_kv", "block_kv_compute")
+
+
+def _release_kind(kind: _Kind) -> _Kind:
+    """``kind`` as the installed tokamax release has it."""
+    version = tokamax_version()
+    if kind.name == "mosaic_tpu" and version and version < MOSAIC_TPU_FULL_SINCE:
+        params = tuple(p for p in kind.tunables.params if p.name in MOSAIC_TPU_0_0_10)
+        return dataclasses.replace(kind, tunables=Tunables(params), lse_from=None)
+    return kind
+
+
 # --- declarations, read in each implementation's source (0.0.12) ---------------------------
 
 
@@ -237,7 +254,19 @@ def _divides(block: int, length: int) -> bool:
 
 def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
     if kind == "mosaic_tpu":
-        return (
+        version = tokamax_version()
+        old = (
+            (
+                _not_implemented(
+                    "no_gqa_before_0_0_11",
+                    "gqa",
+                    "tokamax 0.0.10's Mosaic TPU op: 'Grouped query attention is not implemented.'",
+                ),
+            )
+            if version and version < MOSAIC_TPU_FULL_SINCE
+            else ()
+        )
+        return old + (
             _not_implemented(
                 "no_bias", "bias", "pallas_mosaic_tpu_common.check_inputs_support: 'Bias is not supported.'"
             ),
@@ -268,7 +297,9 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
                 reason="the backward's splash blocks (block_q_dkv, block_kv_dkv) must divide their "
                 "sequences too (ValueError in this release, NotImplementedError by contract)",
                 holds=lambda shape, spec, b: (
-                    _divides(b["block_q_dkv"], shape.q_len) and _divides(b["block_kv_dkv"], shape.kv_len)
+                    # 0.0.10 has no backward tunables: its ConfigVjp blocks are fixed at 128
+                    _divides(b.get("block_q_dkv", 128), shape.q_len)
+                    and _divides(b.get("block_kv_dkv", 128), shape.kv_len)
                 ),
                 basis="raises",
                 applies_to="backward",
@@ -411,6 +442,10 @@ def _execution(kind: _Kind) -> Execution:
         return "native"
     return kind.execution
 
+
+# The generic interpreter runs tokamax's Triton forward from this JAX on (seen at 0.9.2 and 0.10.2;
+# at 0.8.3 every call fails on pl.program_id inside a closed_call).
+GENERIC_INTERPRETER_SINCE = (0, 9, 2)
 
 _EXECUTION_WORDS = {
     "native": "natively",
@@ -587,7 +622,7 @@ class TokamaxAdapter:
 
     @property
     def _kind(self) -> _Kind:
-        return KINDS[self.impl]
+        return _release_kind(KINDS[self.impl])
 
     def configured(self, config: Config) -> TokamaxAdapter:
         """A copy that runs ``config`` (and has its own compile cache)."""
@@ -609,6 +644,14 @@ class TokamaxAdapter:
                 f"tokamax's {kind.op_class} needs an NVIDIA GPU"
                 + (" (Hopper or newer)" if self.impl == "mosaic_gpu" else " with cuDNN")
                 + f"; this machine runs JAX on {default_backend()} and no interpreter runs it",
+                versions,
+            )
+        if execution == "generic" and jax_version() < GENERIC_INTERPRETER_SINCE:
+            return Availability(
+                False,
+                f"JAX {'.'.join(map(str, jax_version()))}'s generic Pallas interpreter cannot run tokamax's "
+                "Triton kernel on a CPU at all (NotImplementedError: no CPU rule for 'program_id' inside "
+                f"its closed_call); it runs from JAX {'.'.join(map(str, GENERIC_INTERPRETER_SINCE))} on",
                 versions,
             )
         mode = "native" if execution == "native" else "interpret"
@@ -641,14 +684,14 @@ class TokamaxAdapter:
         (the implementations' heuristics); None where the implementation has no Config."""
         values = self._kind.tunables.resolved(self.config)
         if self.impl == "mosaic_tpu":
-            layout = api.layout_class[values["q_layout"]]
-            forward = api.config_class(
-                **{n: values[n] for n in MOSAIC_TPU_FORWARD},
-                q_layout=layout,
-                k_layout=layout,
-                v_layout=layout,
-            )
-            return forward, api.vjp_config_class(**{n: values[n] for n in MOSAIC_TPU_BACKWARD})
+            forward = {n: values[n] for n in MOSAIC_TPU_FORWARD if n in values}
+            if "q_layout" in values:
+                layout = api.layout_class[values["q_layout"]]
+                forward.update(q_layout=layout, k_layout=layout, v_layout=layout)
+            backward = None
+            if api.vjp_config_class is not None:
+                backward = api.vjp_config_class(**{n: values[n] for n in MOSAIC_TPU_BACKWARD})
+            return api.config_class(**forward), backward
         if self.impl == "triton":
             # Warps and stages size the GPU launch only; the heuristics' values.
             launch = dict(num_warps=4, num_stages=2)
