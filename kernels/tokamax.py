@@ -32,9 +32,10 @@ Translation from canonical semantics (``docs/semantics.md``), read in tokamax's
   xla_chunked raises on ``return_residuals=True``: no lse.
 
 On CPU (``kernels/tokamax_runtime.py``): Triton runs in JAX's generic Pallas interpreter under
-``tokamax.config.cross_compile(True)``; Mosaic TPU in TPU interpret mode, with the ops'
-``supported_on`` answered for the interpreter, the VJP's remat optimisation off, and one call
-per batch row (the TPU interpreter cannot ``vmap`` a ``pallas_call`` with dimension semantics,
+``tokamax.config.cross_compile(True)``, with its grid indices read once at each kernel's top
+level (the interpreter cannot lower ``pl.program_id`` inside the loop bodies that read it);
+Mosaic TPU in TPU interpret mode, with the ops' ``supported_on`` answered for the interpreter,
+the VJP's remat optimisation off, and one call per batch row (the TPU interpreter cannot ``vmap`` a ``pallas_call`` with dimension semantics,
 and tokamax vmaps over the batch). Mosaic GPU and cuDNN need an NVIDIA GPU.
 """
 
@@ -64,7 +65,6 @@ from kernels.jax_runtime import (
     default_backend,
     installed_jax_versions,
     installed_version,
-    jax_version,
     to_jax,
     to_numpy,
     unavailable_because,
@@ -74,6 +74,7 @@ from kernels.tokamax_runtime import (
     OLDEST,
     absl_flags_parsed,
     generic_interpret,
+    hoisted_program_ids,
     interpretable_op,
     remat_optimization_off,
     tokamax_version,
@@ -319,59 +320,7 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
     return ()
 
 
-# JAX's generic Pallas interpreter cannot lower ``pl.program_id`` inside a loop or cond body on a
-# CPU ("NotImplementedError: MLIR translation rule for primitive 'program_id' not found for platform
-# cpu"), and tokamax's Triton kernels read it there: the forward for causal, kv lengths and windows
-# (its block-skipping conditions), the backward for those and for a bias, a mask or lengths. An
-# interpreter limit, not tokamax's: these constraints apply only where the interpreter runs the
-# kernel (on a GPU the cases run); measured at tokamax 0.0.12 with jax 0.10.2.
-_TRITON_INTERPRETER_LIMITS = (
-    ("causal_top_left", "both"),
-    ("lengths", "both"),
-    ("window", "both"),
-    ("bias", "backward"),
-    ("bool_mask", "backward"),
-)
-
-
-def _interpreter_constraints(kind: str, execution: Execution) -> tuple[ShapeConstraint, ...]:
-    if kind != "triton" or execution != "generic":
-        return ()
-    return tuple(
-        ShapeConstraint(
-            name=f"interpreter_program_id_{feature}" + ("_backward" if applies_to == "backward" else ""),
-            reason=f"with {feature.replace('_', ' ')}, the kernel reads pl.program_id inside a loop or cond "
-            "body, which JAX's generic Pallas interpreter cannot lower on a CPU (NotImplementedError: "
-            "MLIR translation rule for primitive 'program_id'); an interpreter limit, native Triton runs it",
-            holds=lambda shape, spec: False,
-            basis="raises",
-            applies_to=applies_to,  # type: ignore[arg-type]
-            features=(feature,),
-            exceptions=NOT_IMPLEMENTED,
-        )
-        for feature, applies_to in _TRITON_INTERPRETER_LIMITS
-    ) + (
-        ShapeConstraint(
-            name="interpreter_program_id_partial_backward_block",
-            reason="when a backward block (block_m1, block_m2 over q_len; block_n1, block_n2 over kv_len) "
-            "does not divide its length, the backward masks the last block with pl.program_id inside a "
-            "loop body, which the generic Pallas interpreter cannot lower on a CPU (NotImplementedError); "
-            "an interpreter limit, native Triton runs it",
-            holds=lambda shape, spec, b: (
-                shape.q_len % b["block_m1"] == 0
-                and shape.q_len % b["block_m2"] == 0
-                and shape.kv_len % b["block_n1"] == 0
-                and shape.kv_len % b["block_n2"] == 0
-            ),
-            basis="raises",
-            applies_to="backward",
-            sees_config=True,
-            exceptions=NOT_IMPLEMENTED,
-        ),
-    )
-
-
-def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
+def _capabilities(kind: _Kind) -> Capabilities:
     xla = kind.name in ("xla", "xla_chunked")
     mosaic = kind.name == "mosaic_tpu"
     return Capabilities(
@@ -395,7 +344,7 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         bias_grad=xla or kind.name == "triton",
         lse=kind.lse_from is not None,
         fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
-        constraints=_constraints(kind.name) + _interpreter_constraints(kind.name, execution),
+        constraints=_constraints(kind.name),
         tunables=kind.tunables,
     )
 
@@ -443,10 +392,6 @@ def _execution(kind: _Kind) -> Execution:
     return kind.execution
 
 
-# The generic interpreter runs tokamax's Triton forward from this JAX on (seen at 0.9.2 and 0.10.2;
-# at 0.8.3 every call fails on pl.program_id inside a closed_call).
-GENERIC_INTERPRETER_SINCE = (0, 9, 2)
-
 _EXECUTION_WORDS = {
     "native": "natively",
     "generic": "Pallas generic interpreter on CPU (tokamax cross_compile, interpret mode config)",
@@ -462,6 +407,7 @@ def _running(kind: _Kind, execution: Execution) -> Iterator[None]:
             tokamax = importlib.import_module("tokamax")
             stack.enter_context(tokamax.config.cross_compile(True))
             stack.enter_context(generic_interpret())
+            stack.enter_context(hoisted_program_ids())
         elif execution == "tpu":
             from jax.experimental.pallas import tpu as pltpu
 
@@ -646,23 +592,11 @@ class TokamaxAdapter:
                 + f"; this machine runs JAX on {default_backend()} and no interpreter runs it",
                 versions,
             )
-        if execution == "generic" and jax_version() < GENERIC_INTERPRETER_SINCE:
-            return Availability(
-                False,
-                f"JAX {'.'.join(map(str, jax_version()))}'s generic Pallas interpreter cannot run tokamax's "
-                "Triton kernel on a CPU at all (NotImplementedError: no CPU rule for 'program_id' inside "
-                f"its closed_call); it runs from JAX {'.'.join(map(str, GENERIC_INTERPRETER_SINCE))} on",
-                versions,
-            )
         mode = "native" if execution == "native" else "interpret"
         return Availability(True, "", versions, mode, _EXECUTION_WORDS[execution])
 
     def capabilities(self) -> Capabilities:
-        try:
-            execution = _execution(self._kind)
-        except Exception:  # no JAX: declare what runs natively (availability says why it cannot)
-            execution = "native"
-        return _capabilities(self._kind, execution)
+        return _capabilities(self._kind)
 
     # -- configs -------------------------------------------------------------------------
 

@@ -13,6 +13,13 @@ tokamax (or JAX) release.
   ``force_tpu_interpret_mode`` sets) in every ``pallas_call``. ``generic_interpret`` sets it to
   ``True``, the generic interpreter. ``tokamax.config.cross_compile(True)`` lets the Triton op
   pass its ``supported_on`` check off a GPU.
+* **Grid indices read once (Triton kernels in the generic interpreter).** JAX's generic interpreter
+  replaces ``pl.program_id`` by the grid indices only at a kernel's top level; tokamax's Triton
+  kernels read it inside loop and cond bodies too (causal, lengths, windows, masks, the backward's
+  last partial block), where it has no CPU lowering ("NotImplementedError: MLIR translation rule
+  for primitive 'program_id'"). ``hoisted_program_ids`` reads every grid index once at the top
+  of each kernel traced inside it and gives those values to every later ``pl.program_id`` call
+  of that kernel: the same indices, so the same values.
 * **TPU interpret mode (Mosaic TPU kernels).** ``pltpu.force_tpu_interpret_mode()``; the ops'
   ``supported_on`` asks for a TPU of generation >= 5, so the adapter runs subclasses that
   answer True (``interpretable_op``).
@@ -29,6 +36,8 @@ Nothing here imports JAX or tokamax at module import time.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,6 +77,50 @@ def generic_interpret() -> Iterator[None]:
         yield
     finally:
         setting.set_local(previous)
+
+
+# The grid indices of the kernel being traced (hoisted_program_ids); None outside one.
+_GRID_INDICES: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
+    "tokamax_grid_indices", default=None
+)
+
+
+@contextlib.contextmanager
+def hoisted_program_ids() -> Iterator[None]:
+    """While inside, every ``pl.pallas_call`` kernel reads its grid indices once at its top level,
+    and ``pl.program_id(axis)`` anywhere in it returns that value (see the module docstring). An
+    axis past the grid raises ValueError, as ``pl.program_id`` does (tokamax counts the axes so).
+    Patches ``jax.experimental.pallas.program_id``/``pallas_call`` (what tokamax calls) until exit."""
+    import jax.experimental.pallas as pl
+    from jax._src.pallas import core as pallas_core
+
+    real_program_id, real_pallas_call = pl.program_id, pl.pallas_call
+
+    def program_id(axis: int) -> Any:
+        indices = _GRID_INDICES.get()
+        if indices is None:
+            return real_program_id(axis)
+        if not 0 <= axis < len(indices):
+            raise ValueError(f"Axis {axis} is out of bounds for a grid of {len(indices)} axes")
+        return indices[axis]
+
+    def pallas_call(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+        @functools.wraps(kernel)
+        def with_indices(*refs: Any, **keywords: Any) -> Any:
+            axes = len(tuple(pallas_core.axis_frame().grid))
+            token = _GRID_INDICES.set(tuple(real_program_id(axis) for axis in range(axes)))
+            try:
+                return kernel(*refs, **keywords)
+            finally:
+                _GRID_INDICES.reset(token)
+
+        return real_pallas_call(with_indices, *args, **kwargs)
+
+    pl.program_id, pl.pallas_call = program_id, pallas_call
+    try:
+        yield
+    finally:
+        pl.program_id, pl.pallas_call = real_program_id, real_pallas_call
 
 
 @contextlib.contextmanager

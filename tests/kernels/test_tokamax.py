@@ -5,6 +5,8 @@ configs that ran."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -110,16 +112,10 @@ def cpu_adapter(request):
     return adapter
 
 
-def test_all_four_cpu_implementations_run_here_from_the_verified_jax():
-    from kernels.jax_runtime import jax_version
-    from kernels.tokamax import GENERIC_INTERPRETER_SINCE
-
+def test_all_four_cpu_implementations_run_here():
     for impl in ("xla", "xla_chunked", "mosaic_tpu", "triton"):
         availability = TokamaxAdapter(impl=impl).availability()
-        if impl == "triton" and jax_version() < GENERIC_INTERPRETER_SINCE:
-            assert not availability.available and "generic Pallas interpreter" in availability.reason
-        else:
-            assert availability.available, availability.reason
+        assert availability.available, availability.reason
 
 
 @pytest.mark.parametrize("impl", ("mosaic_gpu", "cudnn"))
@@ -135,8 +131,7 @@ def test_gpu_implementations_say_why_they_are_unavailable_on_cpu(impl):
 
 def test_each_cpu_implementation_matches_the_reference_forward_and_backward(cpu_adapter):
     inputs = make_inputs(0, b=2, hq=2, hkv=1, sq=128, sk=128, d=64)
-    # causal Triton needs the GPU: the generic interpreter cannot lower its kernel (declared)
-    spec = AttentionSpec(causal=cpu_adapter.impl != "triton", scale=0.2)
+    spec = AttentionSpec(causal=True, scale=0.2)
     ran = check_forward(cpu_adapter, inputs, spec, "float32")
     assert ran.startswith(f"{cpu_adapter.impl}: ")
     check_gradients(cpu_adapter, inputs, spec, "float32")
@@ -161,7 +156,7 @@ def triton():
     adapter = TokamaxAdapter(impl="triton")
     availability = adapter.availability()
     if not availability.available:
-        pytest.skip(availability.reason)  # test_all_four_cpu_implementations_run_here says where
+        pytest.skip(availability.reason)  # test_all_four_cpu_implementations_run_here fails then
     return adapter
 
 
@@ -194,7 +189,7 @@ def test_triton_bias_and_mask_forward_in_the_interpreter(triton):
     check_forward(adapter, dataclasses.replace(base, bias=None, mask=mask), AttentionSpec(), "float32")
 
 
-@pytest.mark.parametrize("impl", ("xla", "xla_chunked"))
+@pytest.mark.parametrize("impl", ("xla", "xla_chunked", "triton"))
 def test_translations_bias_mask_lengths_softcap_window(impl):
     """Bias after scale and before the cap, the boolean mask (True = may see), valid lengths and an
     inclusive top-left window, each against the reference."""
@@ -211,6 +206,8 @@ def test_translations_bias_mask_lengths_softcap_window(impl):
     check_forward(adapter, dataclasses.replace(base, bias=None, **lengths), AttentionSpec(), "float32")
     check_forward(adapter, dataclasses.replace(base, bias=None), AttentionSpec(window=(5, 2)), "float32")
     check_gradients(adapter, base, AttentionSpec(scale=0.4), "float32")
+    lengths_case = dataclasses.replace(base, bias=None, **lengths)
+    check_gradients(adapter, lengths_case, AttentionSpec(causal=True, window=(5, 2)), "float32")
 
 
 def test_mosaic_tpu_declared_rejections_raise_not_implemented():
@@ -244,6 +241,33 @@ def test_the_shims_change_no_value_mosaic_tpu_batch_loop():
         dataclasses.replace(two, q=two.q[1:], k=two.k[1:], v=two.v[1:]), AttentionSpec(causal=True)
     ).out
     np.testing.assert_array_equal(together[1:], alone)
+
+
+def test_grid_index_shim_changes_no_value_and_restores_pallas(triton):
+    """Where the interpreter runs the kernel without the shim (no mask, no causal, whole blocks),
+    the shim's output is bitwise the same; outside it, pallas is as it was."""
+    import jax.experimental.pallas as pl
+
+    from kernels import tokamax_runtime
+
+    inputs = make_inputs(9, b=1, hq=2, hkv=2, sq=64, sk=64, d=32)
+    shimmed = triton.forward(inputs, AttentionSpec()).out
+    plain = TokamaxAdapter(impl="triton")
+    real = tokamax_runtime.hoisted_program_ids
+    try:
+        tokamax_runtime.hoisted_program_ids = contextlib.nullcontext  # type: ignore[assignment]
+        import kernels.tokamax as adapter_module
+
+        adapter_module.hoisted_program_ids = contextlib.nullcontext  # type: ignore[assignment]
+        unshimmed = plain.forward(inputs, AttentionSpec()).out
+    finally:
+        tokamax_runtime.hoisted_program_ids = real
+        adapter_module.hoisted_program_ids = real
+    np.testing.assert_array_equal(shimmed, unshimmed)
+    before = (pl.program_id, pl.pallas_call)
+    with real():
+        assert (pl.program_id, pl.pallas_call) != before
+    assert (pl.program_id, pl.pallas_call) == before
 
 
 def test_remat_shim_restores_custom_vjp():
