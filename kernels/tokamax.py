@@ -35,8 +35,9 @@ On CPU (``kernels/tokamax_runtime.py``): Triton runs in JAX's generic Pallas int
 ``tokamax.config.cross_compile(True)``, with its grid indices read once at each kernel's top
 level (the interpreter cannot lower ``pl.program_id`` inside the loop bodies that read it);
 Mosaic TPU in TPU interpret mode, with the ops' ``supported_on`` answered for the interpreter,
-the VJP's remat optimisation off, and one call per batch row (the TPU interpreter cannot ``vmap`` a ``pallas_call`` with dimension semantics,
-and tokamax vmaps over the batch). Mosaic GPU and cuDNN need an NVIDIA GPU.
+the VJP's remat optimisation off, and one call per batch row (the TPU interpreter cannot
+``vmap`` a ``pallas_call`` with dimension semantics, and tokamax vmaps over the batch).
+Mosaic GPU and cuDNN need an NVIDIA GPU.
 """
 
 from __future__ import annotations
