@@ -321,7 +321,41 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
     return ()
 
 
-def _capabilities(kind: _Kind) -> Capabilities:
+def _whole_backward_blocks(shape: AttentionShape, blocks: dict) -> bool:
+    return (
+        shape.q_len % blocks["block_m1"] == 0
+        and shape.q_len % blocks["block_m2"] == 0
+        and shape.kv_len % blocks["block_n1"] == 0
+        and shape.kv_len % blocks["block_n2"] == 0
+    )
+
+
+def _interpreter_constraints(kind: str, execution: Execution) -> tuple[ShapeConstraint, ...]:
+    """What only the generic interpreter rejects (native Triton runs it): with a partial last
+    backward block (block_m1/m2 over q_len, block_n1/n2 over kv_len), the backward's masked
+    ``where`` fails to lower ('Cannot lower jaxpr with verifier errors': its boolean mask reaches a
+    call as int32) for windows, lengths and boolean masks. Seen at tokamax 0.0.12, jax 0.10.2."""
+    if kind != "triton" or execution != "generic":
+        return ()
+    return tuple(
+        ShapeConstraint(
+            name=f"interpreter_partial_backward_block_{feature}",
+            reason=f"with {feature.replace('_', ' ')} and a backward block that does not divide its "
+            "length, JAX's generic Pallas interpreter fails to lower the backward's masked where "
+            "(ValueError: Cannot lower jaxpr with verifier errors, an i1 mask passed as i32); an "
+            "interpreter limit, native Triton runs it",
+            holds=lambda shape, spec, b: _whole_backward_blocks(shape, b),
+            basis="raises",
+            applies_to="backward",
+            features=(feature,),
+            sees_config=True,
+            exceptions=("ValueError",),
+        )
+        for feature in ("window", "lengths", "bool_mask")
+    )
+
+
+def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
     xla = kind.name in ("xla", "xla_chunked")
     mosaic = kind.name == "mosaic_tpu"
     return Capabilities(
@@ -345,7 +379,7 @@ def _capabilities(kind: _Kind) -> Capabilities:
         bias_grad=xla or kind.name == "triton",
         lse=kind.lse_from is not None,
         fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
-        constraints=_constraints(kind.name),
+        constraints=_constraints(kind.name) + _interpreter_constraints(kind.name, execution),
         tunables=kind.tunables,
     )
 
@@ -597,7 +631,11 @@ class TokamaxAdapter:
         return Availability(True, "", versions, mode, _EXECUTION_WORDS[execution])
 
     def capabilities(self) -> Capabilities:
-        return _capabilities(self._kind)
+        try:
+            execution = _execution(self._kind)
+        except Exception:  # no JAX: declare what runs natively (availability says why it cannot)
+            execution = "native"
+        return _capabilities(self._kind, execution)
 
     # -- configs -------------------------------------------------------------------------
 

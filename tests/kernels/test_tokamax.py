@@ -173,9 +173,9 @@ def test_a_triton_config_reaches_the_kernel(triton, config, words):
 
 
 def test_small_xla_chunks_leave_the_first_chunk_and_stay_right():
-    adapter = TokamaxAdapter(impl="xla_chunked").configured((("q_chunk_size", 32), ("kv_chunk_size", 48)))
-    inputs = make_inputs(3, b=1, hq=2, hkv=2, sq=100, sk=130, d=32)
-    assert "chunk_size (32, 48)" in check_forward(adapter, inputs, AttentionSpec(), "float32")
+    adapter = TokamaxAdapter(impl="xla_chunked").configured((("q_chunk_size", 16), ("kv_chunk_size", 24)))
+    inputs = make_inputs(3, b=1, hq=2, hkv=2, sq=40, sk=50, d=32)  # 3 q chunks, 3 kv chunks, both ragged
+    assert "chunk_size (16, 24)" in check_forward(adapter, inputs, AttentionSpec(), "float32")
     check_gradients(adapter, inputs, AttentionSpec(), "float32")
 
 
@@ -189,7 +189,32 @@ def test_triton_bias_and_mask_forward_in_the_interpreter(triton):
     check_forward(adapter, dataclasses.replace(base, bias=None, mask=mask), AttentionSpec(), "float32")
 
 
-@pytest.mark.parametrize("impl", ("xla", "xla_chunked", "triton"))
+def test_triton_lengths_causal_window_forward_and_backward_through_the_grid_index_shim(triton):
+    """Each reads pl.program_id inside a loop body: without the shim the interpreter cannot run them."""
+    import dataclasses
+
+    inputs = make_inputs(10, b=2, hq=1, hkv=1, sq=64, sk=64, d=16)
+    lengths = dict(q_lengths=np.array([64, 30], np.int32), kv_lengths=np.array([20, 64], np.int32))
+    spec = AttentionSpec(causal=True, window=(7, 3))
+    check_forward(triton, dataclasses.replace(inputs, **lengths), spec, "float32")
+    check_gradients(triton, dataclasses.replace(inputs, **lengths), spec, "float32")
+
+
+def test_triton_interpreter_limit_on_a_partial_backward_block_is_declared_and_raises_as_declared(triton):
+    partial = make_inputs(11, b=1, hq=1, hkv=1, sq=48, sk=48, d=16)  # 48: block_n1=64 is partial
+    caps = triton.capabilities()
+    spec = AttentionSpec(window=(7, 3))
+    outside = caps.admits(partial.shape, spec, "float32", "backward", ("window",))
+    (constraint,) = [e.constraint for e in outside if e.constraint is not None]
+    assert constraint.name == "interpreter_partial_backward_block_window"
+    with pytest.raises(ValueError, match="verifier") as raised:
+        triton.gradients(partial, spec, np.ones_like(partial.q))
+    assert constraint.expects(raised.value)
+    whole = make_inputs(11, b=1, hq=1, hkv=1, sq=64, sk=64, d=16)
+    assert not caps.admits(whole.shape, spec, "float32", "backward", ("window",))
+
+
+@pytest.mark.parametrize("impl", ("xla", "xla_chunked"))
 def test_translations_bias_mask_lengths_softcap_window(impl):
     """Bias after scale and before the cap, the boolean mask (True = may see), valid lengths and an
     inclusive top-left window, each against the reference."""
