@@ -322,12 +322,12 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
 
 
 def _whole_backward_blocks(shape: AttentionShape, blocks: dict) -> bool:
-    return (
-        shape.q_len % blocks["block_m1"] == 0
-        and shape.q_len % blocks["block_m2"] == 0
-        and shape.kv_len % blocks["block_n1"] == 0
-        and shape.kv_len % blocks["block_n2"] == 0
-    )
+    """Every backward block, clipped to its length, divides it (no partial last block)."""
+
+    def whole(length: int, *names: str) -> bool:
+        return all(length % min(blocks[n], length) == 0 for n in names)
+
+    return whole(shape.q_len, "block_m1", "block_m2") and whole(shape.kv_len, "block_n1", "block_n2")
 
 
 def _interpreter_constraints(kind: str, execution: Execution) -> tuple[ShapeConstraint, ...]:
