@@ -323,4 +323,8 @@ def test_declared_shapes_answer_for_any_shape():
                 assert isinstance(
                     c.satisfied(shape, AttentionSpec(causal=True), caps.tunables.resolved(())), bool
                 )
-            assert all(c.exceptions == ("NotImplementedError",) for c in caps.constraints if c.raises)
+            for c in caps.constraints:
+                # tokamax's own rejections are its contract's NotImplementedError; an interpreter's
+                # limit names what the interpreter raises
+                expected = ("ValueError",) if c.name.startswith("interpreter_") else ("NotImplementedError",)
+                assert c.exceptions == expected, c.name
