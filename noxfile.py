@@ -3,6 +3,7 @@
     nox -s tests                          # the project's own tests (newest JAX)
     nox -s conformance                    # the conformance suite at the newest JAX
     nox -s "conformance(jax='0.4.38')"    # ... at any JAX version, listed or not -> reports/jax-0.4.38/
+    nox -s "conformance(jax='0.9.2', tokamax='0.0.11')"  # with a tokamax: reports/jax-0.9.2-tokamax-0.0.11/
     nox -k conformance                    # ... at every version of the matrix
     nox -s "bench(jax='0.4.38')"          # subject benchmarks -> reports/jax-0.4.38/benchmarks.json
     nox -s perf                           # the suite's own speed: cold/warm runs, time split (10-20 min)
@@ -37,26 +38,39 @@ nox.options.sessions = ["tests"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 NEWEST_JAX = jax_versions.NEWEST
-CONFORMANCE_VERSIONS = jax_versions.session_versions(sys.argv[1:], os.environ)
+CONFORMANCE_PAIRS = jax_versions.session_pairs(sys.argv[1:], os.environ)  # (jax, tokamax or None)
 BENCH_VERSIONS = bench_versions(sys.argv[1:], os.environ)
 KERNELS_VERSIONS = jax_versions.session_versions(sys.argv[1:], os.environ, session="kernels")
 
 
 def install_project(
-    session: nox.Session, jax_version: str = NEWEST_JAX, groups: tuple[str, ...] = ("test",)
+    session: nox.Session,
+    jax_version: str = NEWEST_JAX,
+    groups: tuple[str, ...] = ("test",),
+    tokamax: str | None = None,
 ) -> None:
     """Install the project's dependencies (not the project: it runs from the checkout).
 
     An unknown or uninstallable JAX version ends the session with one line naming
     the problem and the fix; the installer's full output stays in the session's tmp/.
+    ``tokamax``: a tokamax release to install instead of the one this JAX gets by default.
     """
-    problem = jax_versions.version_problem(jax_version)
+    problem = jax_versions.version_problem(jax_version) or (
+        tokamax and jax_versions.tokamax_problem(tokamax, jax_version)
+    )
     if problem:
         session.error(problem)
     requirements = [r for r in PYPROJECT["project"]["dependencies"] if not r.startswith("jax")]
     for group in groups:
         requirements += nox.project.dependency_groups(PYPROJECT, group)
-    requirements = list(dict.fromkeys([*requirements, *jax_versions.requirements_for(jax_version)]))
+    # tokamax (the tokamax subjects): the pyproject pin at the newest JAX, else the newest release this
+    # JAX takes (none before 0.8.2: those subjects then say they are unavailable).
+    tokamax = (
+        nox.project.dependency_groups(PYPROJECT, "tokamax")
+        if jax_version == NEWEST_JAX
+        else jax_versions.tokamax_requirements(jax_version)
+    )
+    requirements = list(dict.fromkeys([*requirements, *jax_versions.requirements_for(jax_version), *tokamax]))
     log_path = Path(session.create_tmp()) / "install.log"
     with log_path.open("w", encoding="utf-8") as log:
         try:
@@ -107,12 +121,15 @@ def torch(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
-@nox.parametrize("jax", CONFORMANCE_VERSIONS)
-def conformance(session: nox.Session, jax: str) -> None:
+@nox.parametrize(
+    ["jax", "tokamax"], [nox.param(j, t, id=jax_versions.session_id(j, t)) for j, t in CONFORMANCE_PAIRS]
+)
+def conformance(session: nox.Session, jax: str, tokamax: str | None) -> None:
     """The conformance suite at one JAX version -> reports/jax-<version>/ (results.jsonl, summary.json,
-    junit.xml). Default subject: the primary one; `-- --impl all` (or a name, or package.module:function)."""
-    install_project(session, jax)
-    report_dir = f"reports/jax-{jax}"
+    junit.xml). Default subject: the primary one; `-- --impl all` (or a name, or package.module:function).
+    `conformance(jax='X', tokamax='Y')` installs that tokamax release too -> reports/jax-X-tokamax-Y/."""
+    install_project(session, jax, tokamax=tokamax)
+    report_dir = jax_versions.report_folder(jax, tokamax)
     # JAX's persistent compilation cache lives with the environment: a rerun skips XLA compiles.
     jax_cache = Path(session.virtualenv.location) / "jax-cache"
     session.run(

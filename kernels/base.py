@@ -62,6 +62,10 @@ class ShapeConstraint:
     ``"lowering"`` when only the target's compiler rejects it (an interpreter runs it). Such a
     case is asserted by the ``lowers`` check (it must fail to lower), not by ``raises``; every
     other check still judges it in the interpreter (its numbers are the kernel's math).
+    ``exceptions`` (basis ``raises`` only): the names of the exception classes the implementation
+    raises there (``"NotImplementedError"``), for APIs whose contract names one: the ``raises`` check
+    then fails a case that raised anything else (a broadcast ``ValueError`` deep inside is a finding,
+    not the declared rejection). Empty: any exception is the declared one.
     """
 
     name: str
@@ -72,6 +76,7 @@ class ShapeConstraint:
     features: tuple[str, ...] = ()
     sees_config: bool = False
     stage: ConstraintStage = "call"
+    exceptions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.basis not in CONSTRAINT_BASES:
@@ -84,6 +89,19 @@ class ShapeConstraint:
                 f"constraint {self.name!r}: stage {self.stage!r} must be one of {CONSTRAINT_STAGES}, "
                 "and 'lowering' needs basis 'raises' (the target's compiler rejects the case)"
             )
+        if self.exceptions and not self.raises:
+            raise ValueError(
+                f"constraint {self.name!r}: names exceptions {self.exceptions} but its basis is "
+                f"{self.basis!r}; only a 'raises' constraint expects an exception"
+            )
+
+    def expects(self, error: BaseException) -> bool:
+        """Whether ``error`` is the rejection this constraint declares: an instance of one of
+        ``exceptions`` (by class name, anywhere in its class hierarchy), or any exception when
+        none is named."""
+        if not self.exceptions:
+            return True
+        return bool({cls.__name__ for cls in type(error).__mro__} & set(self.exceptions))
 
     @property
     def raises(self) -> bool:

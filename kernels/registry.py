@@ -44,6 +44,7 @@ BUILTIN: dict[str, str] = {
     "torch_sdpa": "kernels.torch_sdpa:TorchSdpaAdapter",
     "paged_attention": "kernels.paged_attention:PagedAttentionAdapter",
     "ragged_paged_attention": "kernels.ragged_paged_attention:RaggedPagedAttentionAdapter",
+    "tokamax": "kernels.tokamax:TokamaxAdapter",
 }
 
 
@@ -59,6 +60,19 @@ def subject_names() -> tuple[str, ...]:
     """Built-in subjects, then entry-point subjects (sorted), without duplicates."""
     plugins = sorted(n for n in _entry_points() if n not in BUILTIN)
     return (*BUILTIN, *plugins)
+
+
+def expand_family(name: str) -> tuple[str, ...]:
+    """A bare built-in name whose adapter declares ``FAMILY_OPTION`` (a library with several
+    implementations behind one API) -> one subject per value of that option, e.g. ``"tokamax"``
+    -> ``("tokamax[impl=xla]", ...)``; any other name -> ``(name,)``."""
+    if name not in BUILTIN:
+        return (name,)
+    factory = _import_attribute(BUILTIN[name], name)
+    option = getattr(factory, "FAMILY_OPTION", None)
+    if option is None:
+        return (name,)
+    return tuple(f"{name}[{option}={value}]" for value in factory.OPTIONS[option])
 
 
 def resolve(name: str, **options: Any) -> Adapter:
@@ -128,6 +142,7 @@ def resolve_many(names: str | Iterable[str]) -> tuple[Adapter, ...]:
     names = list(names)
     if any(n.strip() == "all" for n in names):
         names = list(subject_names())
+    names = [expanded for n in names for expanded in expand_family(n.strip())]
     if not names:
         raise UnknownSubjectError(f"no subject given; use one of {subject_names()} or 'all'")
     return tuple(resolve(n) for n in names)

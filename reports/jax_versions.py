@@ -58,6 +58,16 @@ PINS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 # Pallas imports absl on several versions without declaring it.
 ALWAYS: tuple[str, ...] = ("absl-py>=1",)
 
+# tokamax releases the suite runs (kernels/tokamax.py reads 0.0.10 on) and the oldest JAX each one
+# requires (its package metadata: none has an upper bound), newest first. The newest is the
+# pyproject.toml `tokamax` group's pin (a test holds them equal). Before 0.0.10 tokamax has no
+# Mosaic TPU attention and pulls tensorflow.
+TOKAMAX_NEEDS_JAX: tuple[tuple[str, str], ...] = (
+    ("0.0.12", "0.9.2"),
+    ("0.0.11", "0.9.1"),
+    ("0.0.10", "0.8.2"),
+)
+
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
 
 
@@ -65,7 +75,7 @@ _VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
 def _selector(session: str) -> re.Pattern[str]:
     """Matches "<session>(jax='X')" (and nox's "<session>-3.11(jax='X')" spelling)."""
     name = re.escape(session)
-    return re.compile(rf"""^\s*{name}(?:-[\d.]+)?\(\s*jax\s*=\s*(['"])(?P<version>.*?)\1\s*\)\s*$""")
+    return re.compile(rf"""^\s*{name}(?:-[\d.]+)?\(\s*jax\s*=\s*(['"])(?P<version>[^'"]*)\1\s*\)\s*$""")
 
 
 def parse_version(version: str) -> Version:
@@ -157,6 +167,74 @@ def requirements_for(version: str) -> tuple[str, ...]:
     if pins is None:
         raise ValueError(version_problem(version))
     return (f"jax=={version}", *pins)
+
+
+def tokamax_for(jax_version: str) -> str | None:
+    """The newest tokamax release (``TOKAMAX_NEEDS_JAX``) that installs with ``jax_version``, or
+    None when every one needs a newer JAX: the tokamax subjects are then unavailable (they say so)."""
+    jax = version_key(jax_version)
+    return next((t for t, needs in TOKAMAX_NEEDS_JAX if jax >= version_key(needs)), None)
+
+
+def tokamax_requirements(jax_version: str) -> tuple[str, ...]:
+    """``("tokamax==X",)`` for the newest release ``jax_version`` takes, else ``()``."""
+    release = tokamax_for(jax_version)
+    return () if release is None else (f"tokamax=={release}",)
+
+
+@functools.cache
+def _pair_selector(session: str) -> re.Pattern[str]:
+    """Matches "<session>(jax='X', tokamax='Y')" (and nox's "<session>-3.11(...)" spelling)."""
+    name = re.escape(session)
+    quoted = r"""(['"])(?P<{}>.*?)\{}"""
+    return re.compile(
+        rf"""^\s*{name}(?:-[\d.]+)?\(\s*jax\s*=\s*{quoted.format("jax", 1)}\s*,"""
+        rf"""\s*tokamax\s*=\s*{quoted.format("tokamax", 3)}\s*\)\s*$"""
+    )
+
+
+def selected_pair(selector: str, session: str = SESSION) -> tuple[str, str] | None:
+    """ "conformance(jax='0.9.2', tokamax='0.0.11')" -> ('0.9.2', '0.0.11'); None otherwise."""
+    match = _pair_selector(session).match(selector)
+    return (match.group("jax"), match.group("tokamax")) if match else None
+
+
+def session_pairs(
+    argv: Sequence[str], environ: Mapping[str, str], session: str = SESSION
+) -> tuple[tuple[str, str | None], ...]:
+    """The ``(jax, tokamax)`` parameters of ``conformance``: each of ``session_versions`` with the
+    tokamax its install picks (None: ``install_project``'s choice), then every pair named as
+    ``conformance(jax='X', tokamax='Y')``."""
+    named = [p for p in (selected_pair(s, session) for s in requested_selectors(argv, environ)) if p]
+    plain = [(v, None) for v in session_versions(argv, environ, session)]
+    return tuple(dict.fromkeys([*plain, *named]))
+
+
+def session_id(jax: str, tokamax: str | None) -> str:
+    """nox's id of one parameter pair: ``jax='X'`` (as nox names a one-parameter session, so the
+    environment folders and every documented command keep their names) or ``jax='X', tokamax='Y'``."""
+    return f"jax='{jax}'" if tokamax is None else f"jax='{jax}', tokamax='{tokamax}'"
+
+
+def report_folder(jax: str, tokamax: str | None) -> str:
+    """``reports/jax-X`` or, with a tokamax release named, ``reports/jax-X-tokamax-Y``."""
+    return f"reports/jax-{jax}" if tokamax is None else f"reports/jax-{jax}-tokamax-{tokamax}"
+
+
+def tokamax_problem(tokamax: str, jax: str) -> str | None:
+    """One line naming what is wrong with a requested tokamax release for ``jax``, or None."""
+    needs = dict(TOKAMAX_NEEDS_JAX)
+    if tokamax not in needs:
+        return (
+            f"tokamax {tokamax!r} is not a release the suite reads; name one of "
+            f"{', '.join(needs)} (reports/jax_versions.py TOKAMAX_NEEDS_JAX)"
+        )
+    if _VERSION.match(jax) and version_key(jax) < version_key(needs[tokamax]):
+        return (
+            f"tokamax {tokamax} needs jax >= {needs[tokamax]}, not {jax}; "
+            f"use \"conformance(jax='{needs[tokamax]}', tokamax='{tokamax}')\" or a newer jax"
+        )
+    return None
 
 
 def install_failure(version: str, installer_output: str) -> str:

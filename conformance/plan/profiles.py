@@ -37,6 +37,9 @@ class Profile:
     # Variants ``--impl all`` adds in this profile: costly ones (TPU interpret mode runs a kernel
     # several times slower than the generic interpreter) only where there is time for them.
     all_variants: tuple[str, ...] = ()
+    # Members of a family (``--impl tokamax``: one subject per implementation) that ``--impl all``
+    # keeps in this profile; empty keeps every member. ``--impl tokamax`` always runs them all.
+    family_in_all: tuple[str, ...] = ()
     # Drawn cases also draw a config of the subject's tunables (``ci`` keeps the defaults
     # for its draws: its edge configs come from the curated matrix).
     draw_configs: bool = False
@@ -47,7 +50,24 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("ci", 0, 3, (1, 7, 64, 113, 128, 129, 256), (32, 64, 128), 2, 2, 1, 12, 60.0, True),
+        Profile(
+            "ci",
+            0,
+            3,
+            (1, 7, 64, 113, 128, 129, 256),
+            (32, 64, 128),
+            2,
+            2,
+            1,
+            12,
+            60.0,
+            True,
+            # Each tokamax implementation costs about 2 to 5 minutes of ci on 2 cores (XLA compiles
+            # per shape; the kernels interpret); `all` keeps the XLA one, which covers tokamax's API
+            # layer natively, and the GPU ones (unavailable here: free), within the +3 minute budget.
+            # The interpreted kernels join `all` in dev and thorough, and `--impl tokamax` runs them.
+            family_in_all=("tokamax[impl=xla]", "tokamax[impl=mosaic_gpu]", "tokamax[impl=cudnn]"),
+        ),
         Profile(
             "dev",
             1,

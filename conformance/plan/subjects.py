@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from kernels.base import Adapter, Availability, Capabilities
-from kernels.registry import UnknownSubjectError, resolve, subject_names
+from kernels.registry import UnknownSubjectError, expand_family, resolve, subject_names
 from kernels.subject_spec import SubjectSyntaxError, split_subjects
 from kernels.tunables import Config, configured
 
@@ -66,9 +66,14 @@ def _declared_subject(impl: str, adapter: Adapter) -> Subject:
     return Subject(str(adapter.name), impl, adapter, availability, capabilities)
 
 
-def impl_names(impl: str, all_variants: tuple[str, ...] = ()) -> tuple[str, ...]:
+def impl_names(
+    impl: str, all_variants: tuple[str, ...] = (), family_in_all: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """``"all"`` -> every registered subject, then ``all_variants`` (the profile's subjects with
-    options); ``"a,b"`` -> ("a", "b"); ``"tpu_flash[interpreter=tpu],xla"`` keeps its brackets."""
+    options); ``"a,b"`` -> ("a", "b"); ``"tpu_flash[interpreter=tpu],xla"`` keeps its brackets;
+    ``"tokamax"`` -> one subject per implementation (``kernels.registry.expand_family``). Inside
+    ``all``, a family keeps only its members named in ``family_in_all`` when that is given (the
+    profile's budget: ``Profile.family_in_all``)."""
     try:
         names = split_subjects(impl)
     except SubjectSyntaxError as error:
@@ -78,14 +83,26 @@ def impl_names(impl: str, all_variants: tuple[str, ...] = ()) -> tuple[str, ...]
             f"--impl is empty; use one of {subject_names()}, 'all', or 'package.module:function'"
         )
     if "all" in names:
-        everything = [*subject_names(), *all_variants]
+        registered = [m for n in subject_names() for m in _members_in_all(n, family_in_all)]
+        everything = [*registered, *all_variants]
         names = [*everything, *(n for n in names if n != "all" and n not in everything)]
-    return tuple(dict.fromkeys(names))
+    # A family name (kernels.registry.expand_family: "tokamax") is each of its implementations.
+    return tuple(dict.fromkeys(expanded for n in names for expanded in expand_family(n)))
 
 
-def resolve_subjects(impl: str, all_variants: tuple[str, ...] = ()) -> tuple[Subject, ...]:
+def _members_in_all(name: str, family_in_all: tuple[str, ...]) -> tuple[str, ...]:
+    members = expand_family(name)
+    if len(members) == 1 or not family_in_all:
+        return members
+    return tuple(m for m in members if m in family_in_all)
+
+
+def resolve_subjects(
+    impl: str, all_variants: tuple[str, ...] = (), family_in_all: tuple[str, ...] = ()
+) -> tuple[Subject, ...]:
     """Adapters for ``impl`` (raises kernels.registry.UnknownSubjectError with the fix)."""
-    subjects = tuple(_declared_subject(name, resolve(name)) for name in impl_names(impl, all_variants))
+    names = impl_names(impl, all_variants, family_in_all)
+    subjects = tuple(_declared_subject(name, resolve(name)) for name in names)
     names = [s.name for s in subjects]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -295,6 +295,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "profiler visibility",
         "pallas_call without cost_estimate: XLA and profilers see the kernel as free",
     ),
+    _m(
+        "tokamax_softcap_forward_only",
+        "tokamax_wrappers:SoftcapForwardOnly",
+        "backward",
+        "softcap",
+        "a tokamax wrapper passes logits_soft_cap to the forward call only: gradients of uncapped attention",
+    ),
 )
 
 

@@ -206,3 +206,29 @@ def test_the_gate_imports_without_site_packages():
     numpy, jax or packaging at import time (-S: no site-packages at all)."""
     code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import reports.__main__, reports.gate"
     subprocess.run([sys.executable, "-S", "-c", code], check=True, cwd=ROOT)
+
+
+def test_tokamax_table_gives_the_newest_release_each_jax_takes_and_its_newest_is_the_pyproject_pin():
+    import tomllib
+
+    assert jv.tokamax_for("0.10.2") == "0.0.12"
+    assert jv.tokamax_for("0.9.1") == "0.0.11"
+    assert jv.tokamax_for("0.8.3") == "0.0.10"
+    assert jv.tokamax_for("0.8.1") is None
+    assert jv.tokamax_requirements("0.4.35") == ()
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    newest = jv.TOKAMAX_NEEDS_JAX[0][0]
+    assert pyproject["dependency-groups"]["tokamax"] == [f"tokamax=={newest}"]
+
+
+def test_a_tokamax_release_is_a_second_parameter_of_conformance_only_where_named():
+    pair = "conformance(jax='0.9.2', tokamax='0.0.11')"
+    assert jv.selected_pair(pair) == ("0.9.2", "0.0.11")
+    assert jv.selected_version(pair) is None  # never read as a jax version "0.9.2', tokamax='0.0.11"
+    assert jv.session_pairs(["-s", pair], {})[-1] == ("0.9.2", "0.0.11")
+    assert jv.session_pairs(["-s", "conformance"], {}) == ((jv.NEWEST, None),)
+    assert jv.session_id("0.10.2", None) == "jax='0.10.2'"  # the one-parameter name nox gave before
+    assert jv.report_folder("0.9.2", "0.0.11") == "reports/jax-0.9.2-tokamax-0.0.11"
+    assert jv.tokamax_problem("0.0.11", "0.9.2") is None
+    assert "needs jax >= 0.9.1" in jv.tokamax_problem("0.0.11", "0.8.3")
+    assert "not a release the suite reads" in jv.tokamax_problem("0.0.3", "0.10.2")

@@ -58,15 +58,23 @@ def no_mutation(ctx: CheckContext) -> Outcome:
 
 
 def raises(ctx: CheckContext) -> Outcome:
-    """A case outside a constraint with basis ``raises`` must raise, not return garbage."""
+    """A case outside a constraint with basis ``raises`` must raise, not return garbage; and where
+    the broken constraints name the exception (``ShapeConstraint.exceptions``), raise that one."""
     call = ctx.run.forward_call if ctx.direction == "forward" else ctx.run.gradients_call
-    if call.error is not None:
-        return passed(f"{ctx.direction} raised {type(call.error).__name__}: {str(call.error)[:200]}")
     outside = ctx.capabilities.admits(
         ctx.case.skeleton(), ctx.case.spec, ctx.case.dtype, ctx.direction, ctx.case.features, ctx.case.config
     )
-    violated = [e.constraint.name for e in outside if e.raises]
+    violated = [e.constraint for e in outside if e.raises and e.constraint is not None]
+    if call.error is not None:
+        raised = f"{ctx.direction} raised {type(call.error).__name__}: {str(call.error)[:200]}"
+        if violated and not any(c.expects(call.error) for c in violated):
+            expected = sorted({name for c in violated for name in c.exceptions})
+            return failed(
+                f"{raised}; the adapter declares that constraint(s) {[c.name for c in violated]} make it "
+                f"raise {' or '.join(expected)}: any other exception is a finding, not that rejection"
+            )
+        return passed(raised)
     return failed(
         f"{ctx.direction} returned normally, but the adapter declares that constraint(s) "
-        f"{violated} make it raise; fix the declaration or the input validation"
+        f"{[c.name for c in violated]} make it raise; fix the declaration or the input validation"
     )

@@ -1,0 +1,780 @@
+"""tokamax's attention (``tokamax.dot_product_attention``): one subject per implementation,
+``tokamax[impl=xla]``, ``[impl=xla_chunked]``, ``[impl=mosaic_tpu]``, ``[impl=triton]``,
+``[impl=mosaic_gpu]``, ``[impl=cudnn]`` (``OPTIONS``; ``--impl tokamax`` is all of them).
+
+Every call goes through the public ``tokamax.dot_product_attention``, with ``implementation=``
+the implementation's op object (tokamax accepts an op as well as a name), built with an explicit
+forward and VJP ``Config``: tokamax falls back silently across an implementation list and takes
+its default config from an autotuning cache per device kind, so the suite names both. Gradients
+are ``jax.vjp`` of that call: tokamax's own VJP op. The lse comes from the op's residuals
+(``return_residuals=True``, through a callable passed as the implementation), where the
+implementation returns them.
+
+Translation from canonical semantics (``docs/semantics.md``), read in tokamax's
+``_src/ops/attention/api.py`` and ``base.py`` (0.0.10 to 0.0.12):
+
+* Layout ``[B, T, N, H]`` (sequence before heads) for q, k, v and out: transposed both ways.
+  The bias and the mask keep canonical ``[B, N, T, S]`` order (broadcastable, "#B #N #T #S").
+  GQA heads are consecutive (query heads ``[0, 1]`` read kv head 0), as canonical.
+* ``scale`` is passed resolved; logits are ``scale * q.k + bias`` then
+  ``logits_soft_cap * tanh(logits / logits_soft_cap)``: bias after scale, cap after bias.
+* ``is_causal`` keeps ``q_index >= k_index``: top-left.
+* ``local_window_size=(before, after)``: key ``j`` visible from row ``i`` iff
+  ``i - before <= j <= i + after`` (``k_start = i - before``, ``k_end = i + after + 1``,
+  exclusive): inclusive both sides and top-left, as canonical; an unbounded side becomes
+  ``Sq + Sk``. tokamax builds the row index from ``arange(kv_len)``, so it holds for Sq == Sk.
+* ``query_seq_lengths``/``key_value_seq_lengths`` (int32 ``[B]``) mask rows ``i >= q_len[b]``
+  and keys ``j >= kv_len[b]``; the boolean mask is True where a key may be seen.
+* Masked logits become ``finfo(logits dtype).min``, so a row that sees no key averages V
+  (``mean_v``) in the XLA implementation; the kernels skip blocks, so theirs is unspecified.
+* lse: the XLA and Triton residuals are ``(row max, softmax denominator)`` (lse = max +
+  log(denominator)); Mosaic TPU's are ``(max_logits, logsumexp)`` (splash's statistics).
+  xla_chunked raises on ``return_residuals=True``: no lse.
+
+On CPU (``kernels/tokamax_runtime.py``): Triton runs in JAX's generic Pallas interpreter under
+``tokamax.config.cross_compile(True)``, with its grid indices read once at each kernel's top
+level (the interpreter cannot lower ``pl.program_id`` inside the loop bodies that read it);
+Mosaic TPU in TPU interpret mode, with the ops' ``supported_on`` answered for the interpreter,
+the VJP's remat optimisation off, and one call per batch row (the TPU interpreter cannot
+``vmap`` a ``pallas_call`` with dimension semantics, and tokamax vmaps over the batch).
+Mosaic GPU and cuDNN need an NVIDIA GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from kernels.base import (
+    Availability,
+    Capabilities,
+    ShapeConstraint,
+    SubjectGrads,
+    SubjectOutput,
+)
+from kernels.jax_runtime import (
+    Compiled,
+    CompiledCache,
+    array_key,
+    count_primitives,
+    default_backend,
+    installed_jax_versions,
+    installed_version,
+    to_jax,
+    to_numpy,
+    unavailable_because,
+)
+from kernels.tokamax_runtime import (
+    DISTRIBUTION,
+    OLDEST,
+    absl_flags_parsed,
+    generic_interpret,
+    hoisted_program_ids,
+    interpretable_op,
+    remat_optimization_off,
+    tokamax_version,
+)
+from kernels.tunables import Config, Tunable, Tunables
+from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
+
+Implementation = Literal["xla", "xla_chunked", "mosaic_tpu", "triton", "mosaic_gpu", "cudnn"]
+IMPLEMENTATIONS: tuple[str, ...] = ("xla", "xla_chunked", "mosaic_tpu", "triton", "mosaic_gpu", "cudnn")
+Execution = Literal["native", "generic", "tpu"]
+LseFrom = Literal["max_denominator", "logsumexp"]
+
+ATTENTION = "tokamax._src.ops.attention"
+NOT_IMPLEMENTED = ("NotImplementedError",)  # tokamax's contract for an unsupported input
+
+
+# --- version compatibility: everything that differs between tokamax releases -------------
+# * 0.0.10 registers Mosaic TPU attention and makes "mosaic" resolve by device kind; before,
+#   "mosaic" is Mosaic GPU only, modules had other names (pallas_triton_flash_attention.py before
+#   0.0.9) and tokamax pulled tensorflow: the adapter needs >= 0.0.10 (``OLDEST``).
+# * 0.0.11 moves the TPU backward into pallas_mosaic_tpu_vjp.py (its Config gains fields); the
+#   adapter takes each VJP class from the op's own default (``type(op().vjp)``), and each
+#   Config's fields from the class, so both spellings work.
+# * From 0.0.10 the call parses absl flags from sys.argv (``absl_flags_parsed``).
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    """One implementation: where its op lives, how it runs here, and what it declares."""
+
+    name: str
+    module: str  # under tokamax._src.ops.attention
+    op_class: str
+    execution: Execution  # on this CPU; native wherever its hardware is
+    hardware: str  # the platform it is written for ("cpu" for the XLA ones)
+    lse_from: LseFrom | None
+    tunables: Tunables = Tunables()
+    fully_masked_rows: str = "unspecified"
+    op_kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+def _block(name: str, default: int, axis: str, backward: bool = False, **kw: Any) -> Tunable:
+    return Tunable(name, default, axis, backward, **kw)  # type: ignore[arg-type]
+
+
+# Mosaic TPU (pallas_mosaic_tpu.Config, pallas_mosaic_tpu_vjp.Config): every block a positive
+# multiple of 128 (pydantic conint(multiple_of=NUM_LANES, gt=0)); block_kv_compute must divide
+# block_kv (Config.__post_init__ raises ValueError). Defaults: _get_heuristics_config (128,
+# HEAD_DIM_MINOR layouts, experimental scheduler on, base-2 exponent on).
+LAYOUTS = ("HEAD_DIM_MINOR", "SEQ_MINOR")
+MOSAIC_TPU_TUNABLES = Tunables(
+    (
+        _block("block_q", 128, "q", multiple_of=128),
+        _block("block_kv", 128, "kv", multiple_of=128),
+        _block("block_kv_compute", 128, "kv", multiple_of=128, divides="block_kv"),
+        Tunable("q_layout", "HEAD_DIM_MINOR", "choice", choices=LAYOUTS),
+        Tunable("use_experimental_scheduler", True, "flag"),
+        _block("block_q_dkv", 128, "q", True, multiple_of=128),
+        _block("block_kv_dkv", 128, "kv", True, multiple_of=128),
+        _block("block_kv_dkv_compute", 128, "kv", True, multiple_of=128, divides="block_kv_dkv"),
+    )
+)
+MOSAIC_TPU_FORWARD = ("block_q", "block_kv", "block_kv_compute", "use_experimental_scheduler")
+MOSAIC_TPU_BACKWARD = ("block_q_dkv", "block_kv_dkv", "block_kv_dkv_compute")
+
+# Triton (pallas_triton.Config, pallas_triton_vjp.Config): blocks positive ints (pydantic
+# PositiveInt), num_warps a power of two. Forward defaults: _get_heuristics_config, blocks
+# min(max(next_pow2(len), 16), 64) (64 from a length of 33 on), 4 warps, 2 stages; backward:
+# block_m1=32, block_n1=64, block_m2=64, block_n2=32. Warps and stages only size the GPU launch.
+TRITON_TUNABLES = Tunables(
+    (
+        _block("block_q", 64, "q", minimum=16, power_of_two=True),
+        _block("block_k", 64, "kv", minimum=16, power_of_two=True),
+        _block("block_m1", 32, "q", True, minimum=16, power_of_two=True),
+        _block("block_n1", 64, "kv", True, minimum=16, power_of_two=True),
+        _block("block_m2", 64, "q", True, minimum=16, power_of_two=True),
+        _block("block_n2", 32, "kv", True, minimum=16, power_of_two=True),
+    )
+)
+TRITON_FORWARD = ("block_q", "block_k")
+TRITON_BACKWARD = ("block_m1", "block_n1", "block_m2", "block_n2")
+
+# xla_chunked: not a Config but the op's own ``chunk_size=(q_chunk, kv_chunk)`` field; the API
+# registers it with (512, 1024), so 128-long cases never leave the first chunk: the edge
+# configs (smallest chunks) make them.
+FORWARD_TUNABLES = {"mosaic_tpu": (*MOSAIC_TPU_FORWARD, "q_layout"), "triton": TRITON_FORWARD}
+
+XLA_CHUNKED_TUNABLES = Tunables((_block("q_chunk_size", 512, "q"), _block("kv_chunk_size", 1024, "kv")))
+
+KINDS: dict[str, _Kind] = {
+    k.name: k
+    for k in (
+        _Kind(
+            "xla",
+            "base",
+            "DotProductAttention",
+            "native",
+            "cpu",
+            "max_denominator",
+            fully_masked_rows="mean_v",
+        ),
+        _Kind(
+            "xla_chunked",
+            "xla_chunked",
+            "XlaChunkedDotProductAttention",
+            "native",
+            "cpu",
+            None,
+            XLA_CHUNKED_TUNABLES,
+            fully_masked_rows="mean_v",
+        ),
+        _Kind(
+            "mosaic_tpu",
+            "pallas_mosaic_tpu",
+            "PallasMosaicTpuFlashAttention",
+            "tpu",
+            "tpu",
+            "logsumexp",
+            MOSAIC_TPU_TUNABLES,
+        ),
+        _Kind(
+            "triton",
+            "pallas_triton",
+            "PallasTritonFlashAttention",
+            "generic",
+            "gpu",
+            "max_denominator",
+            TRITON_TUNABLES,
+        ),
+        _Kind("mosaic_gpu", "pallas_mosaic_gpu", "PallasMosaicGpuFlashAttention", "native", "gpu", None),
+        _Kind(
+            "cudnn",
+            "jax_nn",
+            "JaxNnDotProductAttention",
+            "native",
+            "gpu",
+            None,
+            op_kwargs=(("implementation", "cudnn"),),
+        ),
+    )
+}
+
+
+# 0.0.10's Mosaic TPU op has no VJP op (splash's own VJP runs, with a fixed ConfigVjp), a Config of
+# three blocks (no layouts or scheduler), no GQA (NotImplementedError) and no residuals (it returns
+# None); 0.0.11 adds pallas_mosaic_tpu_vjp.py, the layout and scheduler fields, GQA and residuals.
+MOSAIC_TPU_FULL_SINCE = (0, 0, 11)
+MOSAIC_TPU_0_0_10 = ("block_q", "block_kv", "block_kv_compute")
+
+
+def _release_kind(kind: _Kind) -> _Kind:
+    """``kind`` as the installed tokamax release has it."""
+    version = tokamax_version()
+    if kind.name == "mosaic_tpu" and version and version < MOSAIC_TPU_FULL_SINCE:
+        params = tuple(p for p in kind.tunables.params if p.name in MOSAIC_TPU_0_0_10)
+        return dataclasses.replace(kind, tunables=Tunables(params), lse_from=None)
+    return kind
+
+
+# --- declarations, read in each implementation's source (0.0.12) ---------------------------
+
+
+def _not_implemented(name: str, feature: str, what: str, applies_to: str = "both") -> ShapeConstraint:
+    return ShapeConstraint(
+        name=name,
+        reason=f"{what} (NotImplementedError)",
+        holds=lambda shape, spec: False,
+        basis="raises",
+        applies_to=applies_to,  # type: ignore[arg-type]
+        features=(feature,),
+        exceptions=NOT_IMPLEMENTED,
+    )
+
+
+def _divides(block: int, length: int) -> bool:
+    return length % block == 0
+
+
+def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
+    if kind == "mosaic_tpu":
+        version = tokamax_version()
+        old = (
+            (
+                _not_implemented(
+                    "no_gqa_before_0_0_11",
+                    "gqa",
+                    "tokamax 0.0.10's Mosaic TPU op: 'Grouped query attention is not implemented.'",
+                ),
+            )
+            if version and version < MOSAIC_TPU_FULL_SINCE
+            else ()
+        )
+        return old + (
+            _not_implemented(
+                "no_bias", "bias", "pallas_mosaic_tpu_common.check_inputs_support: 'Bias is not supported.'"
+            ),
+            _not_implemented(
+                "no_lengths",
+                "lengths",
+                "check_inputs_support: 'mask.q_end/k_end is not supported.' (valid lengths)",
+            ),
+            _not_implemented(
+                "no_window", "window", "check_inputs_support: 'mask.k_start is not supported.' (local window)"
+            ),
+            ShapeConstraint(
+                name="blocks_divide_lengths",
+                reason="splash's mask info raises where a block does not divide its sequence "
+                "('q_block_size=128 should divide q_seq_len=113', likewise kv; a block longer than "
+                "its sequence too): tokamax's contract for an unsupported input is "
+                "NotImplementedError, and this release raises ValueError (a finding, in "
+                "kernels/known_issues.toml)",
+                holds=lambda shape, spec, b: (
+                    _divides(b["block_q"], shape.q_len) and _divides(b["block_kv"], shape.kv_len)
+                ),
+                basis="raises",
+                sees_config=True,
+                exceptions=NOT_IMPLEMENTED,
+            ),
+            ShapeConstraint(
+                name="backward_blocks_divide_lengths",
+                reason="the backward's splash blocks (block_q_dkv, block_kv_dkv) must divide their "
+                "sequences too (ValueError in this release, NotImplementedError by contract)",
+                holds=lambda shape, spec, b: (
+                    # 0.0.10 has no backward tunables: its ConfigVjp blocks are fixed at 128
+                    _divides(b.get("block_q_dkv", 128), shape.q_len)
+                    and _divides(b.get("block_kv_dkv", 128), shape.kv_len)
+                ),
+                basis="raises",
+                applies_to="backward",
+                sees_config=True,
+                exceptions=NOT_IMPLEMENTED,
+            ),
+        )
+    if kind == "triton":
+        return (
+            _not_implemented(
+                "no_softcap_backward",
+                "softcap",
+                "pallas_triton_vjp._bwd: '`logits_soft_cap` unsupported.'",
+                applies_to="backward",
+            ),
+        )
+    return ()
+
+
+def _whole_backward_blocks(shape: AttentionShape, blocks: dict) -> bool:
+    """Every backward block, clipped to its length, divides it (no partial last block)."""
+
+    def whole(length: int, *names: str) -> bool:
+        return all(length % min(blocks[n], length) == 0 for n in names)
+
+    return whole(shape.q_len, "block_m1", "block_m2") and whole(shape.kv_len, "block_n1", "block_n2")
+
+
+def _interpreter_constraints(kind: str, execution: Execution) -> tuple[ShapeConstraint, ...]:
+    """What only the generic interpreter rejects (native Triton runs it): with a partial last
+    backward block (block_m1/m2 over q_len, block_n1/n2 over kv_len), the backward's masked
+    ``where`` fails to lower ('Cannot lower jaxpr with verifier errors': its boolean mask reaches a
+    call as int32) for windows, lengths and boolean masks. Seen at tokamax 0.0.12, jax 0.10.2."""
+    if kind != "triton" or execution != "generic":
+        return ()
+    return tuple(
+        ShapeConstraint(
+            name=f"interpreter_partial_backward_block_{feature}",
+            reason=f"with {feature.replace('_', ' ')} and a backward block that does not divide its "
+            "length, JAX's generic Pallas interpreter fails to lower the backward's masked where "
+            "(ValueError: Cannot lower jaxpr with verifier errors, an i1 mask passed as i32); an "
+            "interpreter limit, native Triton runs it",
+            holds=lambda shape, spec, b: _whole_backward_blocks(shape, b),
+            basis="raises",
+            applies_to="backward",
+            features=(feature,),
+            sees_config=True,
+            exceptions=("ValueError",),
+        )
+        for feature in ("window", "lengths", "bool_mask")
+    )
+
+
+def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
+    xla = kind.name in ("xla", "xla_chunked")
+    mosaic = kind.name == "mosaic_tpu"
+    return Capabilities(
+        jax_runtime=True,
+        # Mosaic TPU: check_inputs_support raises NotImplementedError for anything but
+        # bfloat16 and float32.
+        dtypes=("float32", "bfloat16") if mosaic else ("float32", "bfloat16", "float16"),
+        causal_alignments=("top_left",),
+        window=True,
+        lengths=True,
+        # Mosaic TPU takes a boolean mask only when the batch and the heads share it (its
+        # build_splash_kernel raises NotImplementedError otherwise); a declaration sees the case's
+        # shape, not its mask's, so masks stay undeclared there rather than half-declared.
+        bool_mask=not mosaic,
+        gqa=True,
+        bias=True,
+        bias_broadcast=True,
+        softcap=True,
+        distinct_v_dim=True,
+        backward=True,
+        bias_grad=xla or kind.name == "triton",
+        lse=kind.lse_from is not None,
+        fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
+        constraints=_constraints(kind.name) + _interpreter_constraints(kind.name, execution),
+        tunables=kind.tunables,
+    )
+
+
+# --- loading the op -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Api:
+    attention: Callable[..., Any]  # tokamax.dot_product_attention
+    op_class: type
+    vjp_class: type | None
+    config_class: type | None
+    vjp_config_class: type | None
+    layout_class: Any  # splash.QKVLayout (Mosaic TPU), else None
+
+
+def _load_api(kind: _Kind) -> _Api:
+    """The installed tokamax's op classes for ``kind`` (ImportError/AttributeError when missing)."""
+    if tokamax_version() and tokamax_version() < OLDEST:
+        raise ImportError(
+            f"tokamax {installed_version(DISTRIBUTION)} is older than "
+            f"{'.'.join(map(str, OLDEST))}, the oldest release this adapter reads"
+        )
+    absl_flags_parsed()
+    tokamax = importlib.import_module("tokamax")
+    module = importlib.import_module(f"{ATTENTION}.{kind.module}")
+    op_class = getattr(module, kind.op_class)
+    vjp = op_class(**dict(kind.op_kwargs)).vjp
+    vjp_class = None if vjp is None else type(vjp)
+    layout = None
+    if kind.name == "mosaic_tpu":
+        layout = importlib.import_module(
+            "tokamax._src.ops.experimental.tpu.splash_attention.splash_attention_kernel"
+        ).QKVLayout
+    config_class = getattr(op_class, "config_cls", None)
+    vjp_config_class = None if vjp_class is None else getattr(vjp_class, "config_cls", None)
+    return _Api(tokamax.dot_product_attention, op_class, vjp_class, config_class, vjp_config_class, layout)
+
+
+def _execution(kind: _Kind) -> Execution:
+    """How the kernel runs here: natively on its own hardware, else in its interpreter."""
+    if kind.execution == "native" or default_backend() == kind.hardware:
+        return "native"
+    return kind.execution
+
+
+_EXECUTION_WORDS = {
+    "native": "natively",
+    "generic": "Pallas generic interpreter on CPU (tokamax cross_compile, interpret mode config)",
+    "tpu": "Pallas TPU interpret mode (force_tpu_interpret_mode) on CPU",
+}
+
+
+@contextlib.contextmanager
+def _running(kind: _Kind, execution: Execution) -> Iterator[None]:
+    """The context every trace and call of ``kind`` runs in here."""
+    with contextlib.ExitStack() as stack:
+        if execution == "generic":
+            tokamax = importlib.import_module("tokamax")
+            stack.enter_context(tokamax.config.cross_compile(True))
+            stack.enter_context(generic_interpret())
+            stack.enter_context(hoisted_program_ids())
+        elif execution == "tpu":
+            from jax.experimental.pallas import tpu as pltpu
+
+            stack.enter_context(pltpu.force_tpu_interpret_mode())
+            stack.enter_context(remat_optimization_off())
+        yield
+
+
+# --- the translation: pure functions of JAX arrays ----------------------------------------
+
+
+def tokamax_window(window, q_len, kv_len):
+    """Canonical ``(left, right)`` (None = unbounded) -> tokamax's ``local_window_size``."""
+    if window is None:
+        return None
+    unbounded = q_len + kv_len  # wider than any distance between a query and a key
+    left, right = window
+    return (unbounded if left is None else int(left), unbounded if right is None else int(right))
+
+
+def lse_from_residuals(residuals, lse_from):
+    """``[B, H, T]`` lse from the op's residuals: (max, denominator) or (max, logsumexp)."""
+    import jax.numpy as jnp
+
+    first, second = residuals
+    if lse_from == "logsumexp":
+        return second.astype(jnp.float32)
+    return (first + jnp.log(second)).astype(jnp.float32)
+
+
+def _with_residuals(op, *args, **kwargs):
+    """An ``implementation=`` callable: the op, returning ``(out, residuals)``."""
+    return op(*args, return_residuals=True, **kwargs)
+
+
+def tokamax_attention(
+    attention, op, q, k, v, bias, mask, q_lengths, kv_lengths, *, scale, causal, window, softcap, lse_from
+):
+    """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None) through
+    ``tokamax.dot_product_attention(..., implementation=op)``, in ``[B, T, N, H]``."""
+    import jax.numpy as jnp
+
+    to_btnh = (0, 2, 1, 3)  # its own inverse
+    implementation = op if lse_from is None else functools.partial(_with_residuals, op)
+    result = attention(
+        jnp.transpose(q, to_btnh),
+        jnp.transpose(k, to_btnh),
+        jnp.transpose(v, to_btnh),
+        bias,
+        mask,
+        scale=scale,
+        is_causal=causal,
+        query_seq_lengths=q_lengths,
+        key_value_seq_lengths=kv_lengths,
+        local_window_size=window,
+        logits_soft_cap=softcap,
+        implementation=implementation,
+    )
+    if lse_from is None:
+        return jnp.transpose(result, to_btnh), None
+    out, residuals = result
+    return jnp.transpose(out, to_btnh), lse_from_residuals(residuals, lse_from)
+
+
+def per_batch_row(fn, q, k, v, bias, mask, q_lengths, kv_lengths, **options):
+    """``fn`` once per batch row, concatenated: the same values as one call (each row is
+    independent), for the TPU interpreter, which cannot vmap tokamax's kernel over the batch.
+    A mask (or bias, lengths) with its own batch rows goes whole, so tokamax's own check of it
+    still runs."""
+    import jax.numpy as jnp
+
+    batch = q.shape[0]
+    batched = any(x is not None and x.ndim == 4 and x.shape[0] > 1 for x in (bias, mask))
+    if batch == 1 or batched or q_lengths is not None or kv_lengths is not None:
+        return fn(q, k, v, bias, mask, q_lengths, kv_lengths, **options)
+    rows = [
+        fn(q[b : b + 1], k[b : b + 1], v[b : b + 1], bias, mask, None, None, **options) for b in range(batch)
+    ]
+    out = jnp.concatenate([r[0] for r in rows])
+    lse = None if rows[0][1] is None else jnp.concatenate([r[1] for r in rows])
+    return out, lse
+
+
+def tokamax_gradients(
+    attention, op, q, k, v, bias, mask, q_lengths, kv_lengths, dout, *, scale, causal, window, softcap, loop
+):
+    """(dq, dk, dv, dbias or None) of ``sum(out * dout)`` by ``jax.vjp`` of the public call: tokamax's
+    own VJP op. dbias has the bias's own shape."""
+    import jax
+
+    options = dict(scale=scale, causal=causal, window=window, softcap=softcap, lse_from=None)
+    call = (
+        functools.partial(per_batch_row, functools.partial(tokamax_attention, attention, op))
+        if loop
+        else (functools.partial(tokamax_attention, attention, op))
+    )
+    if bias is None:
+        _, vjp = jax.vjp(
+            lambda q, k, v: call(q, k, v, None, mask, q_lengths, kv_lengths, **options)[0], q, k, v
+        )
+        return (*vjp(dout), None)
+    _, vjp = jax.vjp(
+        lambda q, k, v, b: call(q, k, v, b, mask, q_lengths, kv_lengths, **options)[0], q, k, v, bias
+    )
+    return vjp(dout)
+
+
+# --- the adapter --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    scale: float
+    causal: bool
+    window: tuple[int, int] | None
+    softcap: float | None
+
+
+def _static(shape: AttentionShape, spec: AttentionSpec) -> _Static:
+    softcap = None if spec.softcap is None else float(spec.softcap)
+    return _Static(
+        spec.resolved_scale(shape.head_dim),
+        spec.causal,
+        tokamax_window(spec.window, shape.q_len, shape.kv_len),
+        softcap,
+    )
+
+
+def _arrays(inputs: AttentionInputs) -> tuple[np.ndarray | None, ...]:
+    lengths = (
+        None if x is None else np.asarray(x, dtype=np.int32) for x in (inputs.q_lengths, inputs.kv_lengths)
+    )
+    mask = None if inputs.mask is None else np.asarray(inputs.mask, dtype=bool)
+    return (inputs.q, inputs.k, inputs.v, inputs.bias, mask, *lengths)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TokamaxAdapter:
+    """``tokamax.dot_product_attention`` with one implementation. Canonical ``[B, H, S, D]``."""
+
+    OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"impl": IMPLEMENTATIONS}
+    # ``--impl tokamax`` (and ``all``) means one subject per value of this option.
+    FAMILY_OPTION: ClassVar[str] = "impl"
+    impl: Implementation = "xla"
+    config: Config = ()  # the case's tunables; () = the implementation's default
+    name: str = "tokamax[impl=xla]"
+    description: str = "tokamax.dot_product_attention"
+    _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.impl not in KINDS:
+            raise ValueError(f"unknown tokamax implementation {self.impl!r}; choose from {IMPLEMENTATIONS}")
+        if self.name == "tokamax[impl=xla]" and self.impl != "xla":
+            object.__setattr__(self, "name", f"tokamax[impl={self.impl}]")
+        object.__setattr__(
+            self, "description", f"tokamax.dot_product_attention(implementation={self.impl!r})"
+        )
+
+    @property
+    def _kind(self) -> _Kind:
+        return _release_kind(KINDS[self.impl])
+
+    def configured(self, config: Config) -> TokamaxAdapter:
+        """A copy that runs ``config`` (and has its own compile cache)."""
+        return dataclasses.replace(
+            self, config=self._kind.tunables.normalized(config), _cache=CompiledCache()
+        )
+
+    def availability(self) -> Availability:
+        kind = self._kind
+        try:
+            _load_api(kind)
+            execution = _execution(kind)
+        except Exception as error:  # any import/API failure means "unavailable", never a crash
+            return unavailable_because(error, f"importing tokamax's {kind.op_class}")
+        versions = (*installed_jax_versions(), (DISTRIBUTION, installed_version(DISTRIBUTION) or "missing"))
+        if kind.hardware == "gpu" and kind.execution == "native" and default_backend() != "gpu":
+            return Availability(
+                False,
+                f"tokamax's {kind.op_class} needs an NVIDIA GPU"
+                + (" (Hopper or newer)" if self.impl == "mosaic_gpu" else " with cuDNN")
+                + f"; this machine runs JAX on {default_backend()} and no interpreter runs it",
+                versions,
+            )
+        mode = "native" if execution == "native" else "interpret"
+        return Availability(True, "", versions, mode, _EXECUTION_WORDS[execution])
+
+    def capabilities(self) -> Capabilities:
+        try:
+            execution = _execution(self._kind)
+        except Exception:  # no JAX: declare what runs natively (availability says why it cannot)
+            execution = "native"
+        return _capabilities(self._kind, execution)
+
+    # -- configs -------------------------------------------------------------------------
+
+    def _op(self, api: _Api, execution: Execution, forward_config: Any, vjp_config: Any) -> Any:
+        kind = self._kind
+        op_class, vjp_class = api.op_class, api.vjp_class
+        if execution != "native":
+            op_class, vjp_class = interpretable_op(op_class, vjp_class)
+        kwargs = dict(kind.op_kwargs)
+        if self.impl == "xla_chunked":
+            values = XLA_CHUNKED_TUNABLES.resolved(self.config)
+            kwargs["chunk_size"] = (values["q_chunk_size"], values["kv_chunk_size"])
+        if vjp_class is not None:
+            kwargs["vjp"] = vjp_class(config=vjp_config)
+        return op_class(config=forward_config, **kwargs)
+
+    def _configs(self, api: _Api) -> tuple[Any, Any]:
+        """(forward Config, VJP Config) built from the case's values over the declared defaults
+        (the implementations' heuristics); None where the implementation has no Config."""
+        values = self._kind.tunables.resolved(self.config)
+        if self.impl == "mosaic_tpu":
+            forward = {n: values[n] for n in MOSAIC_TPU_FORWARD if n in values}
+            if "q_layout" in values:
+                layout = api.layout_class[values["q_layout"]]
+                forward.update(q_layout=layout, k_layout=layout, v_layout=layout)
+            backward = None
+            if api.vjp_config_class is not None:
+                backward = api.vjp_config_class(**{n: values[n] for n in MOSAIC_TPU_BACKWARD})
+            return api.config_class(**forward), backward
+        if self.impl == "triton":
+            # Warps and stages size the GPU launch only; the heuristics' values.
+            launch = dict(num_warps=4, num_stages=2)
+            forward = api.config_class(**{n: values[n] for n in TRITON_FORWARD}, **launch)
+            return forward, api.vjp_config_class(**{n: values[n] for n in TRITON_BACKWARD}, **launch)
+        return None, None
+
+    def _forward_config(self, api: _Api, op: Any, args: tuple, static: _Static) -> Any:
+        """The forward Config that runs: the case's when it names a forward tunable; otherwise the
+        op's own ``bind(...).default_config`` (the autotuning cache of this device kind, else the
+        heuristics), passed explicitly so that the record names it."""
+        names = FORWARD_TUNABLES.get(self.impl)
+        if names is None:
+            return None
+        if set(dict(self.config)) & set(names):
+            return self._configs(api)[0]
+        q, k, v = (a.swapaxes(1, 2) for a in args[:3])
+        return op.bind(q, k, v, logits_scale=static.scale, logits_soft_cap=static.softcap).default_config
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def _build(self, direction: str, static: _Static, args: tuple, with_lse: bool) -> Compiled:
+        import jax
+
+        kind = self._kind
+        api = _load_api(kind)
+        execution = _execution(kind)
+        _, vjp_config = self._configs(api)
+        probe = self._op(api, execution, None, vjp_config)
+        forward_config = self._forward_config(api, probe, args, static)
+        op = self._op(api, execution, forward_config, vjp_config)
+        loop = execution == "tpu"
+        options = dict(scale=static.scale, causal=static.causal, window=static.window, softcap=static.softcap)
+        if direction == "forward":
+            lse_from = kind.lse_from if with_lse else None
+            fn = functools.partial(tokamax_attention, api.attention, op, lse_from=lse_from, **options)
+            if loop:
+                fn = functools.partial(
+                    per_batch_row,
+                    functools.partial(tokamax_attention, api.attention, op),
+                    lse_from=lse_from,
+                    **options,
+                )
+            traced = args
+        else:
+            import jax.numpy as jnp
+
+            fn = functools.partial(tokamax_gradients, api.attention, op, loop=loop, **options)
+            q, v = args[0], args[2]
+            traced = (*args, jnp.zeros((*q.shape[:-1], v.shape[-1]), q.dtype))  # dout: out's shape
+        ran = self._ran(fn, traced, execution, forward_config, vjp_config, direction)
+        return Compiled(jax.jit(fn), ran)
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32 where exposed."""
+        kind = self._kind
+        static = _static(inputs.shape, spec)
+        arrays = _arrays(inputs)
+        with_lse = kind.lse_from is not None
+        with _running(kind, _execution(kind)):
+            args = tuple(to_jax(a) for a in arrays)
+            compiled = self._cache.get(
+                ("forward", static, array_key(*arrays)),
+                lambda: self._build("forward", static, args, with_lse),
+            )
+            out, lse = compiled.fn(*args)
+            out, lse = to_numpy(out), None if lse is None else to_numpy(lse)
+        return SubjectOutput(out=out, lse=lse, ran=compiled.ran)
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        """Gradients of ``sum(out * dout)`` through tokamax's VJP; dbias in the bias's own shape."""
+        kind = self._kind
+        static = _static(inputs.shape, spec)
+        arrays = _arrays(inputs)
+        with _running(kind, _execution(kind)):
+            args = tuple(to_jax(a) for a in arrays)
+            compiled = self._cache.get(
+                ("backward", static, array_key(*arrays)), lambda: self._build("backward", static, args, False)
+            )
+            grads = compiled.fn(*args, to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
+            dq, dk, dv, dbias = (None if g is None else to_numpy(g) for g in grads)
+        return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
+
+    def _ran(
+        self, fn: Any, args: tuple, execution: Execution, forward_config: Any, vjp_config: Any, direction: str
+    ) -> str:
+        kernels = count_primitives(fn, args, "pallas_call")
+        where = _EXECUTION_WORDS[execution]
+        if self._kind.hardware != "cpu" and kernels == 0:
+            what = f"no pallas_call traced: tokamax fell back ({where})"
+        elif kernels:
+            what = f"{self.impl}: pallas_call x{kernels} ({where})"
+        else:
+            what = f"{self.impl}: XLA ops"
+        configs = [f"config {_config_words(forward_config)}"]
+        if direction == "backward" and vjp_config is not None:
+            configs.append(f"vjp config {_config_words(vjp_config)}")
+        if self.impl == "xla_chunked":
+            values = XLA_CHUNKED_TUNABLES.resolved(self.config)
+            configs = [f"chunk_size ({values['q_chunk_size']}, {values['kv_chunk_size']})"]
+        return f"{what}; {'; '.join(configs)}"
+
+
+def _config_words(config: Any) -> str:
+    """A Config as ``name=value`` pairs (enums by name); "none" for an op without one."""
+    if config is None:
+        return "none"
+    fields = dataclasses.fields(config) if dataclasses.is_dataclass(config) else ()
+    words = []
+    for field in fields:
+        value = getattr(config, field.name)
+        words.append(f"{field.name}={getattr(value, 'name', value)}")
+    return "(" + ", ".join(words) + ")"

@@ -1,0 +1,347 @@
+"""tokamax's attention, one subject per implementation: the family name, availability, the
+declarations read in its source, the translations (window, lengths, mask, bias, softcap, GQA)
+against the float64 reference, one small case per CPU implementation, the CPU shims, and the
+configs that ran."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+
+import numpy as np
+import pytest
+
+from conformance.plan.subjects import impl_names
+from kernels.base import Capabilities, ShapeConstraint
+from kernels.registry import UnknownSubjectError, expand_family, resolve, resolve_many
+from kernels.tokamax import IMPLEMENTATIONS, TokamaxAdapter, tokamax_window
+from reference.spec import AttentionShape, AttentionSpec
+from tests.kernels.cases import check_forward, check_gradients, make_inputs
+
+pytestmark = pytest.mark.timeout(600)
+
+FAMILY = tuple(f"tokamax[impl={impl}]" for impl in IMPLEMENTATIONS)
+
+
+# --- without tokamax: the family name and the declarations' form ------------------------------
+
+
+def test_the_family_name_is_every_implementation_and_all_includes_it():
+    assert expand_family("tokamax") == FAMILY
+    assert expand_family("xla") == ("xla",)
+    assert impl_names("tokamax") == FAMILY
+    assert set(FAMILY) <= set(impl_names("all"))
+    assert [a.name for a in resolve_many("tokamax")] == list(FAMILY)
+    # the default implementation still names itself, so reports never show a bare "tokamax"
+    assert resolve("tokamax").name == "tokamax[impl=xla]" == resolve("tokamax[impl=xla]").name
+
+
+def test_ci_all_keeps_the_family_members_its_budget_names_and_tokamax_alone_keeps_every_one():
+    from conformance.plan.profiles import PROFILES
+
+    ci = PROFILES["ci"].family_in_all
+    in_all = impl_names("all", (), ci)
+    assert "tokamax[impl=xla]" in in_all and "tokamax[impl=triton]" not in in_all
+    assert "xla" in in_all and "tpu_flash" in in_all  # other subjects are untouched
+    assert impl_names("tokamax", (), ci) == FAMILY
+    assert set(FAMILY) <= set(impl_names("all", (), PROFILES["dev"].family_in_all))
+
+
+def test_an_unknown_implementation_is_one_line_naming_the_choices():
+    with pytest.raises(UnknownSubjectError, match="impl=bogus is not one of xla|xla_chunked"):
+        resolve("tokamax[impl=bogus]")
+
+
+def test_a_raises_constraint_can_name_its_exception_and_only_a_raises_one():
+    named = ShapeConstraint(
+        "x", "raises NotImplementedError", lambda s, p: False, "raises", exceptions=("NotImplementedError",)
+    )
+    assert named.expects(NotImplementedError("no"))
+    assert not named.expects(ValueError("broadcast"))
+    assert ShapeConstraint("y", "raises anything", lambda s, p: False, "raises").expects(TypeError())
+    with pytest.raises(ValueError, match="only a 'raises' constraint"):
+        ShapeConstraint("z", "no parameter for it", lambda s, p: False, "api", exceptions=("ValueError",))
+
+
+def test_the_raises_check_fails_an_exception_other_than_the_declared_one():
+    from types import SimpleNamespace
+
+    from conformance.judge.checks.contract import raises
+    from conformance.plan.cases import Case
+
+    constraint = ShapeConstraint(
+        "no_bias",
+        "bias raises NotImplementedError",
+        lambda s, p: False,
+        "raises",
+        features=("bias",),
+        exceptions=("NotImplementedError",),
+    )
+    capabilities = Capabilities(dtypes=("float32",), bias=True, constraints=(constraint,))
+    case = Case(subject="s", dtype="float32", bias="bhqk")
+
+    def verdict(error):
+        call = SimpleNamespace(error=error)
+        run = SimpleNamespace(forward_call=call, gradients_call=call)
+        return raises(SimpleNamespace(run=run, direction="forward", capabilities=capabilities, case=case))
+
+    assert verdict(NotImplementedError("Bias is not supported.")).verdict == "pass"
+    wrong = verdict(ValueError("Incompatible shapes for broadcasting"))
+    assert wrong.verdict == "fail" and "NotImplementedError" in wrong.reason
+    assert verdict(None).verdict == "fail"
+
+
+def test_window_translation_is_inclusive_and_unbounded_sides_are_wider_than_any_distance():
+    assert tokamax_window(None, 8, 8) is None
+    assert tokamax_window((2, 0), 8, 8) == (2, 0)
+    assert tokamax_window((None, 3), 8, 12) == (20, 3)
+
+
+# --- with tokamax ----------------------------------------------------------------------------
+
+# Installed by nox with the newest release each JAX takes (pyproject.toml group `tokamax`); the tests
+# above run without it.
+requires_tokamax = pytest.mark.skipif(
+    importlib.util.find_spec("tokamax") is None, reason="tokamax is not installed (nox installs it)"
+)
+
+
+@pytest.fixture(scope="module", params=("xla", "xla_chunked", "mosaic_tpu", "triton"))
+def cpu_adapter(request):
+    adapter = TokamaxAdapter(impl=request.param)
+    availability = adapter.availability()
+    if not availability.available:
+        pytest.skip(availability.reason)  # then test_all_four_cpu_implementations_run_here fails
+    return adapter
+
+
+@requires_tokamax
+def test_all_four_cpu_implementations_run_here():
+    for impl in ("xla", "xla_chunked", "mosaic_tpu", "triton"):
+        availability = TokamaxAdapter(impl=impl).availability()
+        assert availability.available, availability.reason
+
+
+@requires_tokamax
+@pytest.mark.parametrize("impl", ("mosaic_gpu", "cudnn"))
+def test_gpu_implementations_say_why_they_are_unavailable_on_cpu(impl):
+    from kernels.jax_runtime import default_backend, installed_version
+
+    if default_backend() == "gpu":
+        pytest.skip("a GPU is attached")
+    availability = TokamaxAdapter(impl=impl).availability()
+    assert not availability.available and "NVIDIA GPU" in availability.reason
+    assert ("tokamax", installed_version("tokamax")) in availability.versions
+
+
+@requires_tokamax
+def test_each_cpu_implementation_matches_the_reference_forward_and_backward(cpu_adapter):
+    inputs = make_inputs(0, b=2, hq=2, hkv=1, sq=128, sk=128, d=64)
+    spec = AttentionSpec(causal=True, scale=0.2)
+    ran = check_forward(cpu_adapter, inputs, spec, "float32")
+    assert ran.startswith(f"{cpu_adapter.impl}: ")
+    check_gradients(cpu_adapter, inputs, spec, "float32")
+
+
+@requires_tokamax
+def test_the_record_names_the_implementation_and_the_config_that_ran(cpu_adapter):
+    inputs = make_inputs(1, b=1, hq=1, hkv=1, sq=128, sk=128, d=32)
+    ran = cpu_adapter.forward(inputs, AttentionSpec()).ran
+    expected = {
+        "xla": "xla: XLA ops; config none",
+        "xla_chunked": "chunk_size (512, 1024)",
+        "mosaic_tpu": "pallas_call x",
+        "triton": "pallas_call x1",
+    }[cpu_adapter.impl]
+    assert expected in ran, ran
+    if cpu_adapter.impl in ("mosaic_tpu", "triton"):
+        assert "config (block_q=" in ran
+
+
+@pytest.fixture(scope="module")
+def triton():
+    adapter = TokamaxAdapter(impl="triton")
+    availability = adapter.availability()
+    if not availability.available:
+        pytest.skip(availability.reason)  # test_all_four_cpu_implementations_run_here fails then
+    return adapter
+
+
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        ((("block_q", 32), ("block_k", 16)), "block_q=32, block_k=16"),
+    ],
+)
+@requires_tokamax
+def test_a_triton_config_reaches_the_kernel(triton, config, words):
+    adapter = triton.configured(config)
+    inputs = make_inputs(2, b=1, hq=1, hkv=1, sq=64, sk=64, d=32)
+    assert words in check_forward(adapter, inputs, AttentionSpec(), "float32")
+
+
+@requires_tokamax
+def test_small_xla_chunks_leave_the_first_chunk_and_stay_right():
+    adapter = TokamaxAdapter(impl="xla_chunked").configured((("q_chunk_size", 16), ("kv_chunk_size", 24)))
+    inputs = make_inputs(3, b=1, hq=2, hkv=2, sq=40, sk=50, d=32)  # 3 q chunks, 3 kv chunks, both ragged
+    assert "chunk_size (16, 24)" in check_forward(adapter, inputs, AttentionSpec(), "float32")
+    check_gradients(adapter, inputs, AttentionSpec(), "float32")
+
+
+@requires_tokamax
+def test_triton_bias_and_mask_forward_in_the_interpreter(triton):
+    import dataclasses
+
+    adapter = triton
+    base = make_inputs(8, b=2, hq=2, hkv=2, sq=64, sk=64, d=32, bias_shape=(1, 2, 64, 64))
+    mask = np.random.default_rng(8).random((2, 1, 64, 64)) > 0.3
+    check_forward(adapter, base, AttentionSpec(scale=0.4, softcap=3.0), "float32")
+    check_forward(adapter, dataclasses.replace(base, bias=None, mask=mask), AttentionSpec(), "float32")
+
+
+@requires_tokamax
+def test_triton_lengths_causal_window_forward_and_backward_through_the_grid_index_shim(triton):
+    """Each reads pl.program_id inside a loop body: without the shim the interpreter cannot run them."""
+    import dataclasses
+
+    inputs = make_inputs(10, b=2, hq=1, hkv=1, sq=64, sk=64, d=16)
+    lengths = dict(q_lengths=np.array([64, 30], np.int32), kv_lengths=np.array([20, 64], np.int32))
+    spec = AttentionSpec(causal=True, window=(7, 3))
+    check_forward(triton, dataclasses.replace(inputs, **lengths), spec, "float32")
+    check_gradients(triton, dataclasses.replace(inputs, **lengths), spec, "float32")
+
+
+@requires_tokamax
+def test_triton_interpreter_limit_on_a_partial_backward_block_is_declared_and_raises_as_declared(triton):
+    partial = make_inputs(11, b=1, hq=1, hkv=1, sq=48, sk=48, d=16)  # 48: block_n1=64 is partial
+    caps = triton.capabilities()
+    spec = AttentionSpec(window=(7, 3))
+    outside = caps.admits(partial.shape, spec, "float32", "backward", ("window",))
+    (constraint,) = [e.constraint for e in outside if e.constraint is not None]
+    assert constraint.name == "interpreter_partial_backward_block_window"
+    with pytest.raises(ValueError, match="verifier") as raised:
+        triton.gradients(partial, spec, np.ones_like(partial.q))
+    assert constraint.expects(raised.value)
+    whole = make_inputs(11, b=1, hq=1, hkv=1, sq=64, sk=64, d=16)
+    assert not caps.admits(whole.shape, spec, "float32", "backward", ("window",))
+
+
+@requires_tokamax
+@pytest.mark.parametrize("impl", ("xla", "xla_chunked"))
+def test_translations_bias_mask_lengths_softcap_window(impl):
+    """Bias after scale and before the cap, the boolean mask (True = may see), valid lengths and an
+    inclusive top-left window, each against the reference."""
+    adapter = TokamaxAdapter(impl=impl)
+    b, h, s, d = 2, 2, 64, 32
+    rng = np.random.default_rng(4)
+    base = make_inputs(4, b=b, hq=h, hkv=h, sq=s, sk=s, d=d, bias_shape=(1, h, s, s))
+    mask = rng.random((b, 1, s, s)) > 0.3
+    lengths = dict(q_lengths=np.array([s, 40], np.int32), kv_lengths=np.array([50, s], np.int32))
+    import dataclasses
+
+    check_forward(adapter, base, AttentionSpec(scale=0.4, softcap=3.0), "float32")
+    check_forward(adapter, dataclasses.replace(base, bias=None, mask=mask), AttentionSpec(), "float32")
+    check_forward(adapter, dataclasses.replace(base, bias=None, **lengths), AttentionSpec(), "float32")
+    check_forward(adapter, dataclasses.replace(base, bias=None), AttentionSpec(window=(5, 2)), "float32")
+    check_gradients(adapter, base, AttentionSpec(scale=0.4), "float32")
+    lengths_case = dataclasses.replace(base, bias=None, **lengths)
+    check_gradients(adapter, lengths_case, AttentionSpec(causal=True, window=(5, 2)), "float32")
+
+
+@requires_tokamax
+def test_mosaic_tpu_declared_rejections_raise_not_implemented():
+    adapter = TokamaxAdapter(impl="mosaic_tpu")
+    inputs = make_inputs(5, b=1, hq=1, hkv=1, sq=128, sk=128, d=32, bias_shape=(1, 1, 128, 128))
+    with pytest.raises(NotImplementedError, match="Bias is not supported"):
+        adapter.forward(inputs, AttentionSpec())
+    import dataclasses
+
+    with pytest.raises(NotImplementedError, match="k_start"):
+        adapter.forward(dataclasses.replace(inputs, bias=None), AttentionSpec(window=(4, 4)))
+
+
+@requires_tokamax
+def test_triton_backward_rejects_softcap_as_declared(triton):
+    adapter = triton
+    inputs = make_inputs(6, b=1, hq=1, hkv=1, sq=32, sk=32, d=32)
+    constraint = {c.name: c for c in adapter.capabilities().constraints}["no_softcap_backward"]
+    with pytest.raises(NotImplementedError, match="logits_soft_cap") as raised:
+        adapter.gradients(inputs, AttentionSpec(softcap=5.0), np.ones_like(inputs.q))
+    assert constraint.expects(raised.value)
+
+
+@requires_tokamax
+def test_the_shims_change_no_value_mosaic_tpu_batch_loop():
+    """The per-batch loop is the same as calling each batch row alone."""
+    adapter = TokamaxAdapter(impl="mosaic_tpu")
+    two = make_inputs(7, b=2, hq=2, hkv=2, sq=128, sk=128, d=32)
+    import dataclasses
+
+    together = adapter.forward(two, AttentionSpec(causal=True)).out
+    alone = adapter.forward(
+        dataclasses.replace(two, q=two.q[1:], k=two.k[1:], v=two.v[1:]), AttentionSpec(causal=True)
+    ).out
+    np.testing.assert_array_equal(together[1:], alone)
+
+
+@requires_tokamax
+def test_grid_index_shim_changes_no_value_and_restores_pallas(triton):
+    """Where the interpreter runs the kernel without the shim (no mask, no causal, whole blocks),
+    the shim's output is bitwise the same; outside it, pallas is as it was."""
+    import jax.experimental.pallas as pl
+
+    from kernels import tokamax_runtime
+
+    inputs = make_inputs(9, b=1, hq=2, hkv=2, sq=64, sk=64, d=32)
+    shimmed = triton.forward(inputs, AttentionSpec()).out
+    plain = TokamaxAdapter(impl="triton")
+    real = tokamax_runtime.hoisted_program_ids
+    try:
+        tokamax_runtime.hoisted_program_ids = contextlib.nullcontext  # type: ignore[assignment]
+        import kernels.tokamax as adapter_module
+
+        adapter_module.hoisted_program_ids = contextlib.nullcontext  # type: ignore[assignment]
+        unshimmed = plain.forward(inputs, AttentionSpec()).out
+    finally:
+        tokamax_runtime.hoisted_program_ids = real
+        adapter_module.hoisted_program_ids = real
+    np.testing.assert_array_equal(shimmed, unshimmed)
+    before = (pl.program_id, pl.pallas_call)
+    with real():
+        assert (pl.program_id, pl.pallas_call) != before
+    assert (pl.program_id, pl.pallas_call) == before
+
+
+def test_remat_shim_restores_custom_vjp():
+    import jax
+
+    from kernels.tokamax_runtime import remat_optimization_off
+
+    before = jax.custom_vjp.defvjp
+    with remat_optimization_off():
+        assert jax.custom_vjp.defvjp is not before
+    assert jax.custom_vjp.defvjp is before
+
+
+def test_absl_flags_are_parsed_before_the_first_call():
+    from absl import flags
+
+    from kernels.tokamax_runtime import absl_flags_parsed
+
+    absl_flags_parsed()
+    assert flags.FLAGS.is_parsed()
+
+
+def test_declared_shapes_answer_for_any_shape():
+    for impl in IMPLEMENTATIONS:
+        caps = TokamaxAdapter(impl=impl).capabilities()
+        for shape in (AttentionShape(1, 1, 1, 1, 1, 8, 8), AttentionShape(2, 4, 2, 256, 384, 128, 64)):
+            for c in caps.constraints:
+                assert isinstance(
+                    c.satisfied(shape, AttentionSpec(causal=True), caps.tunables.resolved(())), bool
+                )
+            for c in caps.constraints:
+                # tokamax's own rejections are its contract's NotImplementedError; an interpreter's
+                # limit names what the interpreter raises
+                expected = ("ValueError",) if c.name.startswith("interpreter_") else ("NotImplementedError",)
+                assert c.exceptions == expected, c.name
