@@ -1,10 +1,10 @@
 """Command line: ``python -m reports render DIR | matrix [ROOT] | gate BASE CANDIDATE | merge OUT IN...``.
 
 ``ledger-sweep DIR...``: where each known issue reproduced, one conformance run per release
-(``reports/ledger_sweep.py``), and the range that says so.
+(``reports/ledger/release_sweep.py``), and the range that says so.
 
 Also ``bisect --impl S --case ID --good X --bad Y``: it finds the first JAX release where a check starts
-(or stops) failing (``reports/bisect_cli.py``).
+(or stops) failing (``reports/bisection/command.py``).
 
 Bad input (a missing, empty, torn, corrupt or wrong-schema file) prints one line
 naming the file, the line and the fix, and exits 2; never a traceback.
@@ -17,12 +17,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from reports import bisect_cli
-from reports.gate import EXIT_BAD_INPUT, Thresholds, gate, render_gate
-from reports.matrix import MATRIX_DIR, write_matrix
-from reports.merge import MergeError, merge
-from reports.records import ResultsFileError, write_text_atomic
-from reports.render import write_report
+from reports.bisection import command
+from reports.gate.gate import EXIT_BAD_INPUT, Thresholds, gate, render_gate
+from reports.matrix_report.version_matrix import MATRIX_DIR, write_matrix
+from reports.records.results_file import ResultsFileError, write_text_atomic
+from reports.records.shard_merge import MergeError, merge
+from reports.run_report.render import write_report
 
 
 def _fraction(text: str) -> float:
@@ -70,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     merge_cmd.add_argument("inputs", type=Path, nargs="+", metavar="in")
     merge_cmd.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
 
-    bisect_cli.add_parser(commands)
+    command.add_parser(commands)
 
     sweep = commands.add_parser(
         "ledger-sweep",
@@ -158,11 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(write_matrix(args.root, args.out, plots=not args.no_plots))
             return 0
         if args.command == "bisect":
-            return bisect_cli.run(args)
+            return command.run(args)
         if args.command == "ledger-sweep":
-            from reports import ledger_sweep  # packaging: the gate itself runs on the stdlib alone
+            from reports.ledger import release_sweep  # packaging: the gate itself runs on the stdlib alone
 
-            print(ledger_sweep.table(ledger_sweep.reproducing(args.dirs)))
+            print(release_sweep.table(release_sweep.reproducing(args.dirs)))
             return 0
         if args.command == "merge":
             merged = merge(args.out, args.inputs)
