@@ -29,17 +29,11 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from reports.gate.gate import (
-    Finding,
-    RatioPair,
-    Thresholds,
-    comparable,
-    compare,
-    group_drifts,
-    median_lower_bound,
-    quantile,
-    ratio_pairs,
-)
+from reports.gate.comparison import compare
+from reports.gate.drift_statistics import RatioPair, comparable, group_drifts, median_lower_bound, quantile
+from reports.gate.findings import Finding
+from reports.gate.rules import ratio_pairs
+from reports.gate.thresholds import Thresholds
 from reports.records.results_file import CaseResult, ResultsWriter, write_json_atomic, write_text_atomic
 from reports.records.run_folder import Run, load_run
 from reports.run_report import markdown as md

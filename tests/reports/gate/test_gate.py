@@ -11,14 +11,10 @@ from pathlib import Path
 import pytest
 
 from reports.__main__ import main
-from reports.gate.gate import (
-    EXIT_BAD_INPUT,
-    EXIT_PASS,
-    EXIT_REGRESSION,
-    Thresholds,
-    benchmark_regressions,
-    gate,
-)
+from reports.gate.benchmark_comparison import benchmark_regressions
+from reports.gate.comparison import gate
+from reports.gate.findings import EXIT_BAD_INPUT, EXIT_PASS, EXIT_REGRESSION
+from reports.gate.thresholds import Thresholds
 from reports.records.benchmarks_file import Benchmark
 from tests.support.report_folders import standard_results, with_verdict, write_run
 

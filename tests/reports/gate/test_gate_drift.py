@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 
 from reports.gate.calibrate import calibrate, legacy_drifted, scale_subject, write_like
-from reports.gate.gate import Thresholds, gate, median_lower_bound, ratio_pairs
+from reports.gate.comparison import gate
+from reports.gate.drift_statistics import median_lower_bound
+from reports.gate.rules import ratio_pairs
+from reports.gate.thresholds import Thresholds
 from reports.records.results_file import CaseResult
 from reports.records.run_folder import load_run
 from tests.support.report_folders import case, metric, write_run

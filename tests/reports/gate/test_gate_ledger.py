@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from reports.__main__ import main
-from reports.gate.gate import EXIT_PASS, EXIT_REGRESSION
+from reports.gate.findings import EXIT_PASS, EXIT_REGRESSION
 from tests.support.report_folders import standard_results, with_verdict, write_run
 
 ISSUE = {"id": "nan-segments", "link": "https://github.com/jax-ml/jax/issues/1", "summary": "NaN leaks"}

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reports.gate.gate import gate
+from reports.gate.comparison import gate
 from reports.records.results_file import read_results
 from tests.reports.gate.precision_mutant import ACCUMULATOR
 

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from reports.__main__ import main
-from reports.gate.gate import EXIT_REGRESSION, gate
+from reports.gate.comparison import gate
+from reports.gate.findings import EXIT_REGRESSION
 from reports.matrix_report.version_matrix import discover, load_matrix, render_matrix
 from reports.run_report.render import DETAILS_FILE, MAX_CHARS, repro_path, write_report
 from tests.support.report_folders import result, standard_results, with_verdict, write_run
