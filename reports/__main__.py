@@ -1,10 +1,10 @@
 """Command line: ``python -m reports render DIR | matrix [ROOT] | gate BASE CANDIDATE | merge OUT IN...``.
 
 ``ledger-sweep DIR...``: where each known issue reproduced, one conformance run per release
-(``reports/ledger_sweep.py``), and the range that says so.
+(``reports/ledger/release_sweep.py``), and the range that says so.
 
 Also ``bisect --impl S --case ID --good X --bad Y``: it finds the first JAX release where a check starts
-(or stops) failing (``reports/bisect_cli.py``).
+(or stops) failing (``reports/bisection/command.py``).
 
 Bad input (a missing, empty, torn, corrupt or wrong-schema file) prints one line
 naming the file, the line and the fix, and exits 2; never a traceback.
@@ -17,38 +17,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from reports import bisect_cli
-from reports.gate import EXIT_BAD_INPUT, Thresholds, gate, render_gate
-from reports.matrix import MATRIX_DIR, write_matrix
-from reports.merge import MergeError, merge
-from reports.records import ResultsFileError, write_text_atomic
-from reports.render import write_report
-
-
-def _fraction(text: str) -> float:
-    """A threshold: '0.25' or '25%'."""
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number (write 0.25 or 25%)") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
-
-
-def _count(text: str) -> int:
-    """A whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+from reports.bisection import command as bisect_command
+from reports.gate.comparison import gate
+from reports.gate.findings import EXIT_BAD_INPUT
+from reports.gate.thresholds import add_threshold_options, thresholds_from_args
+from reports.gate.verdict_markdown import render_gate
+from reports.matrix_report.version_matrix import MATRIX_DIR, write_matrix
+from reports.records.results_file import ResultsFileError, write_text_atomic
+from reports.records.shard_merge import MergeError, merge
+from reports.run_report.render import write_report
 
 
 def parser() -> argparse.ArgumentParser:
-    defaults = Thresholds()
     top = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n")[0])
     commands = top.add_subparsers(dest="command", required=True)
 
@@ -70,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     merge_cmd.add_argument("inputs", type=Path, nargs="+", metavar="in")
     merge_cmd.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
 
-    bisect_cli.add_parser(commands)
+    bisect_command.add_parser(commands)
 
     sweep = commands.add_parser(
         "ledger-sweep",
@@ -85,63 +65,7 @@ def parser() -> argparse.ArgumentParser:
     )
     gate_cmd.add_argument("base", type=Path)
     gate_cmd.add_argument("candidate", type=Path)
-    gate_cmd.add_argument(
-        "--ratio-drift",
-        type=_fraction,
-        default=defaults.ratio_drift,
-        help="systematic drift: the median per-case growth of a group's error ratios "
-        "(subject x dtype x tensor x max/mean, checks both pass) that fails the gate "
-        "(default %(default)s = +50%%)",
-    )
-    gate_cmd.add_argument(
-        "--drift-confidence",
-        type=_fraction,
-        default=defaults.drift_confidence,
-        help="confidence that a group's median change exceeds --ratio-drift (a sign-test bound, "
-        "so noise in a few cases does not fail the gate; default %(default)s)",
-    )
-    gate_cmd.add_argument(
-        "--drift-min-cases",
-        type=_count,
-        default=defaults.drift_min_cases,
-        help="smallest group the systematic rule judges (default %(default)s)",
-    )
-    gate_cmd.add_argument(
-        "--near-tolerance",
-        type=_fraction,
-        default=defaults.near_tolerance,
-        help="a single case fails when its error rises above this share of its tolerance ... "
-        "(default %(default)s)",
-    )
-    gate_cmd.add_argument(
-        "--well-below",
-        type=_fraction,
-        default=defaults.well_below,
-        help="... from below this share in the base (default %(default)s)",
-    )
-    gate_cmd.add_argument(
-        "--max-slowdown",
-        type=_fraction,
-        default=defaults.max_slowdown,
-        help="relative growth of a benchmark's median time that fails the gate (default %(default)s)",
-    )
-    gate_cmd.add_argument(
-        "--max-memory-growth",
-        type=_fraction,
-        default=defaults.max_memory_growth,
-        help="relative growth of a benchmark's peak memory that fails the gate (default %(default)s)",
-    )
-    gate_cmd.add_argument(
-        "--allow-incomplete",
-        action="store_true",
-        help="judge an incomplete (killed) run on the checks it recorded instead of failing it",
-    )
-    gate_cmd.add_argument(
-        "--allow-behaviour-change",
-        action="store_true",
-        help="list a change of observed behaviour where the semantics are open (e.g. what a fully "
-        "masked row returns) as a note instead of failing the gate",
-    )
+    add_threshold_options(gate_cmd)  # one option per declared threshold (reports/gate/thresholds.py)
     gate_cmd.add_argument(
         "--output", type=Path, default=None, help="also write the verdict to this Markdown file"
     )
@@ -158,11 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(write_matrix(args.root, args.out, plots=not args.no_plots))
             return 0
         if args.command == "bisect":
-            return bisect_cli.run(args)
+            return bisect_command.run(args)
         if args.command == "ledger-sweep":
-            from reports import ledger_sweep  # packaging: the gate itself runs on the stdlib alone
+            from reports.ledger import release_sweep  # packaging: the gate itself runs on the stdlib alone
 
-            print(ledger_sweep.table(ledger_sweep.reproducing(args.dirs)))
+            print(release_sweep.table(release_sweep.reproducing(args.dirs)))
             return 0
         if args.command == "merge":
             merged = merge(args.out, args.inputs)
@@ -171,17 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(write_report(merged.folder, plots=not args.no_plots))
             return 0
         try:
-            thresholds = Thresholds(
-                ratio_drift=args.ratio_drift,
-                drift_confidence=args.drift_confidence,
-                drift_min_cases=args.drift_min_cases,
-                near_tolerance=args.near_tolerance,
-                well_below=args.well_below,
-                max_slowdown=args.max_slowdown,
-                max_memory_growth=args.max_memory_growth,
-                allow_incomplete=args.allow_incomplete,
-                allow_behaviour_change=args.allow_behaviour_change,
-            )
+            thresholds = thresholds_from_args(args)
         except ValueError as exc:  # thresholds that contradict each other: one line, exit 2
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT

@@ -35,7 +35,7 @@ import pytest
 
 from conformance.plan.subjects import resolve_subjects
 from conformance.suite.check_registry import CHECKS, REGISTRY
-from reports.records import CaseResult, read_results
+from reports.records.results_file import CaseResult, read_results
 from tests.conftest import MUTANT_PROPERTY
 from tests.mutants.catalogue import CONTROLS, MUTANTS, Control, Mutant, by_name
 
@@ -190,7 +190,7 @@ def test_the_catalogue_is_complete():
 
 def test_a_subject_with_every_record_unavailable_is_skipped_with_its_reason():
     """What keeps the race mutant and control from failing the meta-test on JAX < 0.7."""
-    from tests.reports.synthetic import case
+    from tests.support.report_folders import case
 
     def record(check: str, verdict: str, reason: str = "") -> CaseResult:
         return CaseResult(case("s"), check, verdict, reason)

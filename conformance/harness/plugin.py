@@ -38,10 +38,9 @@ from conformance.suite.check_registry import CHECKS
 from kernels.base import DTYPES
 from kernels.registry import UnknownSubjectError, subject_names
 from kernels.tpu_chips import DEFAULT_TPU_TARGETS, TPU_CHIPS, parse_targets
-from reports.environment import environment_block
-from reports.folder_lock import FolderBusyError, FolderLock
-from reports.grid import not_checked_reasons, nothing_checked
-from reports.records import (
+from reports.records.environment import environment_block
+from reports.records.folder_lock import FolderBusyError, FolderLock
+from reports.records.results_file import (
     SCHEMA_VERSION,
     CaseResult,
     DiskFullError,
@@ -49,6 +48,7 @@ from reports.records import (
     completed_keys,
     read_results,
 )
+from reports.run_report.grid import not_checked_reasons, nothing_checked
 
 PLUGIN_NAME = "conformance-suite"
 DISK_FULL_MARGIN_BYTES = 1 << 20  # summary.json, report.md and its plots on top of the records
@@ -671,9 +671,9 @@ def _subject_summary(subject: Subject) -> dict[str, Any]:
 
 
 def _render_report(report_dir: Path, config: pytest.Config) -> None:
-    """Hook point for ``reports.render.write_report(report_dir)`` (report.md, plots), if present."""
+    """Hook point for ``reports.run_report.render.write_report(report_dir)`` (report.md, plots)."""
     try:
-        render = importlib.import_module("reports.render")
+        render = importlib.import_module("reports.run_report.render")
     except ImportError:
         return
     write_report = getattr(render, "write_report", None)
@@ -713,7 +713,7 @@ class Bound:
         if result.verdict != "pass":
             message = [f"{planned.check} {result.verdict.upper()}: {planned.case.summary()}", result.reason]
             if result.repro:
-                from reports.render import repro_path  # stdlib only
+                from reports.run_report.render import repro_path  # stdlib only
 
                 where = self.plugin.report_dir / repro_path(result)
                 message += ["", f"Repro: {where} (written with report.md; see its first lines)"]

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from reports.records import CaseResult
+from reports.records.results_file import CaseResult
 
 BUILTIN_LEDGER = Path(__file__).resolve().parents[2] / "kernels" / "known_issues.toml"
 FAILING = ("fail", "error")
@@ -83,7 +83,7 @@ class KnownIssue:
     jax: str = ""
     reason: str | None = None
     execution: str | None = None
-    # The release sweep behind ``jax`` (reports/ledger_sweep.py): span, reproduces, clean; or
+    # The release sweep behind ``jax`` (reports/ledger/release_sweep.py): span, reproduces, clean; or
     # not_observable with the reason. Optional for a team's ledger, required of the built-in one.
     bisection: dict[str, Any] | None = dataclasses.field(default=None, compare=False)
     source: str = ""  # the ledger file it came from

@@ -1,4 +1,4 @@
-"""Runs one planned (check, case) and turns the outcome into a ``reports.records.CaseResult``.
+"""Runs one planned (check, case) and turns the outcome into a ``reports.records.results_file.CaseResult``.
 
 The runner is pytest-free: the plugin calls ``Runner.evaluate`` inside each test, and
 repro scripts call ``run_check``. A subject that raises yields verdict ``error`` with
@@ -19,8 +19,8 @@ from conformance.plan.catalogue import Planned, classify
 from conformance.plan.profiles import Profile, get
 from conformance.plan.subjects import Subject, resolve_subjects
 from conformance.suite.check_registry import declaration
-from reports.grouping import MINIMAL_CASE_KEY
-from reports.records import CaseDescription, CaseResult
+from reports.records.results_file import CaseDescription, CaseResult
+from reports.run_report.grouping import MINIMAL_CASE_KEY
 
 
 def case_description(case: Case) -> CaseDescription:
@@ -112,7 +112,7 @@ class Runner:
             minimal = self._shrink(check, case, verdict)
             if minimal is not None and minimal != case:
                 reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.summary()})"
-                # Read by reports.grouping: failures shrinking to one minimal case are one finding.
+                # Read by reports.run_report.grouping: failures shrinking to one minimal case are one finding.
                 details[MINIMAL_CASE_KEY] = minimal.case_id
         return CaseResult(
             verdict=verdict,

@@ -41,7 +41,7 @@ from conformance.suite.check_registry import CheckDeclaration
 from kernels import features, kv_storage
 from kernels.standalone import StandaloneCall
 from reference import script as answer_script
-from reports.records import TensorMetrics
+from reports.records.results_file import TensorMetrics
 
 # The judged tensors of each numeric recipe (``gradient_tensors``: those the suite recorded).
 NUMERIC_TENSORS = {"out_tensor": ("out",), "lse_tensor": ("lse",), "gradient_tensors": ("dq", "dk", "dv")}

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from conformance.judge import dtypes, metrics
-from reports.records import TensorMetrics
+from reports.records.results_file import TensorMetrics
 
 FLOOR_ULPS = 2.0
 MEAN_FLOOR_ULPS = 1.0

@@ -113,7 +113,7 @@ class PairCoverage:
         return 4 * n * (n - 1) // 2
 
     def as_record(self) -> dict[str, object]:
-        """What summary.json keeps (reports/pairwise.py renders it)."""
+        """What summary.json keeps (reports/run_report/pairwise_table.py renders it)."""
         return {
             "features": list(self.features),
             "combinations": self.total,

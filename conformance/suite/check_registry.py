@@ -9,7 +9,7 @@ grid's order and labels. No code path branches on a check's name: it reads the d
 attribute instead (``tests/test_check_names.py`` holds that).
 
 This module imports nothing but the standard library: the report tools read it
-(``reports.grid``) and run without NumPy or JAX (``nox -s gate``). Functions are named by
+(``reports.run_report.grid``) and run without NumPy or JAX (``nox -s gate``). Functions are named by
 ``module:function`` and imported when a check first runs.
 """
 
@@ -257,7 +257,7 @@ BY_NAME: dict[str, CheckDeclaration] = {d.name: d for d in REGISTRY}
 REPORT_ORDER: tuple[str, ...] = tuple(d.name for d in sorted(REGISTRY, key=lambda d: d.report_rank))
 LABELS: dict[str, str] = {d.name: d.label for d in REGISTRY}
 # The checks that judge what the target hardware gets (they lower the call, interpreter off);
-# every other verdict of an interpreted subject is the interpreter's (reports/fidelity.py).
+# every other verdict of an interpreted subject is the interpreter's (reports/run_report/fidelity.py).
 HARDWARE_NEEDS: tuple[Need, ...] = ("lowering", "tpu_lowering")
 HARDWARE_CHECKS: tuple[str, ...] = tuple(
     d.name for d in sorted(REGISTRY, key=lambda d: d.report_rank) if set(d.needs) & set(HARDWARE_NEEDS)

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.shapes import shape_list
 from benchmarks.timing import choose_rounds
-from reports.benchmarks import read_benchmarks
+from reports.records.benchmarks_file import read_benchmarks
 
 ROOT = Path(__file__).resolve().parents[2]
 

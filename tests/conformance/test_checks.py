@@ -14,7 +14,7 @@ from conformance.plan.catalogue import classify, plan
 from conformance.plan.profiles import get
 from conformance.plan.subjects import Subject, resolve_subjects
 from kernels.function_adapter import FunctionAdapter
-from reports.records import UNDECLARED_JAX_RUNTIME
+from reports.records.results_file import UNDECLARED_JAX_RUNTIME
 from tests.conformance import toy_subjects
 
 TOY = "tests.conformance.toy_subjects"

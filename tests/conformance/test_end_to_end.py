@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from conformance.harness.plugin import EXIT_NOTHING_CHECKED
-from reports.grouping import cause_count_line, group_causes
-from reports.records import read_results
+from reports.records.results_file import read_results
+from reports.run_report.grouping import cause_count_line, group_causes
 from tests.conformance.toy_subjects import Elsewhere
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ def test_a_mixed_run_is_judged_on_what_ran(tmp_path):
 
 def test_the_exit_status_tells_nothing_checked_from_a_pass():
     from conformance.harness.plugin import _exit_status
-    from tests.reports.synthetic import result
+    from tests.support.report_folders import result
 
     unavailable = result("gone", "forward", "unavailable", ratio=None, reason="no GPU")
     unsupported = result("flash", "forward", "unsupported", ratio=None, reason="no window")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reports.grouping import group_causes, known_count_line, template_id
-from reports.records import read_results
+from reports.records.results_file import read_results
+from reports.run_report.grouping import group_causes, known_count_line, template_id
 from tests.conformance.test_end_to_end import TOY, run_suite
 
 FORWARD_CASE = "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64"
@@ -101,7 +101,7 @@ def test_fixed_and_stale_entries_are_reported_and_strict_known_makes_them_fatal(
     assert done.returncode == 0, done.stdout[-3000:]
     found = {entry_id: s["status"] for entry_id, s in statuses(tmp_path).items()}
     # -k left the typo's (nonexistent) cases out, so it is only "not run here"; without -k it is
-    # "stale" (tests/reports/test_known_issues.py)
+    # "stale" (tests/reports/ledger/test_known_issues.py)
     assert found == {"fixed": "no longer reproduces", "typo": "not run here"}
     assert "known issue fixed no longer reproduces" in done.stdout and "known issue typo" not in done.stdout
     strict = run_suite(

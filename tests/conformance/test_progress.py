@@ -7,7 +7,7 @@ import re
 import time
 
 from conformance.harness.progress import Display, Progress, item_cost
-from reports.records import read_results
+from reports.records.results_file import read_results
 from tests.conformance.test_end_to_end import SMALL, run_suite
 
 

@@ -28,7 +28,7 @@ from conformance.suite.check_registry import (
     validate,
 )
 from kernels.registry import resolve
-from reports import grid
+from reports.run_report import grid
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +81,9 @@ def test_samplings_and_repro_recipes_are_what_the_planner_and_the_scripts_read()
 
 def test_the_registry_and_the_report_grid_import_without_numpy_or_jax():
     # The gate runs in a bare venv (nox -s gate): the grid reads the registry there.
-    code = "import sys, reports.grid; print(sorted(m for m in ('numpy', 'jax') if m in sys.modules))"
+    code = (
+        "import sys, reports.run_report.grid; print(sorted(m for m in ('numpy', 'jax') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from reports.gate import Thresholds, gate
-from reports.merge import merge
-from reports.records import read_results
+from reports.gate.comparison import gate
+from reports.gate.thresholds import Thresholds
+from reports.records.results_file import read_results
+from reports.records.shard_merge import merge
 from tests.conformance.test_end_to_end import SMALL, run_suite
 
 

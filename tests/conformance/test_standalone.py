@@ -32,7 +32,7 @@ from kernels import pallas_gpu, splash
 from kernels.jax_runtime import jax_version
 from kernels.registry import resolve
 from reference import attention_backward, attention_forward
-from reports.records import CaseResult
+from reports.records.results_file import CaseResult
 
 USER_MODULE = "repro_user_attention"
 USER_SOURCE = '''

@@ -20,7 +20,7 @@ from benchmarks.suite_speed import (
     render,
     split_of,
 )
-from reports.records import CaseDescription, CaseResult, ResultsWriter
+from reports.records.results_file import CaseDescription, CaseResult, ResultsWriter
 
 
 def _times(

@@ -11,7 +11,7 @@ import errno
 import os
 from typing import Any
 
-from reports import records
+from reports.records import results_file
 
 
 class _FillingFile:
@@ -33,14 +33,14 @@ class _FillingFile:
         return getattr(self._handle, name)
 
 
-_original_init = records.ResultsWriter.__init__
+_original_init = results_file.ResultsWriter.__init__
 
 
-def _filling_init(self: records.ResultsWriter, *args: Any, **kwargs: Any) -> None:
+def _filling_init(self: results_file.ResultsWriter, *args: Any, **kwargs: Any) -> None:
     budget = int(os.environ["FILL_DISK_AFTER_BYTES"])
     _original_init(self, *args, **kwargs)
     self._file = _FillingFile(self._file, budget)
 
 
 if "FILL_DISK_AFTER_BYTES" in os.environ:
-    records.ResultsWriter.__init__ = _filling_init  # type: ignore[method-assign]
+    results_file.ResultsWriter.__init__ = _filling_init  # type: ignore[method-assign]

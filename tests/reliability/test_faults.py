@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from reports.records import read_results
+from reports.records.results_file import read_results
 from tests.reliability.suite import FAULTY, FAULTY_CASE, HEALTHY_CASE, TINY, run_suite
 
 FAULTS = ("segfault", "abort", "hang", "hog", "oom_killed", "raises", "wrong_shape", "wrong_type")

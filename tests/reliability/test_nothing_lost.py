@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from reports import records, render
-from reports.records import RESULTS_FILE, read_results
+from reports.records import results_file
+from reports.records.results_file import RESULTS_FILE, read_results
+from reports.run_report import render
 from tests.reliability.suite import FAULTY, ROOT, run_module, run_suite, suite_command
 
 SELECTION = ["-k", "test_forward or test_shape_dtype"]  # ~90 quick checks of the healthy subject
@@ -119,26 +120,26 @@ def test_report_files_are_replaced_atomically(tmp_path, monkeypatch):
     def failing_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(records.os, "replace", failing_replace)
+    monkeypatch.setattr(results_file.os, "replace", failing_replace)
     with pytest.raises(OSError):
-        records.write_text_atomic(target, "new report\n" * 1000)
+        results_file.write_text_atomic(target, "new report\n" * 1000)
     assert target.read_text() == "old report\n"
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
 
 
 def test_every_report_writer_goes_through_the_atomic_helpers():
     """render, matrix, plots, gate output and summary.json: no direct writes into the report folder."""
-    paths = [*(ROOT / "reports").glob("*.py"), ROOT / "conformance/harness/recording.py"]
+    paths = [*(ROOT / "reports").rglob("*.py"), ROOT / "conformance/harness/recording.py"]
     sources = {p: p.read_text() for p in paths}
     direct = [
         f"{p.name}: {needle}"
         for p, text in sources.items()
         for needle in (".write_text(", ".write_bytes(", "json.dump(", "savefig(fname", 'open("w')
-        if needle in text and p.name != "records.py"
+        if needle in text and p.name != "results_file.py"
     ]
     assert not direct, direct
-    assert "write_text_atomic" in sources[ROOT / "reports/render.py"]
-    assert "write_text_atomic" in sources[ROOT / "reports/matrix.py"]
-    assert "write_bytes_atomic" in sources[ROOT / "reports/plots.py"]
+    assert "write_text_atomic" in sources[ROOT / "reports/run_report/render.py"]
+    assert "write_text_atomic" in sources[ROOT / "reports/matrix_report/version_matrix.py"]
+    assert "write_bytes_atomic" in sources[ROOT / "reports/run_report/plots.py"]
     assert "write_json_atomic" in sources[ROOT / "conformance/harness/recording.py"]
-    assert render.write_report.__module__ == "reports.render"
+    assert render.write_report.__module__ == "reports.run_report.render"

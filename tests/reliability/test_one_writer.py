@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from reports.folder_lock import FolderBusyError, FolderLock
-from reports.records import lock_holder, read_results
+from reports.records.folder_lock import FolderBusyError, FolderLock
+from reports.records.results_file import lock_holder, read_results
 from tests.conformance.test_end_to_end import SMALL, run_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = (
-    "import sys, time; from reports.folder_lock import FolderLock\n"
+    "import sys, time; from reports.records.folder_lock import FolderLock\n"
     "lock = FolderLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)"
 )
 

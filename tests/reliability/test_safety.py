@@ -7,7 +7,7 @@ import json
 import os
 import re
 
-from reports.environment import environment_block
+from reports.records.environment import environment_block
 from tests.reliability.suite import FAULTY, ROOT, run_suite
 
 # Every way Python code commonly deserializes objects it should not trust.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from reports.records import read_results
+from reports.records.results_file import read_results
 from tests.reliability.suite import FAULTY, run_suite
 
 IMPL = f"{FAULTY}:healthy,{FAULTY}:wrong_shape"  # passes and failures both

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from reports.__main__ import main
-from reports.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_REGRESSION
-from reports.records import ResultsFileError, read_results
-from tests.reports.synthetic import standard_results, write_run
+from reports.gate.findings import EXIT_BAD_INPUT, EXIT_PASS, EXIT_REGRESSION
+from reports.records.results_file import ResultsFileError, read_results
+from tests.support.report_folders import standard_results, write_run
 
 
 @pytest.fixture

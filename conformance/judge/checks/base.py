@@ -11,7 +11,7 @@ from conformance.judge.tolerance import Judgement
 from conformance.plan.cases import Case
 from conformance.plan.profiles import Profile
 from kernels.base import Adapter, Capabilities
-from reports.records import TensorMetrics
+from reports.records.results_file import TensorMetrics
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

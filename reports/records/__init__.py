@@ -1,0 +1,1 @@
+"""A report folder's files: results.jsonl, its lock, the environment block, benchmarks.json, shard merging."""

@@ -1,0 +1,1 @@
+"""Tests of reports/bisection/: the search, its installs, release lists and the command."""

@@ -1,0 +1,1 @@
+"""Tests of reports/ledger/ and of the ledger file itself."""

@@ -1,0 +1,1 @@
+"""Tests of reports/matrix_report/: the version matrix."""

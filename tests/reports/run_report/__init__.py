@@ -1,0 +1,1 @@
+"""Tests of reports/run_report/: report.md and its parts."""
