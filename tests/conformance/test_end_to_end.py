@@ -11,10 +11,10 @@ from pathlib import Path
 from conformance.harness.plugin import EXIT_NOTHING_CHECKED
 from reports.grouping import cause_count_line, group_causes
 from reports.records import read_results
-from tests.conformance.toy_subjects import Elsewhere
+from tests.support.toy_subjects import Elsewhere
 
 ROOT = Path(__file__).resolve().parents[2]
-TOY = "tests.conformance.toy_subjects"
+TOY = "tests.support.toy_subjects"
 SMALL = "float32 and (Sq128-Sk128-D64 or lenkv128.0) and not Dv"
 
 

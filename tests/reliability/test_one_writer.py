@@ -91,7 +91,7 @@ def test_a_full_disk_ends_in_one_line_keeps_every_record_and_resume_finishes(tmp
             "-m",
             "conformance",
             "--impl",
-            "tests.conformance.toy_subjects:exact",
+            "tests.support.toy_subjects:exact",
             "--report-dir",
             str(full),
             "-q",

@@ -109,7 +109,7 @@ def test_a_module_that_misses_a_declared_check_fails_collection(tmp_path):
         "--collect-only",
         "-q",
         "--impl",
-        "tests.conformance.toy_subjects:exact",
+        "tests.support.toy_subjects:exact",
         "--report-dir",
         str(tmp_path / "report"),
         f"--rootdir={ROOT}",
