@@ -15,7 +15,8 @@ import pytest
 
 from reports import records, render
 from reports.records import RESULTS_FILE, read_results
-from tests.reliability.suite import FAULTY, ROOT, run_module, run_suite, suite_command
+from tests.reliability.suite import FAULTY, run_module
+from tests.support.suite import ROOT, run_suite, suite_command
 
 SELECTION = ["-k", "test_forward or test_shape_dtype"]  # ~90 quick checks of the healthy subject
 IMPL = f"{FAULTY}:healthy"

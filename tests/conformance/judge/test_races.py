@@ -95,9 +95,7 @@ def test_a_shared_output_block_is_a_race_and_a_block_per_program_is_not():
     _needs_detector()
     racy = run_check(CASE, "races", impl=f"{TOYS}:shared_stats")
     assert racy.verdict == "fail", racy.reason
-    assert (
-        "forward of tests.support.race_toys:shared_stats (2 simulated cores): 1 data race" in racy.reason
-    )
+    assert "forward of tests.support.race_toys:shared_stats (2 simulated cores): 1 data race" in racy.reason
     assert "write of" in racy.reason and "from 0, 0" in racy.reason and "from 0, 1" in racy.reason
     # The same numbers as the race-free kernel: only the race check tells them apart.
     inputs = build_inputs(CASE)
