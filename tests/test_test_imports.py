@@ -4,7 +4,8 @@ renaming a test module never breaks another, and pytest never collects a module 
 
 Imports are read with ``ast`` at any depth of a file, relative imports are resolved against
 their package, and ``from pkg import name`` counts when ``pkg/name.py`` is a test module. The
-scan is shown to catch every planted form, so this test cannot pass vacuously.
+scan is shown to catch every planted form, so this test cannot pass vacuously. Test file
+names are unique across the tree too, so a failure's file name alone says where it is.
 """
 
 from __future__ import annotations
@@ -83,3 +84,26 @@ def test_the_scan_reports_each_planted_import(tmp_path):
         "tests/b/test_y.py:3 imports tests.a.test_x",
         "tests/b/test_y.py:7 imports tests.a.test_x",
     ]
+
+
+def duplicate_test_file_names(root: Path = ROOT, folder: str = "tests") -> dict[str, list[str]]:
+    """Test file names used more than once under ``folder``, with their paths."""
+    paths: dict[str, list[str]] = {}
+    for file in sorted((root / folder).rglob("test_*.py")):
+        paths.setdefault(file.name, []).append(file.relative_to(root).as_posix())
+    return {name: found for name, found in paths.items() if len(found) > 1}
+
+
+def test_test_file_names_are_unique_across_the_tree():
+    """A failure's file name alone says where the test is."""
+    assert not duplicate_test_file_names(), "rename one of each:\n" + str(duplicate_test_file_names())
+
+
+def test_the_name_scan_reports_a_planted_duplicate(tmp_path):
+    for folder in ("tests/a", "tests/b"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "test_same.py").write_text("")
+    (tmp_path / "tests" / "a" / "test_other.py").write_text("")
+    assert duplicate_test_file_names(tmp_path) == {
+        "test_same.py": ["tests/a/test_same.py", "tests/b/test_same.py"]
+    }
