@@ -4,7 +4,7 @@ A standalone repro script (``conformance/judge/standalone.py``) embeds the sourc
 functions its case uses, so a reader sees only the masks and options that matter, and
 the script needs nothing but NumPy. They hold whole ``[B, Hq, Sq, Sk]`` planes, which is
 fine at the sizes a repro runs at; ``reference.attention`` is the chunked oracle the
-suite judges with; ``tests/conformance/test_standalone.py`` holds the two equal on every
+suite judges with; ``tests/conformance/judge/test_standalone.py`` holds the two equal on every
 feature. Semantics: ``docs/semantics.md``. A bias of -inf (a mask, which the suite never
 draws) is not handled here.
 """

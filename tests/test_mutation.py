@@ -25,8 +25,6 @@ import dataclasses
 import functools
 import json
 import math
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -38,8 +36,8 @@ from conformance.suite.check_registry import CHECKS, REGISTRY
 from reports.records.results_file import CaseResult, read_results
 from tests.conftest import MUTANT_PROPERTY
 from tests.mutants.catalogue import CONTROLS, MUTANTS, Control, Mutant, by_name
+from tests.support.suite import run_suite
 
-ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
 
 # Semantic-id fragments of level-0 edge cases (any dtype): one per concern of the edge matrix.
@@ -121,29 +119,22 @@ def decoy_ledger(path: Path) -> Path:
     return path
 
 
-def run_suite(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
+def run_mutants(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
     """``python -m conformance`` over ``impls`` with the smoke selection; verdicts by impl path."""
     report_dir.mkdir(parents=True, exist_ok=True)
     ledger = decoy_ledger(report_dir.parent / "decoy_ledger.toml")
-    command = [
-        sys.executable,
-        "-m",
-        "conformance",
-        "--impl",
+    start = time.perf_counter()
+    done = run_suite(
+        report_dir,
         ",".join(impls),
         "--profile",
         "ci",
-        "--report-dir",
-        str(report_dir),
-        "--no-shrink",
-        "-q",
         "-k",
         selection(),
         "--known-issues",
         str(ledger),
-    ]
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        timeout=RUN_TIMEOUT_S,
+    )
     seconds = time.perf_counter() - start
     output = done.stdout + done.stderr
     if done.returncode not in (0, 1):  # 1: some checks failed, as mutants must
@@ -174,7 +165,7 @@ class LazySuite:
 
     @functools.cached_property
     def run(self) -> SuiteRun:
-        return run_suite((*(m.path for m in MUTANTS), *(c.path for c in CONTROLS)), self.report_dir)
+        return run_mutants((*(m.path for m in MUTANTS), *(c.path for c in CONTROLS)), self.report_dir)
 
 
 @pytest.fixture(scope="session")

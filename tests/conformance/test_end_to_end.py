@@ -6,36 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from conformance.harness.plugin import EXIT_NOTHING_CHECKED
 from reports.records.results_file import read_results
 from reports.run_report.grouping import cause_count_line, group_causes
-from tests.conformance.toy_subjects import Elsewhere
-
-ROOT = Path(__file__).resolve().parents[2]
-TOY = "tests.conformance.toy_subjects"
-SMALL = "float32 and (Sq128-Sk128-D64 or lenkv128.0) and not Dv"
-
-
-def run_suite(tmp_path: Path, impl: str, *args: str) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "conformance",
-        "--impl",
-        f"{TOY}:{impl}",
-        "--report-dir",
-        str(tmp_path),
-        f"--junitxml={tmp_path / 'junit.xml'}",
-        "-q",
-        *args,
-    ]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+from tests.support.suite import ROOT, SMALL, run_suite, toy
+from tests.support.toy_subjects import Elsewhere
 
 
 def test_a_correct_subject_passes_and_every_record_is_written(tmp_path):
-    done = run_suite(tmp_path, "exact", "-k", SMALL)
+    done = run_suite(tmp_path, toy("exact"), "-k", SMALL, junit=True)
     assert done.returncode == 0, done.stdout[-3000:]
     results = read_results(tmp_path)
     assert results.complete
@@ -53,7 +33,11 @@ def test_a_correct_subject_passes_and_every_record_is_written(tmp_path):
 
 def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_repro(tmp_path):
     done = run_suite(
-        tmp_path, "scaled_wrong", "-k", "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64"
+        tmp_path,
+        toy("scaled_wrong"),
+        "-k",
+        "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64",
+        shrink=True,
     )
     assert done.returncode == 1
     assert "OUT OF TOLERANCE" in done.stdout and "worst at" in done.stdout and "Repro" in done.stdout
@@ -88,8 +72,8 @@ def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_rep
 
 def test_xdist_gives_the_same_records_as_one_process(tmp_path):
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
-    assert run_suite(serial, "exact", "-k", SMALL).returncode == 0
-    done = run_suite(parallel, "exact", "-k", SMALL, "-n", "2")
+    assert run_suite(serial, toy("exact"), "-k", SMALL).returncode == 0
+    done = run_suite(parallel, toy("exact"), "-k", SMALL, "-n", "2")
     assert done.returncode == 0, done.stdout[-3000:]
     one = {r.key: r.verdict for r in read_results(serial).results}
     two = {r.key: r.verdict for r in read_results(parallel).results}
@@ -97,9 +81,9 @@ def test_xdist_gives_the_same_records_as_one_process(tmp_path):
 
 
 def test_resume_skips_what_is_recorded(tmp_path):
-    assert run_suite(tmp_path, "exact", "-k", "test_forward and " + SMALL).returncode == 0
+    assert run_suite(tmp_path, toy("exact"), "-k", "test_forward and " + SMALL).returncode == 0
     first = read_results(tmp_path).results
-    again = run_suite(tmp_path, "exact", "-k", "(test_forward or test_lse) and " + SMALL, "--resume")
+    again = run_suite(tmp_path, toy("exact"), "-k", "(test_forward or test_lse) and " + SMALL, "--resume")
     assert again.returncode == 0
     assert "deselected" in again.stdout
     results = read_results(tmp_path)
@@ -111,7 +95,7 @@ def test_resume_skips_what_is_recorded(tmp_path):
 def test_a_run_that_checks_nothing_exits_6_and_says_not_run(tmp_path):
     """Every selected subject unavailable: no green. Exit 6 (pytest uses 0-5), NOT RUN with the
     reason in report.md and on the terminal, and the gate refuses the folder in one line."""
-    done = run_suite(tmp_path, "Elsewhere")
+    done = run_suite(tmp_path, toy("Elsewhere"))
     assert done.returncode == EXIT_NOTHING_CHECKED == 6, done.stdout[-3000:]
     assert "conformance: NOT RUN: nothing was checked (exit 6)" in done.stdout
     verdict = (tmp_path / "report.md").read_text().splitlines()[2]
@@ -130,7 +114,7 @@ def test_a_run_that_checks_nothing_exits_6_and_says_not_run(tmp_path):
 
 def test_a_mixed_run_is_judged_on_what_ran(tmp_path):
     """One subject unavailable, one running: today's exit code for what ran, the rest listed."""
-    done = run_suite(tmp_path, "exact", "--impl", f"{TOY}:exact,{TOY}:Elsewhere", "-k", SMALL)
+    done = run_suite(tmp_path, toy("exact"), "--impl", f"{toy('exact')},{toy('Elsewhere')}", "-k", SMALL)
     assert done.returncode == 0, done.stdout[-3000:]
     report = (tmp_path / "report.md").read_text()
     assert report.splitlines()[2].startswith("**✅ PASS** — all ")
@@ -138,12 +122,11 @@ def test_a_mixed_run_is_judged_on_what_ran(tmp_path):
     assert f"- 🚫 **elsewhere** — not checked: unavailable: {Elsewhere.REASON}" in report
     failing = run_suite(
         tmp_path / "red",
-        "scaled_wrong",
+        toy("scaled_wrong"),
         "--impl",
-        f"{TOY}:scaled_wrong,{TOY}:Elsewhere",
+        f"{toy('scaled_wrong')},{toy('Elsewhere')}",
         "-k",
         "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64",
-        "--no-shrink",
     )
     assert failing.returncode == 1, failing.stdout[-3000:]
 

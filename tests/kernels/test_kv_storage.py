@@ -15,7 +15,7 @@ from conformance.plan.cases import Case
 from conformance.plan.user_cases import extend_plan
 from kernels.base import Capabilities
 from kernels.kv_storage import INT8_LIMIT, int8_quantize, represent
-from tests.conformance.fakes import FULL, subject
+from tests.support.fakes import FULL, subject
 
 
 def test_int8_grid_is_a_power_of_two_step_per_token_and_exact_in_every_dtype():

@@ -12,7 +12,7 @@ from benchmarks.suite_speed import REFERENCE_TARGET, count_ran, read_probes, ref
 from conformance.judge import artifacts, baseline
 
 ROOT = Path(__file__).resolve().parents[2]
-TOYS = "tests.conformance.toy_subjects"
+TOYS = "tests.support.toy_subjects"
 TOY = f"{TOYS}:exact"
 SMALL = "float32 and full-B1-Hq1-Hkv1-Sq128-Sk128-D64"
 

@@ -20,7 +20,7 @@ from conformance.plan import subjects
 from reports.records.results_file import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
-TOY = "tests.conformance.toy_subjects:exact"
+TOY = "tests.support.toy_subjects:exact"
 # Four cases of six or seven checks each (forward, lse, shape_dtype, finite, no_mutation, ...).
 SMALL = "float32 and (full-B1-Hq1-Hkv1-Sq128-Sk128-D64 or causal_tl-lenkv128.0)"
 

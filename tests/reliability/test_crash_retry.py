@@ -14,7 +14,8 @@ import pytest
 from conformance.harness.isolation import Crash, Retry, crash_reason
 from conformance.harness.progress import PREFIX as PROGRESS_PREFIX
 from reports.records.results_file import CaseResult, read_results
-from tests.reliability.suite import FAULTY, FAULTY_CASE, TINY, run_suite
+from tests.reliability.suite import FAULTY, FAULTY_CASE, TINY
+from tests.support.suite import run_suite
 
 IMPL = f"{FAULTY}:crash_once"
 CHECKS = ("shape_dtype", "forward", "finite")

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from reports.records.results_file import read_results
-from tests.reliability.suite import FAULTY, FAULTY_CASE, HEALTHY_CASE, TINY, run_suite
+from tests.reliability.suite import FAULTY, FAULTY_CASE, HEALTHY_CASE, TINY
+from tests.support.suite import run_suite
 
 FAULTS = ("segfault", "abort", "hang", "hog", "oom_killed", "raises", "wrong_shape", "wrong_type")
 CHECKS = ("shape_dtype", "forward", "finite")

@@ -16,7 +16,8 @@ import pytest
 from reports.records import results_file
 from reports.records.results_file import RESULTS_FILE, read_results
 from reports.run_report import render
-from tests.reliability.suite import FAULTY, ROOT, run_module, run_suite, suite_command
+from tests.reliability.suite import FAULTY, run_module
+from tests.support.suite import ROOT, run_suite, suite_command
 
 SELECTION = ["-k", "test_forward or test_shape_dtype"]  # ~90 quick checks of the healthy subject
 IMPL = f"{FAULTY}:healthy"

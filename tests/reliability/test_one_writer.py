@@ -14,7 +14,7 @@ import pytest
 
 from reports.records.folder_lock import FolderBusyError, FolderLock
 from reports.records.results_file import lock_holder, read_results
-from tests.conformance.test_end_to_end import SMALL, run_suite
+from tests.support.suite import SMALL, run_suite, toy
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = (
@@ -32,13 +32,13 @@ def _holder(folder: Path) -> subprocess.Popen:
 
 
 def test_a_second_run_on_a_folder_is_refused_and_the_first_ones_results_are_intact(tmp_path):
-    first = run_suite(tmp_path, "exact", "-k", SMALL)
+    first = run_suite(tmp_path, toy("exact"), "-k", SMALL)
     assert first.returncode == 0, first.stdout[-2000:]
     before = (tmp_path / "results.jsonl").read_bytes()
     holder = _holder(tmp_path)  # a run still writing this folder
     try:
         for extra in ((), ("--resume",)):
-            second = run_suite(tmp_path, "exact", "-k", SMALL, *extra)
+            second = run_suite(tmp_path, toy("exact"), "-k", SMALL, *extra)
             assert second.returncode == pytest.ExitCode.USAGE_ERROR
             lines = [line for line in (second.stdout + second.stderr).splitlines() if "being written" in line]
             assert len(lines) == 1 and f"pid {holder.pid}" in lines[0] and "--report-dir" in lines[0]
@@ -85,26 +85,8 @@ def test_a_full_disk_ends_in_one_line_keeps_every_record_and_resume_finishes(tmp
     full = tmp_path / "full"
     env = {**os.environ, "FILL_DISK_AFTER_BYTES": "12000"}
     start = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "conformance",
-            "--impl",
-            "tests.conformance.toy_subjects:exact",
-            "--report-dir",
-            str(full),
-            "-q",
-            "-p",
-            "tests.reliability.fill_disk",
-            "-k",
-            SMALL,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
+    done = run_suite(
+        full, toy("exact"), "-p", "tests.reliability.fill_disk", "-k", SMALL, shrink=True, env=env
     )
     output = done.stdout + done.stderr
     assert done.returncode == pytest.ExitCode.INTERRUPTED, output[-3000:]
@@ -115,9 +97,9 @@ def test_a_full_disk_ends_in_one_line_keeps_every_record_and_resume_finishes(tmp
     assert not kept.complete and not kept.torn_last_line and 0 < len(kept.results)
     assert f"after {len(kept.results)} records" in told[0]
     # Space freed: --resume finishes the run; it holds exactly what one uninterrupted run holds.
-    resumed = run_suite(full, "exact", "-k", SMALL, "--resume")
+    resumed = run_suite(full, toy("exact"), "-k", SMALL, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:]
-    whole = run_suite(tmp_path / "whole", "exact", "-k", SMALL)
+    whole = run_suite(tmp_path / "whole", toy("exact"), "-k", SMALL)
     assert whole.returncode == 0
     finished, reference = read_results(full), read_results(tmp_path / "whole")
     assert finished.complete

@@ -8,7 +8,8 @@ import os
 import re
 
 from reports.records.environment import environment_block
-from tests.reliability.suite import FAULTY, ROOT, run_suite
+from tests.reliability.suite import FAULTY
+from tests.support.suite import ROOT, run_suite
 
 # Every way Python code commonly deserializes objects it should not trust.
 UNSAFE = re.compile(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from reports.records.results_file import read_results
-from tests.reliability.suite import FAULTY, run_suite
+from tests.reliability.suite import FAULTY
+from tests.support.suite import run_suite
 
 IMPL = f"{FAULTY}:healthy,{FAULTY}:wrong_shape"  # passes and failures both
 CHECKS = "test_forward or test_finite"  # the curated matrix and the hypothesis-drawn cases

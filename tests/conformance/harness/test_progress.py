@@ -8,7 +8,7 @@ import time
 
 from conformance.harness.progress import Display, Progress, item_cost
 from reports.records.results_file import read_results
-from tests.conformance.test_end_to_end import SMALL, run_suite
+from tests.support.suite import SMALL, run_suite, toy
 
 
 def test_the_line_counts_checks_and_verdicts_and_names_the_current_case():
@@ -104,7 +104,7 @@ def test_on_a_terminal_every_event_rewrites_the_line_and_the_last_one_is_final()
 
 
 def test_a_run_without_a_terminal_prints_the_final_progress_line(tmp_path):
-    done = run_suite(tmp_path, "exact", "-k", SMALL)
+    done = run_suite(tmp_path, toy("exact"), "-k", SMALL)
     assert done.returncode == 0, done.stdout[-3000:]
     recorded = len(read_results(tmp_path).results)
     finals = re.findall(r"conformance progress: (\d+)/(\d+) checks \| (\d+) pass", done.stdout)
@@ -115,7 +115,7 @@ def test_a_run_without_a_terminal_prints_the_final_progress_line(tmp_path):
 
 
 def test_no_progress_turns_it_off(tmp_path):
-    done = run_suite(tmp_path, "exact", "--no-progress", "-k", "test_forward and " + SMALL)
+    done = run_suite(tmp_path, toy("exact"), "--no-progress", "-k", "test_forward and " + SMALL)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "conformance progress" not in done.stdout
 
@@ -143,10 +143,10 @@ def test_on_a_terminal_there_is_no_heartbeat_thread():
 
 
 def test_the_interval_is_an_option_and_a_bad_one_is_one_line(tmp_path):
-    done = run_suite(tmp_path, "exact", "--progress-interval", "0.2", "-k", "test_forward and " + SMALL)
+    done = run_suite(tmp_path, toy("exact"), "--progress-interval", "0.2", "-k", "test_forward and " + SMALL)
     assert done.returncode == 0, done.stdout[-3000:]
     assert len(re.findall(r"conformance progress: \d+/(?:\d+|\?) checks", done.stdout)) >= 2, done.stdout[
         -3000:
     ]
-    bad = run_suite(tmp_path / "bad", "exact", "--progress-interval", "soon")
+    bad = run_suite(tmp_path / "bad", toy("exact"), "--progress-interval", "soon")
     assert bad.returncode == 4 and "--progress-interval 'soon': give seconds" in bad.stderr, bad.stderr

@@ -108,7 +108,7 @@ def test_cases_that_share_a_compiled_kernel_run_side_by_side(tmp_path):
             "0",
             "--no-progress",
         ],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,
         timeout=300,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from reports.records.results_file import read_results
 from reports.run_report.grouping import group_causes, known_count_line, template_id
-from tests.conformance.test_end_to_end import TOY, run_suite
+from tests.support.suite import run_suite, toy
 
 FORWARD_CASE = "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64"
-WRONG = f"{TOY}:scaled_wrong"
+WRONG = toy("scaled_wrong")
 
 
 def ledger(tmp_path: Path, *entries: str) -> str:
@@ -45,7 +45,7 @@ def entry(entry_id: str, subject: str, checks: str, extra: str = "") -> str:
 
 def test_a_run_whose_every_failure_is_known_exits_0_and_keeps_the_record(tmp_path):
     file = ledger(tmp_path, entry("wrong-scale", WRONG, '["forward"]', 'cases = ["*-full-*"]'))
-    done = run_suite(tmp_path, "scaled_wrong", "-k", FORWARD_CASE, "--known-issues", file, "--no-shrink")
+    done = run_suite(tmp_path, toy("scaled_wrong"), "-k", FORWARD_CASE, "--known-issues", file)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "xfail" in done.stdout.lower() and "known issue wrong-scale" in done.stdout
     forward = ran(tmp_path, "forward")
@@ -74,7 +74,7 @@ def test_an_entry_never_excuses_a_failure_it_does_not_select(tmp_path):
         entry("other-case", WRONG, '["forward"]', 'cases = ["*-causal_tl-*"]'),
         entry("other-dtype", WRONG, '["forward"]', 'dtype = "bfloat16"'),
     )
-    done = run_suite(tmp_path, "scaled_wrong", "-k", FORWARD_CASE, "--known-issues", file, "--no-shrink")
+    done = run_suite(tmp_path, toy("scaled_wrong"), "-k", FORWARD_CASE, "--known-issues", file)
     assert done.returncode == 1
     forward = ran(tmp_path, "forward")
     assert forward and all(r.verdict == "fail" and r.known_issue == {} for r in forward)
@@ -82,7 +82,7 @@ def test_an_entry_never_excuses_a_failure_it_does_not_select(tmp_path):
 
 def test_an_entry_outside_its_jax_range_excuses_nothing_and_says_it_would_have(tmp_path):
     file = ledger(tmp_path, entry("old-only", WRONG, '["forward"]', 'jax = "<0.1"'))
-    done = run_suite(tmp_path, "scaled_wrong", "-k", FORWARD_CASE, "--known-issues", file, "--no-shrink")
+    done = run_suite(tmp_path, toy("scaled_wrong"), "-k", FORWARD_CASE, "--known-issues", file)
     assert done.returncode == 1
     failing = sum(r.verdict == "fail" for r in read_results(tmp_path).results)
     assert failing and f"would explain {failing} failures here, outside its range" in done.stdout
@@ -91,13 +91,13 @@ def test_an_entry_outside_its_jax_range_excuses_nothing_and_says_it_would_have(t
 
 
 def test_fixed_and_stale_entries_are_reported_and_strict_known_makes_them_fatal(tmp_path):
-    exact = f"{TOY}:exact"
+    exact = toy("exact")
     file = ledger(
         tmp_path,
         entry("fixed", exact, '["forward"]'),
         entry("typo", exact, '["forward"]', 'cases = ["*-Sq9999-*"]'),
     )
-    done = run_suite(tmp_path, "exact", "-k", FORWARD_CASE, "--known-issues", file)
+    done = run_suite(tmp_path, toy("exact"), "-k", FORWARD_CASE, "--known-issues", file)
     assert done.returncode == 0, done.stdout[-3000:]
     found = {entry_id: s["status"] for entry_id, s in statuses(tmp_path).items()}
     # -k left the typo's (nonexistent) cases out, so it is only "not run here"; without -k it is
@@ -105,14 +105,14 @@ def test_fixed_and_stale_entries_are_reported_and_strict_known_makes_them_fatal(
     assert found == {"fixed": "no longer reproduces", "typo": "not run here"}
     assert "known issue fixed no longer reproduces" in done.stdout and "known issue typo" not in done.stdout
     strict = run_suite(
-        tmp_path / "strict", "exact", "-k", FORWARD_CASE, "--known-issues", file, "--strict-known"
+        tmp_path / "strict", toy("exact"), "-k", FORWARD_CASE, "--known-issues", file, "--strict-known"
     )
     assert strict.returncode == 1
 
 
 def test_a_bad_ledger_stops_the_run_in_one_line_naming_the_file_and_entry(tmp_path):
     file = ledger(tmp_path, entry("a", WRONG, '["forwards"]'))
-    done = run_suite(tmp_path, "scaled_wrong", "--known-issues", file)
+    done = run_suite(tmp_path, toy("scaled_wrong"), "--known-issues", file)
     assert done.returncode == 4  # pytest's usage error: nothing ran
     error = [line for line in done.stderr.splitlines() if "ledger.toml" in line]
     assert len(error) == 1 and "entry 'a'" in error[0] and "unknown check(s) ['forwards']" in error[0]

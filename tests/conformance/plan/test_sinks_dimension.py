@@ -20,7 +20,7 @@ from conformance.plan.user_cases import CaseSyntaxError, parse_case
 from kernels.base import Capabilities, SubjectGrads
 from kernels.function_adapter import canonical_keywords, required_keywords
 from reference.spec import AttentionSpec
-from tests.conformance.fakes import FULL
+from tests.support.fakes import FULL
 
 EXTREME = Case("a", "float32", q_heads=3, kv_heads=3, sinks="extreme")
 

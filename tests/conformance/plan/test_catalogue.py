@@ -8,7 +8,7 @@ import pytest
 
 from conformance.plan import catalogue, profiles
 from conformance.plan.cases import Case
-from tests.conformance.fakes import BLOCKED, FULL, subject
+from tests.support.fakes import BLOCKED, FULL, subject
 
 
 def test_declared_capabilities_decide_unsupported_with_the_reason():

@@ -11,7 +11,7 @@ from conformance.plan.cases import Case
 from conformance.plan.subjects import resolve_subjects
 from kernels.base import Capabilities
 from reports.run_report.pairwise_table import pairwise_section
-from tests.conformance.fakes import FULL
+from tests.support.fakes import FULL
 
 THREE = Capabilities(dtypes=("float32",), bias=True, gqa=True, window=True)
 

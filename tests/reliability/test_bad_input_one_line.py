@@ -8,7 +8,8 @@ import shutil
 import pytest
 
 from reports import jax_versions
-from tests.reliability.suite import FAULTY, run_module, run_suite
+from tests.reliability.suite import FAULTY, run_module
+from tests.support.suite import run_suite
 
 USAGE_ERROR = 4  # pytest's exit status for a usage error
 

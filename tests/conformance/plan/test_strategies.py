@@ -13,7 +13,7 @@ from conformance.plan import profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.shrink import shrink
 from kernels.base import Capabilities
-from tests.conformance.fakes import BLOCKED, FULL
+from tests.support.fakes import BLOCKED, FULL
 
 FLAGS = (
     "window",

@@ -11,7 +11,7 @@ import pytest
 
 from conformance.judge import tolerance
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "tolerances.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "tolerances.md"
 SECTION = "## Tolerance policy"
 HEADER = ("tensor", "k", "k_mean", "why")
 

@@ -20,9 +20,9 @@ from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
 from kernels import tpu_interpret
 from kernels.tpu_interpret import parse_races
-from tests.conformance import fakes, race_toys
+from tests.support import fakes, race_toys
 
-TOYS = "tests.conformance.race_toys"
+TOYS = "tests.support.race_toys"
 CASE = Case(
     "toy", "float32", batch=1, q_heads=2, kv_heads=2, q_len=8, kv_len=128, head_dim=128, v_head_dim=128
 )
@@ -67,7 +67,7 @@ def test_the_detector_parameters_use_this_jax_field_names():
 
 
 def test_a_subject_without_a_race_detector_gets_the_check_unsupported():
-    (subject,) = resolve_subjects("tests.conformance.toy_subjects:exact")
+    (subject,) = resolve_subjects("tests.support.toy_subjects:exact")
     items = plan((subject,), get("ci"), 0)["races"]
     assert items and {p.status for p in items} == {"unsupported"}
     assert "no race detector" in items[0].reason and "interpreter=tpu" in items[0].reason
@@ -95,9 +95,7 @@ def test_a_shared_output_block_is_a_race_and_a_block_per_program_is_not():
     _needs_detector()
     racy = run_check(CASE, "races", impl=f"{TOYS}:shared_stats")
     assert racy.verdict == "fail", racy.reason
-    assert (
-        "forward of tests.conformance.race_toys:shared_stats (2 simulated cores): 1 data race" in racy.reason
-    )
+    assert "forward of tests.support.race_toys:shared_stats (2 simulated cores): 1 data race" in racy.reason
     assert "write of" in racy.reason and "from 0, 0" in racy.reason and "from 0, 1" in racy.reason
     # The same numbers as the race-free kernel: only the race check tells them apart.
     inputs = build_inputs(CASE)

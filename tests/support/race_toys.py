@@ -1,5 +1,5 @@
 """Toy Pallas TPU attention kernels for the ``races`` check's own tests, reached as
-``--impl tests.conformance.race_toys:<name>``. One program per (batch, head), on a grid axis
+``--impl tests.support.race_toys:<name>``. One program per (batch, head), on a grid axis
 declared 'parallel'; each also writes the row maxima of its logits to a ``stats`` output.
 
 ``separate_stats`` gives each program its own stats block: no race. ``shared_stats`` maps

@@ -15,9 +15,9 @@ from conformance.plan.profiles import get
 from conformance.plan.subjects import Subject, resolve_subjects
 from kernels.function_adapter import FunctionAdapter
 from reports.records.results_file import UNDECLARED_JAX_RUNTIME
-from tests.conformance import toy_subjects
+from tests.support import toy_subjects
 
-TOY = "tests.conformance.toy_subjects"
+TOY = "tests.support.toy_subjects"
 PADDED = Case("toy", "float32", batch=2, q_len=128, kv_len=128, q_lengths=(128, 60), kv_lengths=(100, 0))
 
 

@@ -1,0 +1,55 @@
+"""The one way the tests run the suite: ``python -m conformance`` in a subprocess, from the
+checkout, the way a user does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TOYS = "tests.support.toy_subjects"
+# A handful of small float32 toy cases: enough for every check, quick in a subprocess.
+SMALL = "float32 and (Sq128-Sk128-D64 or lenkv128.0) and not Dv"
+
+
+def toy(name: str) -> str:
+    """The ``--impl`` path of a subject in ``tests/support/toy_subjects.py``."""
+    return f"{TOYS}:{name}"
+
+
+def suite_command(
+    report_dir: Path, impl: str, *args: str, shrink: bool = False, junit: bool = False
+) -> list[str]:
+    """The command line of a quiet run of ``impl`` into ``report_dir``; ``args`` go last.
+
+    Shrinking is off unless a test is about it (it only slows a failing run down);
+    ``junit`` also writes ``report_dir/junit.xml``."""
+    command = [sys.executable, "-m", "conformance", "--impl", impl, "--report-dir", str(report_dir), "-q"]
+    if not shrink:
+        command.append("--no-shrink")
+    if junit:
+        command.append(f"--junitxml={report_dir / 'junit.xml'}")
+    return [*command, *args]
+
+
+def run_suite(
+    report_dir: Path,
+    impl: str,
+    *args: str,
+    shrink: bool = False,
+    junit: bool = False,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess:
+    """Runs ``suite_command`` from the checkout and returns it finished, output captured.
+
+    ``env`` replaces the environment (None: this process's); ``timeout`` fails a hung run."""
+    return subprocess.run(
+        suite_command(report_dir, impl, *args, shrink=shrink, junit=junit),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
