@@ -9,30 +9,27 @@ About a minute on a laptop CPU, so ``slow``.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from reports.gate.comparison import gate
 from reports.records.results_file import read_results
 from tests.reports.gate.precision_mutant import ACCUMULATOR
+from tests.support.suite import run_suite
 
-ROOT = Path(__file__).resolve().parents[3]
 SUBJECT = "tests.reports.gate.precision_mutant:blocked_attention"
 
 
-def run_suite(report_dir: Path, accumulator: str) -> Path:
-    command = [sys.executable, "-m", "conformance", "--impl", SUBJECT, "--profile", "ci"]
-    command += ["--report-dir", str(report_dir), "--no-shrink", "-q", "-n", "0", "-k", "test_forward"]
+def run_with(report_dir: Path, accumulator: str) -> Path:
     env = {**os.environ, ACCUMULATOR: accumulator}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    args = ("--profile", "ci", "-n", "0", "-k", "test_forward")
+    done = run_suite(report_dir, SUBJECT, *args, env=env, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return report_dir
 
 
 def test_one_reduction_in_bfloat16_fails_the_gate(tmp_path):
-    base = run_suite(tmp_path / "jax-base", "float32")
-    cand = run_suite(tmp_path / "jax-bf16", "bfloat16")
+    base = run_with(tmp_path / "jax-base", "float32")
+    cand = run_with(tmp_path / "jax-bf16", "bfloat16")
     assert {r.verdict for r in read_results(cand).results} <= {"pass", "unsupported"}  # inside tolerance
     result = gate(base, cand)
     assert [(f.rule, f.what.split(" · ")[:2]) for f in result.regressions] == [
