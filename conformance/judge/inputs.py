@@ -8,11 +8,14 @@ subject's dtype, and K/V then to its K/V storage where it declares one (``int8``
 Input kinds (only uniform [0, 1) inputs would let wrong kernels pass as mean(V)):
   * ``normal``: q ~ N(0, 2^2), k, v ~ N(0, 1): logits of std ~2, a peaked softmax.
   * ``large``: logits of std ``log(dtype max) / 2``, so the largest reach ~1.5x the
-    point where ``exp`` overflows without max-subtraction.
+    point where ``exp`` overflows without max-subtraction. fp8 kernels hold their logits in
+    float32 (``dtypes.logits_dtype``), so there it is float32's max: q ~ N(0, 44^2), which
+    e4m3fn (max 448) and e5m2 still hold.
   * ``integers``: sparse small integers in [-3, 3] (60% zeros): q.k is exact in every dtype.
   * ``nan_padding``: ``normal``, then padding is overwritten: NaN in q rows that see no
     key (e.g. past ``q_lengths``), NaN in k at keys that no query of the batch row sees
-    (past ``kv_lengths``, an orphan segment), and a large finite sentinel in v there.
+    (past ``kv_lengths``, an orphan segment), and a large finite sentinel in v there
+    (``padding_sentinel``). Both fp8 dtypes have a NaN.
     NaN in masked logits must never reach a valid output. v gets a finite sentinel, not
     NaN, because an exactly-zero weight times NaN is NaN in IEEE arithmetic for every
     matmul; the sentinel instead exposes any nonzero weight on a padded key.
@@ -89,19 +92,28 @@ def draw_segment_ids(seed: int, stream: int, batch: int, q_len: int, kv_len: int
     return q_ids, kv_ids
 
 
-def draw_sinks(seed: int, stream: int, salt: int, q_heads: int, kv_len: int, extreme: bool):
+def draw_sinks(
+    seed: int, stream: int, salt: int, q_heads: int, kv_len: int, extreme: bool, vanishing: float = -1e4
+):
     """[Hq] float64 sink logits: N(log(Sk) + 2, 2^2), near the lse of a row of N(0, 2^2) logits
     over Sk keys, so the sink takes a real share of it. ``extreme``: heads 0, 1, 2, 3, ... get
-    +30, -1e4, the draw, +30, ...: a sink that dominates every row's denominator, and one that
-    vanishes from it (its exp underflows to 0 in float32 too; a row that sees no key has
-    exactly it as lse)."""
+    +30, ``vanishing`` (-1e4), the draw, +30, ...: a sink that dominates every row's denominator,
+    and one that vanishes from it (its exp underflows to 0 in float32 too; a row that sees no
+    key has exactly it as lse)."""
     rng = np.random.default_rng([seed, stream, salt])
     sinks = np.log(kv_len) + 2.0 + 2.0 * rng.standard_normal(q_heads)
     if extreme:
         for h in range(q_heads):
             if h % 3 < 2:
-                sinks[h] = (30.0, -1e4)[h % 3]
+                sinks[h] = (30.0, vanishing)[h % 3]
     return sinks
+
+
+def vanishing_sink(dtype: str) -> float:
+    """The logit of a sink that vanishes from the denominator: -1e4, or the dtype's most negative
+    finite value where -1e4 is out of its range (e4m3fn: -448, a NaN otherwise). exp of either,
+    next to any logit a case draws, underflows to 0 in float32."""
+    return -min(1e4, dtypes.max_value(dtype))
 
 
 def draw_mask(seed: int, stream: int, shape: tuple[int, ...]):
@@ -155,11 +167,13 @@ def _values(case: Case, stream: int, shape: tuple[int, ...], std: float, salt: i
 def q_std(case: Case) -> float:
     """Std of q so that the logits ``scale * q.k`` (k ~ N(0, 1)) have the kind's std."""
     if case.input_kind == "large":
-        logit_std = dtypes.exp_overflow(case.dtype) / 2
+        logit_std = dtypes.exp_overflow(dtypes.logits_dtype(case.dtype)) / 2
     else:
         logit_std = 2.0
     scale = case.spec.resolved_scale(case.head_dim)
-    return logit_std / (scale * math.sqrt(case.head_dim))
+    # Within the dtype's range (8 std under its max): a tiny scale must not turn q into inf or,
+    # in e4m3fn, NaN. Only fp8 ever comes near (e4m3fn: 56; the logits are then smaller).
+    return min(logit_std / (scale * math.sqrt(case.head_dim)), dtypes.max_value(case.dtype) / 8)
 
 
 def padding(case: Case, masks: MaskArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -176,8 +190,12 @@ def padding(case: Case, masks: MaskArrays) -> tuple[np.ndarray, np.ndarray]:
 
 def padding_sentinel(case: Case) -> float:
     """The finite value written into v past ``kv_lengths``: huge, yet ``Sk`` of them
-    summed with weights <= 1 stay finite in the dtype."""
+    summed with weights <= 1 stay finite in the dtype. fp8 values are summed in float32 (its
+    matmuls accumulate there), so there only ``sqrt(max)`` bounds it: e4m3fn 21 (then 20 once
+    rounded), e5m2 240, against |v| ~ 1; ``max / (4 Sk)`` would be below 1 in e4m3fn."""
     top = dtypes.max_value(case.dtype)
+    if dtypes.is_fp8(case.dtype):
+        return float(math.sqrt(top))
     return float(min(math.sqrt(top), top / (4 * case.kv_len)))
 
 
@@ -197,7 +215,8 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
     bias = None if case.bias is None else _values(case, _BIAS, case.bias_shape, 1.0, salt)
     sinks = None
     if case.sinks is not None:
-        sinks = draw_sinks(case.seed, _SINKS, salt, case.q_heads, case.kv_len, case.sinks == "extreme")
+        extreme, vanishing = case.sinks == "extreme", vanishing_sink(case.dtype)
+        sinks = draw_sinks(case.seed, _SINKS, salt, case.q_heads, case.kv_len, extreme, vanishing)
     masks = mask_arrays(case)
     if case.input_kind == "nan_padding":
         dead_rows, dead_keys = padding(case, masks)

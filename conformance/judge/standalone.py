@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.judge import inputs, metrics
+from conformance.judge import dtypes, inputs, metrics
 from conformance.judge.checks.registry import CheckDeclaration
 from conformance.judge.metrics import abs_error
 from conformance.plan.cases import Case
@@ -156,10 +156,14 @@ def _section(title: str) -> str:
     return f"\n\n# --- {title} " + "-" * max(3, 86 - len(title)) + "\n\n"
 
 
+def _dtype_expression(name: str) -> str:
+    if name in dtypes.ML_DTYPES:
+        return f"np.dtype(ml_dtypes.{name})"
+    return f"np.dtype({name!r})"
+
+
 def _dtype_line(name: str) -> str:
-    if name == "bfloat16":
-        return "DTYPE = np.dtype(ml_dtypes.bfloat16)"
-    return f"DTYPE = np.dtype({name!r})"
+    return f"DTYPE = {_dtype_expression(name)}"
 
 
 def _case_block(case: Case) -> str:
@@ -198,8 +202,10 @@ def _draw_lines(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], s
         lines.append("bias = None")
     if case.sinks is not None:
         functions.append(inputs.draw_sinks)
+        vanishing = inputs.vanishing_sink(case.dtype)  # passed where not the default (-1e4): e4m3fn
+        extra = "" if vanishing == -1e4 else f", {vanishing!r}"
         lines.append(
-            f"sinks = draw_sinks(SEED, {stream['sinks']}, 0, HQ, SK, {case.sinks == 'extreme'})"
+            f"sinks = draw_sinks(SEED, {stream['sinks']}, 0, HQ, SK, {case.sinks == 'extreme'}{extra})"
             f"  # [Hq] one logit per query head ({case.sinks})"
         )
     else:
@@ -364,11 +370,17 @@ def _numeric_judgement(check: CheckDeclaration, recorded: Iterable[TensorMetrics
 
 
 def _verdict_judgement(
-    case: Case, check: CheckDeclaration, call: StandaloneCall, reason: str, gradients: bool, sinks_grad: bool
+    case: Case,
+    check: CheckDeclaration,
+    call: StandaloneCall,
+    reason: str,
+    gradients: bool,
+    sinks_grad: bool,
+    out_dtype_name: str,
 ) -> str:
     """Statements after the forward call that observe what the check did (with ``gradients``: in
     the gradients too, as the check did for a case whose backward pass ran; d(sinks) where the
-    subject declares it, ``sinks_grad``)."""
+    subject declares it, ``sinks_grad``; ``out_dtype_name``: the dtype out is declared in)."""
     said = "# The suite saw: " + " ".join(reason.split())[:300] + "\n"
     grads = ("dq", "dk", "dv") + (("dbias",) if case.bias is not None else ())
     grads += ("dsinks",) if case.sinks is not None and sinks_grad else ()
@@ -383,8 +395,9 @@ def _verdict_judgement(
             lines += [f"failed |= report_nonfinite({g!r}, {g}, ref_{g}, None)" for g in grads]
         return said + "\n".join(lines) + "\nsys.exit(1 if failed else 0)\n"
     if check.name == "shape_dtype":
-        expected = {"out": ("(B, HQ, SQ, DV)", "(DTYPE,)")}
-        expected["lse"] = ("(B, HQ, SQ)", "(DTYPE, np.dtype('float32'), np.dtype('float64'))")
+        out_dtype = "DTYPE" if out_dtype_name == case.dtype else _dtype_expression(out_dtype_name)
+        expected = {"out": ("(B, HQ, SQ, DV)", f"({out_dtype},)")}
+        expected["lse"] = ("(B, HQ, SQ)", f"(DTYPE, {out_dtype}, np.dtype('float32'), np.dtype('float64'))")
         lines = []
         if gradients:
             lines.append(call.gradients.rstrip())
@@ -442,7 +455,8 @@ def script(
     sinks_grad = case.sinks is not None and adapter.capabilities().sinks_grad
     ref_functions, reference, reference_grads = _reference_lines(case, backward, sinks_grad)
     storage = _storage_lines(case)
-    needs_ml_dtypes = case.dtype == "bfloat16"
+    out_dtype = adapter.capabilities().output_dtype(case.dtype)
+    needs_ml_dtypes = bool({case.dtype, out_dtype} & set(dtypes.ML_DTYPES))
     header = (
         f'"""Standalone repro: the {check.name} check of {case.case_id}.\n\n'
         f"Subject: {call.note}.\n"
@@ -498,7 +512,18 @@ def script(
     elif check.repro == "backward":
         calls, verdict = call.gradients, _numeric_judgement(check, recorded)
     else:
-        calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients, sinks_grad)
+        calls, verdict = (
+            call.forward,
+            _verdict_judgement(
+                case,
+                check,
+                call,
+                reason,
+                gradients,
+                sinks_grad,
+                adapter.capabilities().output_dtype(case.dtype),
+            ),
+        )
     # The inputs section may already define one of the adapter's helpers (K/V storage rounding).
     defined = {_defined_name(d) for d in re.findall(r"^(?:def \w+|[A-Z0-9_]+ =)", storage, re.M)}
     definitions = [d for d in call.definitions if _defined_name(d) not in defined]

@@ -107,6 +107,7 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         edge_matrix.instantiate(t, subject.name, d)
         for t in edge_matrix.edge_cases(profile.edge_level)
         for d in dtypes
+        if edge_matrix.in_dtype(t, d, profile.edge_level)
     ]
     # Edge configs of its tunables: the first dtype only where the shape says so (they test
     # blocking, which is the same in every dtype, and interpret-mode calls are slow).
@@ -116,6 +117,7 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
             caps.tunables, profile.edge_level, _config_shapes(caps)
         )
         for d in (dtypes if every_dtype else dtypes[:1])
+        if edge_matrix.in_dtype(t, d, profile.edge_level)
     ]
     # K/V in the subject's own storage (int8 pages, ...): its every case, rounded to it.
     curated = [dataclasses.replace(c, kv_storage=caps.kv_storage) for c in curated]

@@ -9,6 +9,7 @@ import numpy as np
 
 from conformance.judge import behaviour
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, passed
+from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import judge
 
 
@@ -87,7 +88,9 @@ def _fully_masked_verdict(ctx: CheckContext) -> Outcome:
             )
     elif convention == "mean_v":
         expected = np.broadcast_to(mean_v(ctx.oracle.inputs.v, ctx.case.q_heads)[:, :, None, :], out.shape)
-        judged = judge("out", got.out, expected, ctx.oracle.baseline.out, ctx.dtype, rows[..., None])
+        judged = judge(
+            "out", got.out, expected, ctx.baseline.out, name_of(ctx.baseline.out.dtype), rows[..., None]
+        )
         if not judged.passed:
             return from_judgements(
                 [judged], "convention 'mean_v': fully masked rows are not mean(v); " + "; ".join(problems)

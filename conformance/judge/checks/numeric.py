@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements
+from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import judge
 
 UNOBSERVED_DSINKS = "dsinks not observed: the subject declares no d(sinks) (Capabilities.sinks_grad)"
@@ -32,7 +33,8 @@ def forward(ctx: CheckContext) -> Outcome:
     if problem:
         return failed(problem)
     valid = ctx.oracle.valid_rows[..., None]
-    return from_judgements([judge("out", got.out, ref.out, ctx.oracle.baseline.out, ctx.dtype, valid)])
+    base = ctx.baseline.out  # the floors are ulps of the dtype out ends in (fp8 inputs: may be bf16)
+    return from_judgements([judge("out", got.out, ref.out, base, name_of(base.dtype), valid)])
 
 
 def lse(ctx: CheckContext) -> Outcome:
@@ -42,14 +44,15 @@ def lse(ctx: CheckContext) -> Outcome:
     if problem:
         return failed(problem + "; the subject declares lse=True")
     valid = ctx.oracle.valid_rows
-    return from_judgements([judge("lse", got.lse, ref.lse, ctx.oracle.baseline.lse, ctx.dtype, valid)])
+    base = ctx.baseline.lse  # float32 for fp8 inputs: no kernel keeps its lse in 8 bits
+    return from_judgements([judge("lse", got.lse, ref.lse, base, name_of(base.dtype), valid)])
 
 
 def backward(ctx: CheckContext) -> Outcome:
     """dq, dk, dv (and dbias, dsinks where declared) of sum(out * dout), every element. A case
     with sinks on a subject without d(sinks) still judges dq, dk, dv, and says d(sinks) was
     not observed (in the reason, also when it passes)."""
-    got, ref, base = ctx.run.gradients, ctx.oracle.reference_grads, ctx.oracle.baseline_grads
+    got, ref, base = ctx.run.gradients, ctx.oracle.reference_grads, ctx.baseline_grads
     tensors = [(n, getattr(got, n), getattr(ref, n), getattr(base, n)) for n in ("dq", "dk", "dv")]
     if ref.dbias is not None and ctx.capabilities.bias_grad:
         tensors.append(("dbias", got.dbias, ref.dbias, base.dbias))
