@@ -219,7 +219,7 @@ def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities
         return None
     if reason is not None:
         return Planned(name, case, "unsupported", reason)
-    violated = fwd + (bwd if check.runs_backward else ())
+    violated = tuple(dict.fromkeys(fwd + (bwd if check.runs_backward else ())))  # "both": once
     if violated:
         note = " (declared to raise; see the raises check)" if _raising(violated) else ""
         return Planned(name, case, "unsupported", _constraint_reasons(violated) + note)
