@@ -211,8 +211,9 @@ class Capabilities:
     # writes bf16. The shape_dtype check expects it and the baseline rounds its out to it.
     output_dtypes: tuple[tuple[str, str], ...] = ()
     # How the implementation stores K/V when narrower than the dtype (kernels/kv_storage.py,
-    # e.g. "int8"): every case of it carries this storage and its K/V are rounded to it, so
-    # the reference sees exactly the values the implementation computes with. None: the dtype.
+    # e.g. "int8" per token, "int8_per_channel", "float8_e4m3fn_per_head"): every case of it
+    # carries this storage and its K/V are rounded to it, so the reference sees exactly the
+    # values the implementation computes with. None: the dtype.
     kv_storage: str | None = None
     # The hardware the kernel is written for, when the adapter can lower its call for it with
     # the interpreter off (``Adapter.lowering``; kernels/lowering.py): "tpu" (Mosaic) or "cuda"

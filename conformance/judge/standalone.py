@@ -331,9 +331,13 @@ def _storage_lines(case: Case) -> str:
     """K/V rounded to the subject's K/V storage, as ``build_inputs`` does (``kernels/kv_storage.py``)."""
     if case.kv_storage is None:
         return ""
-    constants = f"INT8_LIMIT = {kv_storage.INT8_LIMIT!r}\nKV_STORAGES = {kv_storage.KV_STORAGES!r}\n"
+    constants = "".join(
+        f"{name} = {getattr(kv_storage, name)!r}\n"
+        for name in ("ELEMENT_LIMITS", "GROUP_AXES", "KV_STORAGES")
+    )
+    functions = _source(kv_storage.storage_parts, kv_storage.quantize, kv_storage.represent)
     return (
-        f"\n{constants}\n\n{_source(kv_storage.int8_quantize, kv_storage.represent)}\n\n"
+        f"\n{constants}\n\n{functions}\n\n"
         f"k, v = (represent(x, {case.kv_storage!r}) for x in (k, v))  # as the subject's cache holds them\n"
     )
 

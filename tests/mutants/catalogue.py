@@ -275,6 +275,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "rounds the float32 logits to fp8 before the softmax",
     ),
     _m(
+        "forgets_v_scale",
+        "quantized:forgets_v_scale",
+        "forward",
+        "quantized K/V scales",
+        "int8 K/V with per-channel scales: V's dequantization scale never applied",
+    ),
+    _m(
         "no_cost_estimate",
         "lowering:NoCostEstimate",
         "observable",
@@ -311,6 +318,10 @@ CONTROLS: tuple[Control, ...] = (
     # as declared (internal_quantization "p_fp8"): the baseline follows each declaration.
     Control(f"{PACKAGE}.fp8:attention", (*RUNS_EVERYWHERE, "lse")),
     Control(f"{PACKAGE}.fp8:attention_p_fp8", (*RUNS_EVERYWHERE, "lse")),
+    # Quantized K/V dequantized inside, with a scale per (head, channel) in int8 and per head in
+    # e4m3fn (kv_storage): the reference sees the dequantized values exactly.
+    Control(f"{PACKAGE}.quantized:int8_per_channel", (*RUNS_EVERYWHERE[:5], "recompile")),
+    Control(f"{PACKAGE}.quantized:fp8_per_head", (*RUNS_EVERYWHERE[:5], "recompile")),
     # Right attention copied out through a Pallas TPU kernel that lowers, with a cost estimate.
     Control(f"{PACKAGE}.lowering:LoweringCopy", (*RUNS_EVERYWHERE, "lowers", "vmem", "observable")),
 )
