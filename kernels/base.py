@@ -103,8 +103,9 @@ class ShapeConstraint:
         return self.basis == "raises"
 
     def concerns(self, features: tuple[str, ...], dtype: str = "") -> bool:
-        """Whether the constraint speaks of a case with these features, in ``dtype`` ("": any)."""
-        in_dtype = not self.dtypes or not dtype or dtype in self.dtypes
+        """Whether the constraint speaks of a case with these features, in ``dtype`` ("" when
+        unknown: a constraint on some dtypes only then speaks of none)."""
+        in_dtype = not self.dtypes or dtype in self.dtypes
         return set(self.features) <= set(features) and in_dtype
 
     def raised_by(self, error: BaseException) -> bool:

@@ -168,3 +168,13 @@ def test_shape_dtype_expects_the_declared_output_dtype():
     bad = _context(caps, _Call(None, _Out(out("float8_e4m3fn"))), case)
     assert shape_dtype(good).verdict == "pass"
     assert shape_dtype(bad).verdict == "fail" and "expected bfloat16" in shape_dtype(bad).reason
+
+
+def test_a_constraint_on_some_dtypes_concerns_only_those():
+    (xla,) = resolve_subjects("xla")
+    shape = Case("x", "float32").shape
+    spec = Case("x", "float32").spec
+    assert not xla.capabilities.violated_constraints(shape, spec, "forward")  # no dtype: not fp8
+    assert xla.capabilities.admits(shape, spec, "float32", "forward") == ()
+    (outside,) = xla.capabilities.admits(shape, spec, "float8_e4m3fn", "forward")
+    assert outside.raises and outside.constraint.error == "TypePromotionError"
