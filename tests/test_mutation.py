@@ -58,6 +58,8 @@ SMOKE: tuple[str, ...] = (
     "sink",  # attention sinks: extreme values, causal, GQA, rows that see no key
     "lenkv37.48.128.1",  # decode: rows ending inside a page, on its edge, on a compute block's, at 1
     "lenq1.40.7",  # mixed prefill/decode pack, each row's diagonal at its valid lengths
+    "_per_channel-B1-Hq4-Hkv2-Sq128-Sk128-D64",  # K/V stored with a scale per (head, channel), GQA
+    "_per_head-B1-Hq4-Hkv2-Sq128-Sk128-D64",  # K/V stored with a scale per head, GQA
 )
 
 

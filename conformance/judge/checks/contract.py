@@ -24,12 +24,15 @@ def _expect(name: str, got: object, shape: tuple[int, ...], dtypes: tuple[str, .
 
 
 def shape_dtype(ctx: CheckContext) -> Outcome:
-    """out [B, Hq, Sq, Dv] in the input dtype; lse [B, Hq, Sq] in float32/64 or the input dtype;
-    each gradient in its input's shape and dtype."""
+    """out [B, Hq, Sq, Dv] in the input dtype, or the output dtype the subject declares for it
+    (``Capabilities.output_dtypes``: an fp8 kernel writing bf16); lse [B, Hq, Sq] in float32/64
+    or out's dtype; each gradient in its input's shape and dtype."""
     c, got = ctx.case, ctx.run.forward
-    problems = [_expect("out", got.out, (c.batch, c.q_heads, c.q_len, c.v_head_dim), (c.dtype,))]
+    out_dtype = ctx.capabilities.output_dtype(c.dtype)
+    problems = [_expect("out", got.out, (c.batch, c.q_heads, c.q_len, c.v_head_dim), (out_dtype,))]
     if ctx.capabilities.lse:
-        problems.append(_expect("lse", got.lse, (c.batch, c.q_heads, c.q_len), (c.dtype, *LSE_DTYPES)))
+        lse_dtypes = tuple(dict.fromkeys((c.dtype, out_dtype, *LSE_DTYPES)))
+        problems.append(_expect("lse", got.lse, (c.batch, c.q_heads, c.q_len), lse_dtypes))
     if ctx.backward:
         grads, inputs = ctx.run.gradients, ctx.oracle.inputs
         for name, source in (("dq", inputs.q), ("dk", inputs.k), ("dv", inputs.v)):
@@ -58,15 +61,25 @@ def no_mutation(ctx: CheckContext) -> Outcome:
 
 
 def raises(ctx: CheckContext) -> Outcome:
-    """A case outside a constraint with basis ``raises`` must raise, not return garbage."""
+    """A case outside a constraint with basis ``raises`` must raise, not return garbage; where the
+    constraints name their exception (``ShapeConstraint.error``), one of those: any other is a
+    failure unrelated to the declared rejection (an adapter bug, a crash), not the rejection."""
     call = ctx.run.forward_call if ctx.direction == "forward" else ctx.run.gradients_call
-    if call.error is not None:
-        return passed(f"{ctx.direction} raised {type(call.error).__name__}: {str(call.error)[:200]}")
     outside = ctx.capabilities.admits(
         ctx.case.skeleton(), ctx.case.spec, ctx.case.dtype, ctx.direction, ctx.case.features, ctx.case.config
     )
-    violated = [e.constraint.name for e in outside if e.raises]
+    violated = [e.constraint for e in outside if e.raises]
+    if call.error is not None:
+        said = f"{ctx.direction} raised {type(call.error).__name__}: {str(call.error)[:200]}"
+        # Where every broken constraint names its exception, one of those must be it.
+        if violated and all(c.error for c in violated) and not any(c.raised_by(call.error) for c in violated):
+            expected = " or ".join(sorted({c.error for c in violated}))
+            return failed(
+                f"{said}; but the adapter declares {expected} here "
+                f"(constraint(s) {[c.name for c in violated]}): another error than the declared rejection"
+            )
+        return passed(said)
     return failed(
         f"{ctx.direction} returned normally, but the adapter declares that constraint(s) "
-        f"{violated} make it raise; fix the declaration or the input validation"
+        f"{[c.name for c in violated]} make it raise; fix the declaration or the input validation"
     )
