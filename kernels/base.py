@@ -16,9 +16,9 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 from kernels import features as features_table
-from kernels.dtypes import DTYPES  # the one list, stdlib only so that reports reads it too
+from kernels.dtypes import DTYPES, FP8_DTYPES  # the one list, stdlib only so that reports reads it too
 from kernels.features import BROADCAST_DIMS
-from kernels.kv_storage import KV_STORAGES
+from kernels.kv_storage_names import KV_STORAGES
 from kernels.tunables import Config, Tunables
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
 
@@ -27,6 +27,9 @@ Platform = Literal["tpu", "cuda"]
 PLATFORMS: tuple[str, ...] = ("tpu", "cuda")
 
 FullyMaskedConvention = Literal["zeros", "mean_v", "nan", "unspecified"]
+
+# What an implementation rounds inside (``Capabilities.internal_quantization``).
+INTERNAL_QUANTIZATIONS: tuple[str, ...] = ("p_fp8",)
 
 
 ConstraintBasis = Literal["raises", "api"]
@@ -66,6 +69,8 @@ class ShapeConstraint:
     raises there (``"NotImplementedError"``), for APIs whose contract names one: the ``raises`` check
     then fails a case that raised anything else (a broadcast ``ValueError`` deep inside is a finding,
     not the declared rejection). Empty: any exception is the declared one.
+    ``dtypes``: the constraint concerns only cases in these dtypes (e.g. the fp8 ones, which
+    ``jax.nn`` rejects); empty means every dtype.
     """
 
     name: str
@@ -77,8 +82,16 @@ class ShapeConstraint:
     sees_config: bool = False
     stage: ConstraintStage = "call"
     exceptions: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        unknown = set(self.dtypes) - set(DTYPES)
+        if unknown:
+            raise ValueError(
+                f"constraint {self.name!r}: unknown dtypes {sorted(unknown)}; choose from {DTYPES}"
+            )
+        if self.exceptions and not self.raises:
+            raise ValueError(f"constraint {self.name!r}: exceptions {self.exceptions} need basis 'raises'")
         if self.basis not in CONSTRAINT_BASES:
             raise ValueError(
                 f"constraint {self.name!r}: basis {self.basis!r} is not one of {CONSTRAINT_BASES}; "
@@ -107,8 +120,11 @@ class ShapeConstraint:
     def raises(self) -> bool:
         return self.basis == "raises"
 
-    def concerns(self, features: tuple[str, ...]) -> bool:
-        return set(self.features) <= set(features)
+    def concerns(self, features: tuple[str, ...], dtype: str = "") -> bool:
+        """Whether the constraint speaks of a case with these features, in ``dtype`` ("" when
+        unknown: a constraint on some dtypes only then speaks of none)."""
+        in_dtype = not self.dtypes or dtype in self.dtypes
+        return set(self.features) <= set(features) and in_dtype
 
     def satisfied(self, shape: AttentionShape, spec: AttentionSpec, blocks: dict | None = None) -> bool:
         """``holds``, given the resolved tunables when the constraint sees them."""
@@ -191,9 +207,20 @@ class Capabilities:
     # Parameters a user may tune (block sizes, ...) and their legal space; a case's config
     # names values for some of them (kernels/tunables.py). Empty: nothing to tune.
     tunables: Tunables = Tunables()
+    # What the implementation rounds inside, beyond its inputs, in fp8 cases (the baseline follows
+    # it: conformance/judge/baseline.py). None: every intermediate stays float32 (matmuls
+    # accumulate there). "p_fp8": P, the softmax weights, is rounded to V's fp8 dtype before the
+    # matmuls it feeds (P V forward, P^T dO backward), as ``p.astype(v.dtype)`` in a kernel does.
+    # In the other dtypes the baseline rounds every intermediate to the dtype anyway.
+    internal_quantization: str | None = None
+    # The dtype each output (out; lse may also be float32/64) comes back in, per input dtype,
+    # where it is not the input's: e.g. (("float8_e4m3fn", "bfloat16"),) for an fp8 kernel that
+    # writes bf16. The shape_dtype check expects it and the baseline rounds its out to it.
+    output_dtypes: tuple[tuple[str, str], ...] = ()
     # How the implementation stores K/V when narrower than the dtype (kernels/kv_storage.py,
-    # e.g. "int8"): every case of it carries this storage and its K/V are rounded to it, so
-    # the reference sees exactly the values the implementation computes with. None: the dtype.
+    # e.g. "int8" per token, "int8_per_channel", "float8_e4m3fn_per_head"): every case of it
+    # carries this storage and its K/V are rounded to it, so the reference sees exactly the
+    # values the implementation computes with. None: the dtype.
     kv_storage: str | None = None
     # The hardware the kernel is written for, when the adapter can lower its call for it with
     # the interpreter off (``Adapter.lowering``; kernels/lowering.py): "tpu" (Mosaic) or "cuda"
@@ -213,6 +240,33 @@ class Capabilities:
             )
         if self.kv_storage is not None and self.kv_storage not in KV_STORAGES:
             raise ValueError(f"unknown kv_storage {self.kv_storage!r}; choose from {KV_STORAGES} (or None)")
+        if (
+            self.internal_quantization is not None
+            and self.internal_quantization not in INTERNAL_QUANTIZATIONS
+        ):
+            raise ValueError(
+                f"unknown internal_quantization {self.internal_quantization!r}; "
+                f"choose from {INTERNAL_QUANTIZATIONS} (or None: everything inside in float32)"
+            )
+        if self.internal_quantization is not None and not set(FP8_DTYPES) & set(self.dtypes):
+            raise ValueError(
+                f"internal_quantization {self.internal_quantization!r} concerns fp8 cases only; "
+                f"declare an fp8 dtype {FP8_DTYPES} or leave it None"
+            )
+        pairs = dict(self.output_dtypes)
+        if (
+            len(pairs) != len(self.output_dtypes)
+            or set(pairs) - set(self.dtypes)
+            or set(pairs.values()) - set(DTYPES)
+        ):
+            raise ValueError(
+                f"output_dtypes {self.output_dtypes!r} must pair each declared input dtype {self.dtypes} "
+                f"(at most once) with an output dtype from {DTYPES}, e.g. (('float8_e4m3fn', 'bfloat16'),)"
+            )
+
+    def output_dtype(self, dtype: str) -> str:
+        """The dtype of ``out`` for inputs in ``dtype``: the declared one, else the input's."""
+        return dict(self.output_dtypes).get(dtype, dtype)
 
     @property
     def lowering(self) -> bool:
@@ -266,7 +320,7 @@ class Capabilities:
             Exclusion(f"{c.name}: {c.reason}", c)
             for c in self.constraints
             if c.applies_to in (direction, "both")
-            and c.concerns(features)
+            and c.concerns(features, dtype)
             and not (illegal and c.sees_config)
             and not c.satisfied(shape, spec, blocks)
         ]

@@ -32,6 +32,9 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kernels import kv_storage_names
+from kernels.kv_storage_names import KV_STORAGES
+
 # A broadcast pattern names the full axes; "1" marks a broadcast (size-1) axis.
 BIAS_AXES = "bhqk"
 BROADCAST_DIMS: tuple[str, ...] = ("batch", "heads", "q", "kv")
@@ -881,21 +884,20 @@ SINKS = Feature(
 
 
 def _kv_storage_validate(case: Any) -> str | None:
-    from kernels.kv_storage import KV_STORAGES  # NumPy: only the planner builds cases
-
     if case.kv_storage is not None and case.kv_storage not in KV_STORAGES:
         return f"unknown kv_storage {case.kv_storage!r}; choose from {KV_STORAGES} (or None)"
     return None
 
 
 # A property of the subject, not drawn: every case of a subject that declares
-# ``Capabilities.kv_storage`` carries it (``subject_fields``).
+# ``Capabilities.kv_storage`` carries it (``subject_fields``). One grid column per storage
+# (``kv_int8``, ``kv_float8_e4m3fn_per_head``, ...), labelled from its name.
 KV_STORAGE = Feature(
     "kv_storage",
     fields=(Field("kv_storage", "str | None", None),),
     present=_optional("kv_storage"),
     grid=lambda case: f"kv_{case.kv_storage}" if case.kv_storage is not None else None,
-    labels={"kv_int8": "int8 K/V"},  # K/V stored as int8 (Capabilities.kv_storage), rounded to it
+    labels={f"kv_{storage}": kv_storage_names.label(storage) for storage in KV_STORAGES},
     token=lambda case: f"kv{case.kv_storage}" if case.kv_storage is not None else None,
     words=lambda case: f"K/V stored as {case.kv_storage}" if case.kv_storage is not None else None,
     validate=_kv_storage_validate,

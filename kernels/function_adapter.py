@@ -24,6 +24,12 @@ Capabilities are declared on the function itself::
     attention.attention_capabilities = Capabilities(dtypes=("float32", "bfloat16"),
                                                     causal_alignments=("top_left",))
 
+An fp8 function (``dtypes=("float8_e4m3fn", "float8_e5m2")``: its inputs arrive as
+``ml_dtypes`` arrays) also declares what it rounds inside (``internal_quantization="p_fp8"``
+when it rounds P to fp8 before the PV matmul) and, where out is not in the input dtype, that
+dtype (``output_dtypes=(("float8_e4m3fn", "bfloat16"), ...)``): the baseline follows both
+(``tests/mutants/fp8.py`` is an example).
+
 Without that attribute the conservative ``DEFAULT_CAPABILITIES`` apply: float32,
 no masks, no bias, no GQA, forward only. A function built on JAX declares
 ``jax_runtime=True``; one that does not is still watched: ``leak`` judges its host memory, and

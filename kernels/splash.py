@@ -340,6 +340,11 @@ class SplashAdapter:
         return Capabilities(
             jax_runtime=True,
             race_detection=race_detection_declared(choose_execution(self.interpreter)),
+            # fp8 runs (P stays float32: V is upcast before the PV matmul) but is not declared
+            # yet: splash takes no scale, so q is pre-scaled in its own dtype, and in fp8 that
+            # product keeps 3 (e4m3fn) or 2 (e5m2) mantissa bits, with subnormals below 2^-6 in
+            # e4m3fn: lse is off by ~1e-3 (ratios 2e2 to 1e5; 0.13 at scale 0.3 in e5m2). Needs
+            # a known-issue entry with its release sweep before it can run at ci.
             dtypes=("float32", "bfloat16"),
             causal_alignments=("top_left", "bottom_right"),
             chunked_causal_alignments=("top_left",),  # ChunkedCausalMask has no offset

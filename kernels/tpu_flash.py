@@ -38,6 +38,7 @@ from kernels.base import (
     SubjectGrads,
     SubjectOutput,
 )
+from kernels.dtypes import FP8_DTYPES
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -122,6 +123,17 @@ CONSTRAINTS = (
         basis="raises",
         applies_to="backward",
         sees_config=True,
+    ),
+    ShapeConstraint(
+        name="fp8_bias",
+        reason="with a bias, fp8 q/k/v raise TypePromotionError: the pallas_call's cost estimate "
+        "traces mha_reference, which adds the float32 bias to the fp8 logits of its einsum, and "
+        "JAX never promotes 8-bit floats implicitly",
+        holds=lambda shape, spec: False,
+        basis="raises",
+        features=("bias",),
+        dtypes=FP8_DTYPES,
+        exceptions=("TypePromotionError",),
     ),
 )
 
@@ -234,7 +246,11 @@ class TpuFlashAdapter:
         return Capabilities(
             jax_runtime=True,
             race_detection=race_detection_declared(choose_execution(self.interpreter)),
-            dtypes=("float32", "bfloat16"),
+            dtypes=("float32", "bfloat16", *FP8_DTYPES),
+            # fp8: both matmuls accumulate in float32, and P is rounded to V's dtype before
+            # the PV matmul (``p.astype(v.dtype)``; ``p.T.astype(do.dtype)`` for dv). out comes
+            # back in the input dtype (``out_shape`` is q's), lse float32.
+            internal_quantization="p_fp8",
             causal_alignments=("top_left",),
             segment_ids=True,
             bias=True,

@@ -21,8 +21,9 @@ import dataclasses
 
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.chunked_mask import diagonal_offsets
+from kernels.dtypes import FP8_DTYPES
 from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
 from kernels.jax_runtime import default_backend, jax_version
 from kernels.standalone import StandaloneCall
@@ -40,7 +41,23 @@ def _dtypes() -> tuple[str, ...]:
         f16_fails = default_backend() == "cpu" and jax_version() >= F16_ALGORITHM_SINCE
     except Exception:
         f16_fails = True
-    return ("float32", "bfloat16") if f16_fails else ("float32", "bfloat16", "float16")
+    return (
+        ("float32", "bfloat16", *FP8_DTYPES) if f16_fails else ("float32", "bfloat16", "float16", *FP8_DTYPES)
+    )
+
+
+# fp8 q/k/v: declared, and rejected. jax.nn.dot_product_attention mixes its inputs with float32
+# (the softmax's dtype) without an explicit cast, and JAX never promotes 8-bit floats implicitly
+# (seen at 0.10.2 on CPU: TypePromotionError at trace time).
+FP8_REJECTED = ShapeConstraint(
+    name="fp8_inputs",
+    reason="jax.nn.dot_product_attention raises TypePromotionError for fp8 q/k/v: it combines them "
+    "with float32 without an explicit cast, and JAX never promotes 8-bit floats implicitly",
+    holds=lambda shape, spec: False,
+    basis="raises",
+    dtypes=FP8_DTYPES,
+    exceptions=("TypePromotionError",),
+)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -70,6 +87,7 @@ class XlaAdapter:
             bias_grad=True,
             lse=api_has_lse(),
             fully_masked_rows="unspecified",
+            constraints=(FP8_REJECTED,),
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:

@@ -58,6 +58,8 @@ SMOKE: tuple[str, ...] = (
     "lenq1.40.7",  # mixed prefill/decode pack, each row's diagonal at its valid lengths
     "-B3-Hq2-Hkv1-",  # ragged length patterns (empty, one-token, page-edge rows) at every row
     "chunk1-B1-Hq1-Hkv1-Sq128",  # chunked causal, chunks of one key: every chunk edge is a diagonal
+    "_per_channel-B1-Hq4-Hkv2-Sq128-Sk128-D64",  # K/V stored with a scale per (head, channel), GQA
+    "_per_head-B1-Hq4-Hkv2-Sq128-Sk128-D64",  # K/V stored with a scale per head, GQA
 )
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from conformance.judge import baseline as plain
 from conformance.judge import inputs as case_inputs
-from conformance.judge.baseline import BaselineGrads, BaselineOutput
+from conformance.judge.baseline import BaselineGrads, BaselineOutput, Numerics
 from conformance.plan.cases import Case
 from kernels import features
 from kernels.base import Adapter, SubjectGrads, SubjectOutput
@@ -114,6 +114,10 @@ class Oracle:
     def __init__(self, case: Case):
         self.case = case
         self.timings: dict[str, float] = {}
+        # One baseline per declared arithmetic (``baseline.Numerics``): subjects sharing this
+        # case's reference may differ in it (an fp8 kernel that rounds P, one that does not).
+        self._baselines: dict[Numerics, BaselineOutput] = {}
+        self._baseline_grads: dict[Numerics, BaselineGrads] = {}
 
     def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
         start = time.perf_counter()
@@ -129,9 +133,26 @@ class Oracle:
     def reference(self) -> ReferenceOutput:
         return self._timed("reference_forward_s", lambda: attention_forward(self.inputs, self.case.spec))
 
-    @functools.cached_property
+    def baseline_for(self, model: Numerics) -> BaselineOutput:
+        """The baseline of a subject whose arithmetic is ``model`` (``baseline.numerics``)."""
+        if model not in self._baselines:
+            self._baselines[model] = self._timed(
+                "baseline_forward_s", lambda: plain.forward(self.inputs, self.case.spec, model)
+            )
+        return self._baselines[model]
+
+    def baseline_grads_for(self, model: Numerics) -> BaselineGrads:
+        """The baseline's gradients for a subject whose arithmetic is ``model``."""
+        if model not in self._baseline_grads:
+            self._baseline_grads[model] = self._timed(
+                "baseline_backward_s", lambda: plain.gradients(self.inputs, self.case.spec, self.dout, model)
+            )
+        return self._baseline_grads[model]
+
+    @property
     def baseline(self) -> BaselineOutput:
-        return self._timed("baseline_forward_s", lambda: plain.forward(self.inputs, self.case.spec))
+        """The baseline of a subject that declares nothing about its arithmetic."""
+        return self.baseline_for(Numerics())
 
     @functools.cached_property
     def dout(self) -> np.ndarray:
@@ -144,11 +165,9 @@ class Oracle:
             lambda: attention_backward(self.inputs, self.dout, self.case.spec, self.reference),
         )
 
-    @functools.cached_property
+    @property
     def baseline_grads(self) -> BaselineGrads:
-        return self._timed(
-            "baseline_backward_s", lambda: plain.gradients(self.inputs, self.case.spec, self.dout)
-        )
+        return self.baseline_grads_for(Numerics())
 
     @property
     def valid_rows(self) -> np.ndarray:

@@ -4,7 +4,12 @@ This is the attention a user would write (``einsum`` logits, scale, bias, softca
 ``where`` masking with the dtype's most negative value, softmax with the sink as one more
 column, ``einsum`` with v),
 computed the way XLA computes it for that dtype: every intermediate rounded to the
-dtype, matmuls and reductions accumulating in float32 (float64 for float64). Its
+dtype, matmuls and reductions accumulating in float32 (float64 for float64). In the fp8
+dtypes it is what an fp8 kernel computes: the fp8 inputs go into matmuls that accumulate in
+float32, logits and softmax stay float32 (no kernel exponentiates in 8 bits), P is rounded
+to V's fp8 dtype before the matmuls it feeds only where the subject declares so
+(``Capabilities.internal_quantization``), and out is rounded once at the end, to the dtype
+the subject declares for it (``Capabilities.output_dtypes``), lse staying float32. Its
 error against the float64 reference is the yardstick: a subject may be at most k
 times as wrong (``tolerance.py``). Gradients are the same formulas' backward pass
 (as autodiff of that code computes them), rounded the same way.
@@ -22,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from conformance.judge import dtypes
+from kernels.base import Capabilities
 from reference.masks import full_visibility, has_mask
 from reference.spec import AttentionInputs, AttentionSpec
 
@@ -55,20 +61,49 @@ class BaselineGrads:
 
 
 @dataclasses.dataclass(frozen=True)
+class Numerics:
+    """What a subject declares about its own arithmetic, which the baseline follows.
+
+    quantize_p: in fp8 cases, P is rounded to V's dtype before the matmuls it feeds
+    (``Capabilities.internal_quantization == "p_fp8"``); out_dtype: the dtype out comes back
+    in (``Capabilities.output_dtype``), None for the inputs' own.
+    """
+
+    quantize_p: bool = False
+    out_dtype: str | None = None
+
+
+def numerics(caps: Capabilities, dtype: str) -> Numerics:
+    """The baseline's ``Numerics`` for a subject's cases in ``dtype``."""
+    out = caps.output_dtype(dtype)
+    return Numerics(caps.internal_quantization == "p_fp8", None if out == dtype else out)
+
+
+@dataclasses.dataclass(frozen=True)
 class _Precision:
-    """work: the accumulation dtype; rnd: rounds a work-dtype array to the subject's dtype."""
+    """work: the accumulation dtype; rnd: rounds a work-dtype array to the subject's dtype (each
+    intermediate); p_rnd: rounds P before the matmuls it feeds; out, lse: the dtypes those end in."""
 
     dtype: np.dtype
     work: np.dtype
     rnd: Callable[[np.ndarray], np.ndarray]
+    p_rnd: Callable[[np.ndarray], np.ndarray]
+    out: np.dtype
+    lse: np.dtype
 
 
-def _precision(dtype: np.dtype) -> _Precision:
+def _precision(dtype: np.dtype, model: Numerics = Numerics()) -> _Precision:
     name = dtypes.name_of(dtype)
+    out = np.dtype(dtype) if model.out_dtype is None else dtypes.numpy_dtype(model.out_dtype)
+    same = lambda x: x  # noqa: E731
     if name in ("float32", "float64"):
-        return _Precision(np.dtype(name), np.dtype(name), lambda x: x)
+        return _Precision(np.dtype(name), np.dtype(name), same, same, out, np.dtype(name))
     work = np.dtype(np.float32)
-    return _Precision(np.dtype(dtype), work, lambda x: np.asarray(x).astype(dtype).astype(work))
+    to_dtype = lambda x: np.asarray(x).astype(dtype).astype(work)  # noqa: E731
+    if dtypes.is_fp8(name):
+        # Intermediates stay float32; P is rounded to V's dtype only where the subject says so.
+        return _Precision(np.dtype(dtype), work, same, to_dtype if model.quantize_p else same, out, work)
+    return _Precision(np.dtype(dtype), work, to_dtype, same, out, np.dtype(dtype))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -113,7 +148,8 @@ def _forward(inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision) -> _F
         s = r(cap * tanh)
     vis = _visible(inputs, spec)
     if vis is not None:
-        s = np.where(vis, s, w.type(dtypes.max_value(dtypes.name_of(pr.dtype)) * -1))
+        mask_value = dtypes.max_value(dtypes.logits_dtype(dtypes.name_of(pr.dtype))) * -1
+        s = np.where(vis, s, w.type(mask_value))
     # The sink is one more column of the logits, in every row, that attends to no value.
     sink = None if inputs.sinks is None else inputs.sinks.astype(w)[None, :, None, None]
     m = s.max(axis=-1, keepdims=True)
@@ -129,7 +165,7 @@ def _forward(inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision) -> _F
             p_sink = r(e_sink / denom)
         p = r(e / denom)
         lse = r(m + r(np.log(denom)))[..., 0]
-    out = r(p @ v)
+    out = r(pr.p_rnd(p) @ v)
     return _Forward(p=p, p_sink=p_sink, tanh=tanh, out=out, lse=lse, k=k, v=v, scale=scale)
 
 
@@ -145,21 +181,24 @@ def _group_sum(x: np.ndarray, kv_heads: int) -> np.ndarray:
     return x.reshape(b, kv_heads, hq // kv_heads, s, d).sum(axis=2)
 
 
-def forward(inputs: AttentionInputs, spec: AttentionSpec) -> BaselineOutput:
-    """The baseline's out and lse, in the inputs' dtype."""
-    pr = _precision(inputs.q.dtype)
+def forward(inputs: AttentionInputs, spec: AttentionSpec, model: Numerics = Numerics()) -> BaselineOutput:
+    """The baseline's out and lse: out in the inputs' dtype (``model.out_dtype`` where set), lse
+    in the inputs' dtype (float32 for fp8 inputs)."""
+    pr = _precision(inputs.q.dtype, model)
     fwd = _forward(inputs, spec, pr)
-    return BaselineOutput(out=fwd.out.astype(pr.dtype), lse=fwd.lse.astype(pr.dtype))
+    return BaselineOutput(out=fwd.out.astype(pr.out), lse=fwd.lse.astype(pr.lse))
 
 
-def gradients(inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> BaselineGrads:
+def gradients(
+    inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray, model: Numerics = Numerics()
+) -> BaselineGrads:
     """The baseline's gradients of ``sum(out * dout)``; dout: [B, Hq, Sq, Dv] in the inputs' dtype."""
-    pr = _precision(inputs.q.dtype)
+    pr = _precision(inputs.q.dtype, model)
     r, w = pr.rnd, pr.work
     fwd = _forward(inputs, spec, pr)
     do = np.asarray(dout).astype(w)
     kv_heads = inputs.k.shape[1]
-    dv = r(_group_sum(r(fwd.p.swapaxes(-1, -2) @ do), kv_heads))
+    dv = r(_group_sum(r(pr.p_rnd(fwd.p).swapaxes(-1, -2) @ do), kv_heads))
     dp = r(do @ fwd.v.swapaxes(-1, -2))
     delta = r((r(do * fwd.out)).sum(axis=-1, keepdims=True))
     dsinks = None

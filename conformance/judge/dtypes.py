@@ -1,7 +1,8 @@
-"""The four floating dtypes the suite knows, by name, as NumPy dtypes.
+"""The floating dtypes the suite knows, by name, as NumPy dtypes.
 
-bfloat16 comes from ``ml_dtypes`` (a JAX dependency), so subject inputs can be
-held as plain NumPy arrays in every dtype and up-cast exactly to float64.
+bfloat16 and the fp8 dtypes (``float8_e4m3fn``, ``float8_e5m2``) come from ``ml_dtypes`` (a
+JAX dependency), so subject inputs can be held as plain NumPy arrays in every dtype and
+up-cast exactly to float64.
 """
 
 from __future__ import annotations
@@ -11,18 +12,31 @@ import math
 import ml_dtypes
 import numpy as np
 
-from kernels.dtypes import DTYPES
+from kernels.dtypes import DTYPES, FP8_DTYPES
 
 DTYPE_NAMES = DTYPES  # the one list (kernels.dtypes), under the name conformance uses
+ML_DTYPES: tuple[str, ...] = ("bfloat16", *FP8_DTYPES)  # not NumPy's own: held by ml_dtypes
 
 
 def numpy_dtype(name: str) -> np.dtype:
     """``"bfloat16"`` -> ``np.dtype(ml_dtypes.bfloat16)``; raises ValueError naming the choices."""
-    if name == "bfloat16":
-        return np.dtype(ml_dtypes.bfloat16)
     if name not in DTYPE_NAMES:
         raise ValueError(f"unknown dtype {name!r}; choose from {DTYPE_NAMES}")
+    if name in ML_DTYPES:
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
+
+
+def is_fp8(name: str) -> bool:
+    """One of the 8-bit floats (``kernels.dtypes.FP8_DTYPES``)."""
+    return name in FP8_DTYPES
+
+
+def logits_dtype(name: str) -> str:
+    """The dtype the logits and softmax of plain attention live in for inputs of ``name``: the
+    dtype itself, except fp8, whose matmuls accumulate in float32 and whose softmax runs there
+    (no kernel exponentiates in 8 bits). Input kinds that aim at the logits' range use it."""
+    return "float32" if is_fp8(name) else name
 
 
 def eps(name: str) -> float:

@@ -8,11 +8,14 @@ and then rounded to the subject's dtype, and K/V then to its K/V storage where i
 Input kinds (only uniform [0, 1) inputs would let wrong kernels pass as mean(V)):
   * ``normal``: q ~ N(0, 2^2), k, v ~ N(0, 1): logits of std ~2, a peaked softmax.
   * ``large``: logits of std ``log(dtype max) / 2``, so the largest reach ~1.5x the
-    point where ``exp`` overflows without max-subtraction.
+    point where ``exp`` overflows without max-subtraction. fp8 kernels hold their logits in
+    float32 (``dtypes.logits_dtype``), so there it is float32's max: q ~ N(0, 44^2), which
+    e4m3fn (max 448) and e5m2 still hold.
   * ``integers``: sparse small integers in [-3, 3] (60% zeros): q.k is exact in every dtype.
   * ``nan_padding``: ``normal``, then padding is overwritten: NaN in q rows that see no
     key (e.g. past ``q_lengths``), NaN in k at keys that no query of the batch row sees
-    (past ``kv_lengths``, an orphan segment), and a large finite sentinel in v there.
+    (past ``kv_lengths``, an orphan segment), and a large finite sentinel in v there
+    (``padding_sentinel``). Both fp8 dtypes have a NaN.
     NaN in masked logits must never reach a valid output. v gets a finite sentinel, not
     NaN, because an exactly-zero weight times NaN is NaN in IEEE arithmetic for every
     matmul; the sentinel instead exposes any nonzero weight on a padded key.
@@ -51,11 +54,20 @@ def _values(case: Case, stream: int, shape: tuple[int, ...], std: float, salt: i
 def q_std(case: Case) -> float:
     """Std of q so that the logits ``scale * q.k`` (k ~ N(0, 1)) have the kind's std."""
     if case.input_kind == "large":
-        logit_std = dtypes.exp_overflow(case.dtype) / 2
+        logit_std = dtypes.exp_overflow(dtypes.logits_dtype(case.dtype)) / 2
     else:
         logit_std = 2.0
     scale = case.spec.resolved_scale(case.head_dim)
-    return logit_std / (scale * math.sqrt(case.head_dim))
+    # Within the dtype's range (8 std under its max): a tiny scale must not turn q into inf or,
+    # in e4m3fn, NaN. Only fp8 ever comes near (e4m3fn: 56; the logits are then smaller).
+    return min(logit_std / (scale * math.sqrt(case.head_dim)), dtypes.max_value(case.dtype) / 8)
+
+
+def vanishing_sink(dtype: str) -> float:
+    """The logit of a sink that vanishes from the denominator: -1e4, or the dtype's most negative
+    finite value where -1e4 is out of its range (e4m3fn: -448, a NaN otherwise). exp of either,
+    next to any logit a case draws, underflows to 0 in float32."""
+    return -min(1e4, dtypes.max_value(dtype))
 
 
 def padding(case: Case, masks: MaskArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -72,8 +84,12 @@ def padding(case: Case, masks: MaskArrays) -> tuple[np.ndarray, np.ndarray]:
 
 def padding_sentinel(case: Case) -> float:
     """The finite value written into v past ``kv_lengths``: huge, yet ``Sk`` of them
-    summed with weights <= 1 stay finite in the dtype."""
+    summed with weights <= 1 stay finite in the dtype. fp8 values are summed in float32 (its
+    matmuls accumulate there), so there only ``sqrt(max)`` bounds it: e4m3fn 21 (then 20 once
+    rounded), e5m2 240, against |v| ~ 1; ``max / (4 Sk)`` would be below 1 in e4m3fn."""
     top = dtypes.max_value(case.dtype)
+    if dtypes.is_fp8(case.dtype):
+        return float(math.sqrt(top))
     return float(min(math.sqrt(top), top / (4 * case.kv_len)))
 
 
@@ -93,9 +109,8 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
     bias = None if case.bias is None else _values(case, STREAMS["bias"], case.bias_shape, 1.0, salt)
     sinks = None
     if case.sinks is not None:
-        sinks = draw_sinks(
-            case.seed, STREAMS["sinks"], salt, case.q_heads, case.kv_len, case.sinks == "extreme"
-        )
+        extreme, vanishing = case.sinks == "extreme", vanishing_sink(case.dtype)
+        sinks = draw_sinks(case.seed, STREAMS["sinks"], salt, case.q_heads, case.kv_len, extreme, vanishing)
     masks = mask_arrays(case)
     if case.input_kind == "nan_padding":
         dead_rows, dead_keys = padding(case, masks)
@@ -150,8 +165,10 @@ def script_draws(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], 
         lines.append("bias = None")
     if case.sinks is not None:
         functions.append(draws.draw_sinks)
+        vanishing = vanishing_sink(case.dtype)  # passed where not the default (-1e4): e4m3fn
+        extra = "" if vanishing == -1e4 else f", {vanishing!r}"
         lines.append(
-            f"sinks = draw_sinks(SEED, {stream['sinks']}, 0, HQ, SK, {case.sinks == 'extreme'})"
+            f"sinks = draw_sinks(SEED, {stream['sinks']}, 0, HQ, SK, {case.sinks == 'extreme'}{extra})"
             f"  # [Hq] one logit per query head ({case.sinks})"
         )
     else:

@@ -33,11 +33,14 @@ from reference import attention_forward
 
 case = {case!r}
 inputs = build_inputs(case)  # q, k, v, bias already in {dtype}; masks as arrays
-got = configured(resolve({impl!r}), case.config).forward(inputs, case.spec)  # case.config: tunables
+subject = configured(resolve({impl!r}), case.config)  # case.config: tunables
+got = subject.forward(inputs, case.spec)
 ref = attention_forward(inputs, case.spec)  # float64 reference on the same values
-base = baseline.forward(inputs, case.spec)  # plain one-pass attention at {dtype} precision
+model = baseline.numerics(subject.capabilities(), case.dtype)  # what it declares it rounds (fp8)
+base = baseline.forward(inputs, case.spec, model)  # plain one-pass attention at {dtype} precision
 valid = ~ref.fully_masked  # rows that see at least one key
-print(judge({tensor!r}, got.{tensor}, ref.{tensor}, base.{tensor}, case.dtype, valid{extra}).explain())
+floors_in = str(base.{tensor}.dtype)  # ulps of the dtype the tensor ends in (fp8 inputs: lse float32)
+print(judge({tensor!r}, got.{tensor}, ref.{tensor}, base.{tensor}, floors_in, valid{extra}).explain())
 """
 
 _BACKWARD = """from conformance.judge import baseline
@@ -51,9 +54,11 @@ case = {case!r}
 inputs = build_inputs(case)  # q, k, v, bias already in {dtype}
 ref_out = attention_forward(inputs, case.spec)
 dout = build_dout(case, ref_out.fully_masked)  # zero on fully masked rows
-got = configured(resolve({impl!r}), case.config).gradients(inputs, case.spec, dout)
+subject = configured(resolve({impl!r}), case.config)
+got = subject.gradients(inputs, case.spec, dout)
 ref = attention_backward(inputs, dout, case.spec, ref_out)  # float64
-base = baseline.gradients(inputs, case.spec, dout)  # plain attention's gradients at {dtype} precision
+model = baseline.numerics(subject.capabilities(), case.dtype)  # what it declares it rounds (fp8)
+base = baseline.gradients(inputs, case.spec, dout, model)  # plain attention's gradients at {dtype} precision
 for name in ("dq", "dk", "dv", "dbias", "dsinks"):
     if getattr(ref, name) is not None and getattr(got, name) is not None:
         print(judge(name, getattr(got, name), getattr(ref, name), getattr(base, name), case.dtype,

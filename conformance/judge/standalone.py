@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.judge import inputs, metrics
+from conformance.judge import dtypes, inputs, metrics
 from conformance.judge.metrics import abs_error
 from conformance.plan import draws
 from conformance.plan.cases import Case
@@ -161,10 +161,14 @@ def _section(title: str) -> str:
     return f"\n\n# --- {title} " + "-" * max(3, 86 - len(title)) + "\n\n"
 
 
+def _dtype_expression(name: str) -> str:
+    if name in dtypes.ML_DTYPES:
+        return f"np.dtype(ml_dtypes.{name})"
+    return f"np.dtype({name!r})"
+
+
 def _dtype_line(name: str) -> str:
-    if name == "bfloat16":
-        return "DTYPE = np.dtype(ml_dtypes.bfloat16)"
-    return f"DTYPE = np.dtype({name!r})"
+    return f"DTYPE = {_dtype_expression(name)}"
 
 
 def _case_block(case: Case) -> str:
@@ -204,9 +208,13 @@ def _storage_lines(case: Case) -> str:
     """K/V rounded to the subject's K/V storage, as ``build_inputs`` does (``kernels/kv_storage.py``)."""
     if case.kv_storage is None:
         return ""
-    constants = f"INT8_LIMIT = {kv_storage.INT8_LIMIT!r}\nKV_STORAGES = {kv_storage.KV_STORAGES!r}\n"
+    constants = "".join(
+        f"{name} = {getattr(kv_storage, name)!r}\n"
+        for name in ("ELEMENT_LIMITS", "GROUP_AXES", "KV_STORAGES")
+    )
+    functions = _source(kv_storage.storage_parts, kv_storage.quantize, kv_storage.represent)
     return (
-        f"\n{constants}\n\n{_source(kv_storage.int8_quantize, kv_storage.represent)}\n\n"
+        f"\n{constants}\n\n{functions}\n\n"
         f"k, v = (represent(x, {case.kv_storage!r}) for x in (k, v))  # as the subject's cache holds them\n"
     )
 
@@ -250,10 +258,12 @@ def _verdict_judgement(
     reason: str,
     gradients: bool,
     observed: tuple[features.Gradient, ...],
+    out_dtype_name: str,
 ) -> str:
     """Statements after the forward call that observe what the check did (with ``gradients``: in
     the gradients too, as the check did for a case whose backward pass ran; ``observed``: the
-    feature gradients the subject declares and the case has)."""
+    feature gradients the subject declares and the case has; ``out_dtype_name``: the dtype out
+    is declared in, ``Capabilities.output_dtype``)."""
     said = "# The suite saw: " + " ".join(reason.split())[:300] + "\n"
     grads = ("dq", "dk", "dv") + tuple(g.tensor for g in observed)
     if check.repro == "nonfinite":
@@ -267,8 +277,9 @@ def _verdict_judgement(
             lines += [f"failed |= report_nonfinite({g!r}, {g}, ref_{g}, None)" for g in grads]
         return said + "\n".join(lines) + "\nsys.exit(1 if failed else 0)\n"
     if check.repro == "output_shapes":
-        expected = {"out": ("(B, HQ, SQ, DV)", "(DTYPE,)")}
-        expected["lse"] = ("(B, HQ, SQ)", "(DTYPE, np.dtype('float32'), np.dtype('float64'))")
+        out_dtype = "DTYPE" if out_dtype_name == case.dtype else _dtype_expression(out_dtype_name)
+        expected = {"out": ("(B, HQ, SQ, DV)", f"({out_dtype},)")}
+        expected["lse"] = ("(B, HQ, SQ)", f"(DTYPE, {out_dtype}, np.dtype('float32'), np.dtype('float64'))")
         lines = []
         if gradients:
             lines.append(call.gradients.rstrip())
@@ -327,7 +338,8 @@ def script(
     )
     storage = _storage_lines(case)
     optional_floats = [name for name in inputs.FLOAT_INPUTS if name not in ("q", "k", "v")]
-    needs_ml_dtypes = case.dtype == "bfloat16"
+    out_dtype = adapter.capabilities().output_dtype(case.dtype)
+    needs_ml_dtypes = bool({case.dtype, out_dtype} & set(dtypes.ML_DTYPES))
     header = (
         f'"""Standalone repro: the {check.name} check of {case.case_id}.\n\n'
         f"Subject: {call.note}.\n"
@@ -382,7 +394,10 @@ def script(
     elif check.repro == "gradient_tensors":
         calls, verdict = call.gradients, _numeric_judgement(check, recorded)
     else:
-        calls, verdict = call.forward, _verdict_judgement(case, check, call, reason, gradients, observed)
+        calls, verdict = (
+            call.forward,
+            _verdict_judgement(case, check, call, reason, gradients, observed, out_dtype),
+        )
     # The inputs section may already define one of the adapter's helpers (K/V storage rounding).
     defined = {_defined_name(d) for d in re.findall(r"^(?:def \w+|[A-Z0-9_]+ =)", storage, re.M)}
     definitions = [d for d in call.definitions if _defined_name(d) not in defined]

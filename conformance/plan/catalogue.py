@@ -110,6 +110,7 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         edge_matrix.instantiate(t, subject.name, d)
         for t in edge_matrix.edge_cases(profile.edge_level)
         for d in dtypes
+        if edge_matrix.in_dtype(t, d, profile.edge_level)
     ]
     # Edge configs of its tunables: the first dtype only where the shape says so (they test
     # blocking, which is the same in every dtype, and interpret-mode calls are slow).
@@ -119,6 +120,7 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
             caps.tunables, profile.edge_level, _config_shapes(caps)
         )
         for d in (dtypes if every_dtype else dtypes[:1])
+        if edge_matrix.in_dtype(t, d, profile.edge_level)
     ]
     # Chunked causal edges, in the first dtype (they test the mask, which no dtype changes).
     curated += [
@@ -260,7 +262,7 @@ def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities
         return None
     if reason is not None:
         return Planned(name, case, "unsupported", reason)
-    violated = fwd + (bwd if check.runs_backward else ())
+    violated = tuple(dict.fromkeys(fwd + (bwd if check.runs_backward else ())))  # "both": once
     if violated:
         note = " (declared to raise; see the raises check)" if _raising(violated) else ""
         return Planned(name, case, "unsupported", _constraint_reasons(violated) + note)

@@ -74,18 +74,20 @@ def draw_segment_ids(seed: int, stream: int, batch: int, q_len: int, kv_len: int
     return q_ids, kv_ids
 
 
-def draw_sinks(seed: int, stream: int, salt: int, q_heads: int, kv_len: int, extreme: bool):
+def draw_sinks(
+    seed: int, stream: int, salt: int, q_heads: int, kv_len: int, extreme: bool, vanishing: float = -1e4
+):
     """[Hq] float64 sink logits: N(log(Sk) + 2, 2^2), near the lse of a row of N(0, 2^2) logits
     over Sk keys, so the sink takes a real share of it. ``extreme``: heads 0, 1, 2, 3, ... get
-    +30, -1e4, the draw, +30, ...: a sink that dominates every row's denominator, and one that
-    vanishes from it (its exp underflows to 0 in float32 too; a row that sees no key has
-    exactly it as lse)."""
+    +30, ``vanishing`` (-1e4), the draw, +30, ...: a sink that dominates every row's denominator,
+    and one that vanishes from it (its exp underflows to 0 in float32 too; a row that sees no
+    key has exactly it as lse)."""
     rng = np.random.default_rng([seed, stream, salt])
     sinks = np.log(kv_len) + 2.0 + 2.0 * rng.standard_normal(q_heads)
     if extreme:
         for h in range(q_heads):
             if h % 3 < 2:
-                sinks[h] = (30.0, -1e4)[h % 3]
+                sinks[h] = (30.0, vanishing)[h % 3]
     return sinks
 
 

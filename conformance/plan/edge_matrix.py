@@ -20,6 +20,7 @@ import dataclasses
 
 from conformance.plan.cases import Case
 from kernels import features
+from kernels.dtypes import FP8_DTYPES
 from kernels.tunables import Config, Tunable, Tunables
 
 CURATED_LENGTHS = (1, 7, 113, 127, 128, 129, 1000, 1023)
@@ -219,6 +220,39 @@ def edge_cases(level: int) -> tuple[Case, ...]:
         if lvl <= level:
             seen.setdefault(template, None)
     return tuple(seen)
+
+
+# The fp8 dtypes at level 0 (ci): what 8-bit values change, not every mask and length edge,
+# which do not depend on the dtype (from dev on, fp8 gets the whole matrix). Each input kind
+# (logits past float32's exp range, sparse integers, NaN past lengths and in orphan segments),
+# a non-default scale, causal in both alignments with Sq != Sk, GQA, a softcap, a sink, and a
+# bias (which some fp8 kernels reject: a declaration the raises check must see).
+FP8_CORE: tuple[Case, ...] = (
+    _t(),
+    _t(input_kind="large"),
+    _t(input_kind="integers"),
+    _t(scale=0.3),
+    _t(q_len=128, kv_len=256, causal=True, alignment="bottom_right", batch=2, q_heads=2, kv_heads=2),
+    _t(q_heads=4, kv_heads=2, causal=True),
+    _t(softcap=30.0, causal=True),
+    _t(sinks="normal", causal=True, q_heads=4, kv_heads=2),
+    _t(bias="bhqk", batch=2, q_heads=2, kv_heads=2),
+    _t(
+        batch=3,
+        q_lengths=(256, 100, 0),
+        kv_lengths=(256, 130, 17),
+        q_len=256,
+        kv_len=256,
+        input_kind="nan_padding",
+    ),
+    _t(segments=3, orphan_segment=True, batch=2, q_len=256, kv_len=256, input_kind="nan_padding"),
+    _t(q_len=1, kv_len=128, batch=4, q_heads=4, kv_heads=2, kv_lengths=(37, 48, 128, 1)),
+)
+
+
+def in_dtype(template: Case, dtype: str, level: int) -> bool:
+    """Whether the matrix at ``level`` runs ``template`` in ``dtype`` (fp8 at level 0: ``FP8_CORE``)."""
+    return level > 0 or dtype not in FP8_DTYPES or template in FP8_CORE
 
 
 def instantiate(template: Case, subject: str, dtype: str) -> Case:

@@ -14,7 +14,15 @@ from conformance.plan import catalogue, profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.user_cases import extend_plan
 from kernels.base import Capabilities
-from kernels.kv_storage import INT8_LIMIT, int8_quantize, represent
+from kernels.kv_storage import (
+    ELEMENT_LIMITS,
+    INT8_LIMIT,
+    KV_STORAGES,
+    int8_quantize,
+    quantize,
+    represent,
+    storage_parts,
+)
 from tests.support.fakes import FULL, subject
 
 
@@ -98,3 +106,53 @@ def test_an_int8_case_runs_on_the_int8_control_and_its_record_keeps_the_storage(
         feature_grid([again]).cell(control.name, "kv_int8").status == "pass"
         and label("kv_int8") == "int8 K/V"
     )
+
+
+@pytest.mark.parametrize("storage", [s for s in KV_STORAGES if s != "int8"])
+def test_every_storage_is_a_power_of_two_scale_per_group_exact_and_idempotent(storage):
+    """int8 and fp8 weights, one scale per token, (head, channel), head or tensor: the stored
+    values are w * step exactly, in float32 and bfloat16 alike, and rounding them again changes
+    nothing (an adapter quantizes its inputs again and must get the same weights)."""
+    element, group = storage_parts(storage)
+    x = np.random.default_rng(1).standard_normal((2, 3, 40, 8)) * 3.0
+    w, step = quantize(x, storage)
+    shapes = {"token": (2, 3, 40, 1), "channel": (1, 3, 1, 8), "head": (1, 3, 1, 1), "tensor": (1, 1, 1, 1)}
+    assert step.shape == shapes[group] and np.array_equal(np.exp2(np.round(np.log2(step))), step)
+    assert str(w.dtype) == element and np.abs(w.astype(np.float64)).max() <= ELEMENT_LIMITS[element]
+    for dtype in (np.float32, ml_dtypes.bfloat16):
+        stored = represent(x.astype(dtype), storage)
+        w, step = quantize(stored, storage)
+        np.testing.assert_array_equal(stored.astype(np.float64), w.astype(np.float64) * step)
+        np.testing.assert_array_equal(represent(stored, storage), stored)
+    assert Capabilities(dtypes=("float32",), kv_storage=storage).kv_storage == storage
+    assert Case("s", "float32", kv_storage=storage).case_id.endswith(
+        f"kv{storage}-B1-Hq1-Hkv1-Sq128-Sk128-D64"
+    )
+
+
+def test_storage_names_read_element_and_group():
+    assert storage_parts("int8") == ("int8", "token")
+    assert storage_parts("float8_e5m2_per_channel") == ("float8_e5m2", "channel")
+    with pytest.raises(ValueError, match="choose from"):
+        storage_parts("int8_per_token")  # that one is spelled "int8"
+
+
+def test_every_storage_has_its_own_grid_column_and_label():
+    """The feature table labels a column per storage from its name (kernels/kv_storage_names.py),
+    so a new storage gets a grid row with no edit to the table; the storage's case counts there."""
+    from conformance.judge.runner import case_description
+    from kernels import features
+    from reports.run_report.grid import feature_grid, label
+    from reports.records.results_file import CaseResult
+
+    labels = features.labels()
+    columns = [f"kv_{storage}" for storage in KV_STORAGES]
+    assert all(column in labels for column in columns) and len({labels[c] for c in columns}) == len(columns)
+    assert (
+        label("kv_int8") == "int8 K/V" and label("kv_float8_e4m3fn_per_head") == "float8_e4m3fn K/V per head"
+    )
+    assert set(columns) <= set(features.grid_order())
+    case = Case("s", "float32", kv_storage="float8_e5m2_per_channel")
+    assert "kv_float8_e5m2_per_channel" in case.features
+    result = CaseResult(case_description(case), "forward", "pass", features=case.features)
+    assert feature_grid([result]).cell("s", "kv_float8_e5m2_per_channel").total == 1

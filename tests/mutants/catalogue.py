@@ -289,6 +289,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "blocks of 100 rows: the interpreter runs them, Mosaic (rows tiled by 8) does not lower them",
     ),
     _m(
+        "p_fp8_undeclared",
+        "fp8:p_fp8_undeclared",
+        "forward",
+        "fp8 arithmetic",
+        "rounds P to fp8 before the PV matmul while declaring it stays float32",
+    ),
+    _m(
+        "logits_fp8",
+        "fp8:logits_fp8",
+        ("forward", "lse"),
+        "fp8 arithmetic",
+        "rounds the float32 logits to fp8 before the softmax",
+    ),
+    _m(
+        "forgets_v_scale",
+        "quantized:forgets_v_scale",
+        "forward",
+        "quantized K/V scales",
+        "int8 K/V with per-channel scales: V's dequantization scale never applied",
+    ),
+    _m(
         "no_cost_estimate",
         "lowering:NoCostEstimate",
         "observable",
@@ -332,6 +353,14 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.undeclared:jax_attention", RUNS_EVERYWHERE),
     # Right attention copied out through a Pallas TPU kernel, one half per core: no race.
     Control(f"{PACKAGE}.races:RaceFreeCopy", (*RUNS_EVERYWHERE, "races")),
+    # fp8 inputs, float32 accumulation and softmax, bf16 out; P kept float32, or rounded to fp8
+    # as declared (internal_quantization "p_fp8"): the baseline follows each declaration.
+    Control(f"{PACKAGE}.fp8:attention", (*RUNS_EVERYWHERE, "lse")),
+    Control(f"{PACKAGE}.fp8:attention_p_fp8", (*RUNS_EVERYWHERE, "lse")),
+    # Quantized K/V dequantized inside, with a scale per (head, channel) in int8 and per head in
+    # e4m3fn (kv_storage): the reference sees the dequantized values exactly.
+    Control(f"{PACKAGE}.quantized:int8_per_channel", (*RUNS_EVERYWHERE[:5], "recompile")),
+    Control(f"{PACKAGE}.quantized:fp8_per_head", (*RUNS_EVERYWHERE[:5], "recompile")),
     # Right attention copied out through a Pallas TPU kernel that lowers, with a cost estimate.
     Control(f"{PACKAGE}.lowering:LoweringCopy", (*RUNS_EVERYWHERE, "lowers", "vmem", "observable")),
 )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from conformance.judge.artifacts import Oracle, SubjectRun
+from conformance.judge.baseline import BaselineGrads, BaselineOutput, numerics
 from conformance.judge.tolerance import Judgement
 from conformance.plan.cases import Case
 from conformance.plan.profiles import Profile
@@ -35,6 +36,16 @@ class CheckContext:
     @property
     def dtype(self) -> str:
         return self.case.dtype
+
+    @property
+    def baseline(self) -> BaselineOutput:
+        """The baseline as this subject's declared arithmetic makes it (fp8: P rounded or not,
+        out's dtype; ``baseline.numerics``)."""
+        return self.oracle.baseline_for(numerics(self.capabilities, self.dtype))
+
+    @property
+    def baseline_grads(self) -> BaselineGrads:
+        return self.oracle.baseline_grads_for(numerics(self.capabilities, self.dtype))
 
 
 @dataclasses.dataclass(frozen=True)

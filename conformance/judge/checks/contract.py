@@ -24,12 +24,15 @@ def _expect(name: str, got: object, shape: tuple[int, ...], dtypes: tuple[str, .
 
 
 def shape_dtype(ctx: CheckContext) -> Outcome:
-    """out [B, Hq, Sq, Dv] in the input dtype; lse [B, Hq, Sq] in float32/64 or the input dtype;
-    each gradient in its input's shape and dtype."""
+    """out [B, Hq, Sq, Dv] in the input dtype, or the output dtype the subject declares for it
+    (``Capabilities.output_dtypes``: an fp8 kernel writing bf16); lse [B, Hq, Sq] in float32/64
+    or out's dtype; each gradient in its input's shape and dtype."""
     c, got = ctx.case, ctx.run.forward
-    problems = [_expect("out", got.out, (c.batch, c.q_heads, c.q_len, c.v_head_dim), (c.dtype,))]
+    out_dtype = ctx.capabilities.output_dtype(c.dtype)
+    problems = [_expect("out", got.out, (c.batch, c.q_heads, c.q_len, c.v_head_dim), (out_dtype,))]
     if ctx.capabilities.lse:
-        problems.append(_expect("lse", got.lse, (c.batch, c.q_heads, c.q_len), (c.dtype, *LSE_DTYPES)))
+        lse_dtypes = tuple(dict.fromkeys((c.dtype, out_dtype, *LSE_DTYPES)))
+        problems.append(_expect("lse", got.lse, (c.batch, c.q_heads, c.q_len), lse_dtypes))
     if ctx.backward:
         grads, inputs = ctx.run.gradients, ctx.oracle.inputs
         for name, source in (("dq", inputs.q), ("dk", inputs.k), ("dv", inputs.v)):

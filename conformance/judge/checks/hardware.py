@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.judge import dtypes
 from conformance.judge.artifacts import SubjectError
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
 from conformance.plan.cases import Case
+from kernels import kv_storage
 from kernels.lowering import Lowering
 from kernels.tpu_chips import TPU_CHIPS, vmem_budget
 from reference.masks import visible
@@ -135,8 +137,8 @@ def attention_flops(case: Case, inputs, direction: str) -> tuple[float, float]:
 def minimum_bytes(case: Case, direction: str) -> int:
     """Bytes a kernel must touch at least: q, k, v and out once (forward); the backward also reads
     dout and writes dq, dk, dv. K/V in int8 storage count a byte an element."""
-    item = np.dtype(np.float32).itemsize if case.dtype == "float32" else 2
-    kv_item = 1 if case.kv_storage == "int8" else item
+    item = dtypes.numpy_dtype(case.dtype).itemsize
+    kv_item = kv_storage.storage_bytes(case.kv_storage, item)
     q = case.batch * case.q_heads * case.q_len * case.head_dim
     k = case.batch * case.kv_heads * case.kv_len * case.head_dim
     v = case.batch * case.kv_heads * case.kv_len * case.v_head_dim

@@ -9,6 +9,7 @@ import numpy as np
 
 from conformance.judge import behaviour
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, passed
+from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import judge
 from kernels import features
 
@@ -58,7 +59,8 @@ def _observed_fully_masked(ctx: CheckContext) -> dict[str, str]:
     got, rows = ctx.run.forward, ctx.oracle.reference.fully_masked
     if np.shape(got.out)[:3] != rows.shape:
         return {}  # shape_dtype reports it
-    observed = {"fully_masked_out": behaviour.fully_masked_out(got.out, rows, ctx.oracle.inputs.v, ctx.dtype)}
+    out_dtype = ctx.capabilities.output_dtype(ctx.dtype)  # the ulps a mean(v) row is told apart in
+    observed = {"fully_masked_out": behaviour.fully_masked_out(got.out, rows, ctx.oracle.inputs.v, out_dtype)}
     if ctx.capabilities.lse and got.lse is not None and np.shape(got.lse) == rows.shape:
         observed["fully_masked_lse"] = behaviour.fully_masked_lse(got.lse, rows)
     return observed
@@ -88,7 +90,9 @@ def _fully_masked_verdict(ctx: CheckContext) -> Outcome:
             )
     elif convention == "mean_v":
         expected = np.broadcast_to(mean_v(ctx.oracle.inputs.v, ctx.case.q_heads)[:, :, None, :], out.shape)
-        judged = judge("out", got.out, expected, ctx.oracle.baseline.out, ctx.dtype, rows[..., None])
+        judged = judge(
+            "out", got.out, expected, ctx.baseline.out, name_of(ctx.baseline.out.dtype), rows[..., None]
+        )
         if not judged.passed:
             return from_judgements(
                 [judged], "convention 'mean_v': fully masked rows are not mean(v); " + "; ".join(problems)

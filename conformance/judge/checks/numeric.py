@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements
+from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import judge
 from kernels import features
 
@@ -39,7 +40,8 @@ def forward(ctx: CheckContext) -> Outcome:
     if problem:
         return failed(problem)
     valid = ctx.oracle.valid_rows[..., None]
-    return from_judgements([judge("out", got.out, ref.out, ctx.oracle.baseline.out, ctx.dtype, valid)])
+    base = ctx.baseline.out  # the floors are ulps of the dtype out ends in (fp8 inputs: may be bf16)
+    return from_judgements([judge("out", got.out, ref.out, base, name_of(base.dtype), valid)])
 
 
 def lse(ctx: CheckContext) -> Outcome:
@@ -49,7 +51,8 @@ def lse(ctx: CheckContext) -> Outcome:
     if problem:
         return failed(problem + "; the subject declares lse=True")
     valid = ctx.oracle.valid_rows
-    return from_judgements([judge("lse", got.lse, ref.lse, ctx.oracle.baseline.lse, ctx.dtype, valid)])
+    base = ctx.baseline.lse  # float32 for fp8 inputs: no kernel keeps its lse in 8 bits
+    return from_judgements([judge("lse", got.lse, ref.lse, base, name_of(base.dtype), valid)])
 
 
 def backward(ctx: CheckContext) -> Outcome:
@@ -57,7 +60,7 @@ def backward(ctx: CheckContext) -> Outcome:
     sum(out * dout), every element. A case whose input has a gradient the subject does not
     declare still judges dq, dk, dv, and says that gradient was not observed (in the reason,
     also when it passes)."""
-    got, ref, base = ctx.run.gradients, ctx.oracle.reference_grads, ctx.oracle.baseline_grads
+    got, ref, base = ctx.run.gradients, ctx.oracle.reference_grads, ctx.baseline_grads
     tensors = [(n, getattr(got, n), getattr(ref, n), getattr(base, n)) for n in ("dq", "dk", "dv")]
     missing = []
     for gradient in features.gradients():

@@ -1,0 +1,90 @@
+"""Attention over a quantized K/V cache with per-channel or per-head scales: right, and one that
+forgets a dequantization scale. Plain functions (forward only) declaring ``kv_storage``.
+
+The cases' K/V already hold the stored values (``kernels/kv_storage.py``), so each function
+quantizes them again (exactly: the grid is idempotent) into weights ``w`` and power-of-two
+scales, and dequantizes inside the computation as a quantized kernel does: K's scale per
+channel multiplies q before the QK^T matmul, V's multiplies the PV matmul's result.
+
+* ``int8_per_channel`` / ``fp8_per_head``: correct. Controls.
+* ``forgets_v_scale``: the PV matmul's result is never multiplied by V's scale. Mutant.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels import kv_storage
+from kernels.base import Capabilities
+
+
+def _declare(storage: str) -> Capabilities:
+    return Capabilities(
+        jax_runtime=True,
+        dtypes=("float32", "bfloat16"),
+        causal_alignments=("top_left",),
+        gqa=True,
+        fully_masked_rows="zeros",
+        kv_storage=storage,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("scale", "causal", "v_scale"))
+def _attention(q, w_k, k_step, w_v, v_step, *, scale, causal, v_scale):
+    """q: [B, Hq, Sq, D]; w_k, w_v: [B, Hkv, Sk, D|Dv] weights as float32; *_step broadcastable."""
+    group = q.shape[1] // w_k.shape[1]
+    w_k, w_v = jnp.repeat(w_k, group, axis=1), jnp.repeat(w_v, group, axis=1)
+    k_step = jnp.repeat(k_step, group, axis=1) if k_step.shape[1] > 1 else k_step
+    v_step = jnp.repeat(v_step, group, axis=1) if v_step.shape[1] > 1 else v_step
+    hi = jax.lax.Precision.HIGHEST
+    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(jnp.float32) * k_step, w_k, precision=hi) * scale
+    if causal:
+        s = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], dtype=bool)), s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1)
+    out = jnp.einsum("bhqk,bhkd->bhqd", p, w_v, precision=hi)
+    return out * v_step if v_scale else out
+
+
+def _call(q, k, v, storage: str, *, scale: float, causal: bool, v_scale: bool = True) -> np.ndarray:
+    (w_k, k_step), (w_v, v_step) = kv_storage.quantize(k, storage), kv_storage.quantize(v, storage)
+    weights = [jnp.asarray(np.asarray(w, dtype=np.float32)) for w in (w_k, w_v)]
+    steps = [jnp.asarray(step.astype(np.float32)) for step in (k_step, v_step)]
+    out = _attention(
+        jnp.asarray(q),
+        weights[0],
+        steps[0],
+        weights[1],
+        steps[1],
+        scale=scale,
+        causal=causal,
+        v_scale=v_scale,
+    )
+    return np.asarray(out).astype(q.dtype)
+
+
+def int8_per_channel(q, k, v, *, scale: float, causal: bool = False, alignment: str = "top_left"):
+    """Correct: int8 K/V, one scale per (head, channel)."""
+    return _call(q, k, v, "int8_per_channel", scale=scale, causal=causal)
+
+
+int8_per_channel.attention_capabilities = _declare("int8_per_channel")
+
+
+def fp8_per_head(q, k, v, *, scale: float, causal: bool = False, alignment: str = "top_left"):
+    """Correct: e4m3fn K/V, one scale per head."""
+    return _call(q, k, v, "float8_e4m3fn_per_head", scale=scale, causal=causal)
+
+
+fp8_per_head.attention_capabilities = _declare("float8_e4m3fn_per_head")
+
+
+def forgets_v_scale(q, k, v, *, scale: float, causal: bool = False, alignment: str = "top_left"):
+    """Wrong: V's per-channel scale is never applied (out is in units of V's int8 weights)."""
+    return _call(q, k, v, "int8_per_channel", scale=scale, causal=causal, v_scale=False)
+
+
+forgets_v_scale.attention_capabilities = _declare("int8_per_channel")
