@@ -90,8 +90,6 @@ class ShapeConstraint:
             raise ValueError(
                 f"constraint {self.name!r}: unknown dtypes {sorted(unknown)}; choose from {DTYPES}"
             )
-        if self.exceptions and not self.raises:
-            raise ValueError(f"constraint {self.name!r}: exceptions {self.exceptions} need basis 'raises'")
         if self.basis not in CONSTRAINT_BASES:
             raise ValueError(
                 f"constraint {self.name!r}: basis {self.basis!r} is not one of {CONSTRAINT_BASES}; "

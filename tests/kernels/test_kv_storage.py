@@ -142,8 +142,8 @@ def test_every_storage_has_its_own_grid_column_and_label():
     so a new storage gets a grid row with no edit to the table; the storage's case counts there."""
     from conformance.judge.runner import case_description
     from kernels import features
-    from reports.run_report.grid import feature_grid, label
     from reports.records.results_file import CaseResult
+    from reports.run_report.grid import feature_grid, label
 
     labels = features.labels()
     columns = [f"kv_{storage}" for storage in KV_STORAGES]
