@@ -315,12 +315,15 @@ def _with_needs(planned: Planned, caps: Capabilities) -> Planned:
 def _runtime_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
     """The ``per_dtype`` largest cheap runnable cases of each dtype: runtime checks repeat
     calls, so they run on a sample, and nondeterminism hides in multi-block reductions,
-    so the sample is as big as the leak case's cost cap allows."""
+    so the sample is as big as the leak case's cost cap allows. Cases whose every row sees a
+    key come first: a batch of empty rows (a ragged pattern) reduces nothing, so it would hide
+    the nondeterminism and the recompiles the sample is there to show."""
     chosen: list[Planned] = []
     counts: dict[str, int] = {}
     runnable = [p for p in planned if p.status == "run"]
     cheap = [p for p in runnable if p.case.shape.flops <= LEAK_MAX_FLOPS] or runnable
-    for item in sorted(cheap, key=lambda p: (-p.case.shape.flops, p.case.case_id)):
+    ranked = sorted(cheap, key=lambda p: (has_fully_masked_rows(p.case), -p.case.shape.flops, p.case.case_id))
+    for item in ranked:
         if counts.get(item.case.dtype, 0) < per_dtype:
             counts[item.case.dtype] = counts.get(item.case.dtype, 0) + 1
             chosen.append(item)

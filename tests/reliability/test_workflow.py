@@ -38,9 +38,19 @@ def nox_sessions() -> dict[str, set[str]]:
         names = [ast.unparse(d.func) for d in decorators]
         if "nox.session" in names:
             sessions[node.name] = {
-                d.args[0].value for d in decorators if ast.unparse(d.func) == "nox.parametrize"
+                name
+                for d in decorators
+                if ast.unparse(d.func) == "nox.parametrize"
+                for name in _argument_names(d.args[0])
             }
     return sessions
+
+
+def _argument_names(node: ast.expr) -> list[str]:
+    """nox.parametrize's names: "jax", "jax, tokamax" or ["jax", "tokamax"]."""
+    if isinstance(node, ast.List | ast.Tuple):
+        return [e.value for e in node.elts]
+    return [n.strip() for n in node.value.split(",")]
 
 
 def substitute(text: str, values: dict[str, str]) -> str:
