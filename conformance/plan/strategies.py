@@ -10,7 +10,6 @@ list for a seed; ``within(case, ...)`` is the space a failing case shrinks in.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -58,10 +57,6 @@ def _run(steps: list[Draw], ctx: DrawContext) -> dict[str, Any]:
     for step in sorted(steps, key=lambda d: d.at):
         ctx.fields.update(step.fn(ctx))
     return ctx.fields
-
-
-def _core(at: int, fn: Callable[[DrawContext], dict[str, Any]]) -> Draw:
-    return Draw(at, fn)
 
 
 def runnable(case: Case, caps: Capabilities) -> bool:
@@ -148,14 +143,14 @@ def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -
         return {"input_kind": ctx.draw(st.sampled_from(kinds))}
 
     core = [
-        _core(10, lambda ctx: {"batch": draw(st.integers(1, profile.max_batch))}),
-        _core(20, lambda ctx: {"kv_heads": draw(st.integers(1, profile.max_kv_heads))}),
-        _core(40, lambda ctx: {"head_dim": draw(st.sampled_from(head_dims))}),
-        _core(50, lambda ctx: {"q_len": draw(st.sampled_from(q_lengths_space))}),
-        _core(60, lambda ctx: {"kv_len": draw(st.sampled_from(kv_lengths_space))}),
-        _core(130, lambda ctx: {"dtype": draw(st.sampled_from(dtypes))}),
-        _core(180, padded_kinds),
-        _core(
+        Draw(10, lambda ctx: {"batch": draw(st.integers(1, profile.max_batch))}),
+        Draw(20, lambda ctx: {"kv_heads": draw(st.integers(1, profile.max_kv_heads))}),
+        Draw(40, lambda ctx: {"head_dim": draw(st.sampled_from(head_dims))}),
+        Draw(50, lambda ctx: {"q_len": draw(st.sampled_from(q_lengths_space))}),
+        Draw(60, lambda ctx: {"kv_len": draw(st.sampled_from(kv_lengths_space))}),
+        Draw(130, lambda ctx: {"dtype": draw(st.sampled_from(dtypes))}),
+        Draw(180, padded_kinds),
+        Draw(
             190,
             lambda ctx: {
                 "config": draw(
@@ -228,12 +223,12 @@ def within(case: Case, caps: Capabilities) -> st.SearchStrategy[Case]:
             return st.sampled_from(sorted({1, 7, 128, n} & set(range(1, n + 1))))
 
         core = [
-            _core(10, lambda ctx: {"batch": dim(case.batch)}),
-            _core(20, lambda ctx: {"kv_heads": dim(case.kv_heads)}),
-            _core(30, lambda ctx: {"group": draw(st.sampled_from(sorted({1, group})))}),
-            _core(40, lambda ctx: {"q_len": draw(lengths_upto(case.q_len))}),
-            _core(50, lambda ctx: {"kv_len": draw(lengths_upto(case.kv_len))}),
-            _core(
+            Draw(10, lambda ctx: {"batch": dim(case.batch)}),
+            Draw(20, lambda ctx: {"kv_heads": dim(case.kv_heads)}),
+            Draw(30, lambda ctx: {"group": draw(st.sampled_from(sorted({1, group})))}),
+            Draw(40, lambda ctx: {"q_len": draw(lengths_upto(case.q_len))}),
+            Draw(50, lambda ctx: {"kv_len": draw(lengths_upto(case.kv_len))}),
+            Draw(
                 130,
                 lambda ctx: {"config": draw(st.sampled_from(((), case.config))) if case.config else ()},
             ),
