@@ -63,14 +63,17 @@ def install_project(
     requirements = [r for r in PYPROJECT["project"]["dependencies"] if not r.startswith("jax")]
     for group in groups:
         requirements += nox.project.dependency_groups(PYPROJECT, group)
-    # tokamax (the tokamax subjects): the pyproject pin at the newest JAX, else the newest release this
-    # JAX takes (none before 0.8.2: those subjects then say they are unavailable).
-    tokamax = (
-        nox.project.dependency_groups(PYPROJECT, "tokamax")
-        if jax_version == NEWEST_JAX
-        else jax_versions.tokamax_requirements(jax_version)
+    # tokamax (the tokamax subjects): the release named, else the pyproject pin at the newest JAX, else
+    # the newest release this JAX takes (none before 0.8.2: those subjects then say they are unavailable).
+    if tokamax:
+        libraries = (f"tokamax=={tokamax}",)
+    elif jax_version == NEWEST_JAX:
+        libraries = tuple(nox.project.dependency_groups(PYPROJECT, "tokamax"))
+    else:
+        libraries = jax_versions.tokamax_requirements(jax_version)
+    requirements = list(
+        dict.fromkeys([*requirements, *jax_versions.requirements_for(jax_version), *libraries])
     )
-    requirements = list(dict.fromkeys([*requirements, *jax_versions.requirements_for(jax_version), *tokamax]))
     log_path = Path(session.create_tmp()) / "install.log"
     with log_path.open("w", encoding="utf-8") as log:
         try:
