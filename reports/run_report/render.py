@@ -522,7 +522,9 @@ def ledger_warnings(run: Run) -> list[str]:
         elif state == "out of range" and status.get("failing_outside_range"):
             lines.append(
                 f"⚠️ Ledger entry {entry} would explain {status['failing_outside_range']} failures here, "
-                f"outside its range jax {status.get('jax')}; widen it if they are the same defect."
+                f"outside its range jax {status.get('jax')}"
+                + (f", tokamax {status['tokamax']}" if status.get("tokamax") else "")
+                + "; widen it if they are the same defect."
             )
     return lines
 
