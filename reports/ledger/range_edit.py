@@ -121,8 +121,7 @@ def _verify(before: str, after: str, issue_id: str, value: str, key: str) -> Non
     expected = {
         **old,
         "issue": [
-            {**entry, key: value} if entry.get("id") == issue_id else entry
-            for entry in old.get("issue", [])
+            {**entry, key: value} if entry.get("id") == issue_id else entry for entry in old.get("issue", [])
         ],
     }
     if new != expected:

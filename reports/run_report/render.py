@@ -738,7 +738,7 @@ def render(
 
 def _top(run: Run) -> list[str]:
     """Title, incomplete warning, verdict, environment."""
-    parts = [f"# Conformance report · jax {run.jax_version}", ""]
+    parts = [f"# Conformance report · jax {run.versions}", ""]  # "0.10.2 + tokamax 0.0.12" where it ran
     if not run.complete:
         parts += [incomplete_warning(run), ""]
     return parts + [verdict_line(run), "", environment_line(run), ""]
@@ -746,7 +746,7 @@ def _top(run: Run) -> list[str]:
 
 def _details_top(run: Run) -> list[str]:
     return [
-        f"# Conformance report · jax {run.jax_version} · every root cause in full",
+        f"# Conformance report · jax {run.versions} · every root cause in full",
         "",
         f"The details of [{REPORT_FILE}]({REPORT_FILE}).",
         "",

@@ -78,3 +78,13 @@ def test_shards_with_different_tokamax_are_not_one_run(tmp_path):
         shards.append(folder)
     with pytest.raises(MergeError, match="tokamax version '0.0.12'"):
         merge(tmp_path / "out", shards)
+
+
+def test_a_report_is_titled_by_the_pair_that_ran(tmp_path):
+    from reports.run_report.render import write_report
+
+    old = write_run(tmp_path / "jax-0.10.2", standard_results()[:4])
+    new = write_run(tmp_path / "jax-0.10.2-tokamax-0.0.12", standard_results()[:4], tokamax="0.0.12")
+    assert write_report(old, plots=False).read_text().startswith("# Conformance report · jax 0.10.2\n")
+    title = write_report(new, plots=False).read_text().splitlines()[0]
+    assert title == "# Conformance report · jax 0.10.2 + tokamax 0.0.12"
