@@ -85,31 +85,39 @@ def reproducing(folders: Iterable[Path]) -> dict[str, list[Observation]]:
     """entry id -> what each swept release said, oldest first, from the folders' summary.json.
 
     An entry with a tokamax range is observed over tokamax releases, each at the jax it ran with
-    (a folder without tokamax says nothing of it); any other over JAX releases, one observation
-    per release (folders at one jax with different tokamax are merged: reproduced anywhere wins)."""
+    (a folder without tokamax says nothing of it). Any other entry is observed over JAX releases, one
+    observation per release (folders at one jax with different tokamax are merged: reproduced
+    anywhere wins), and also over tokamax releases wherever the folders hold a tokamax sweep (two
+    or more tokamax releases at one jax) and it was observed there: the sweep that tells whether it
+    needs a tokamax range."""
     runs = []
     for folder in folders:
         summary = json.loads((Path(folder) / "summary.json").read_text(encoding="utf-8"))
         environment = summary["environment"]
         jax, tokamax = environment["libraries"]["jax"], _tokamax(environment)
         runs.append(((Version(jax), Version(tokamax or "0")), jax, tokamax, summary))
+    tokamax_at: dict[str, set[str]] = {}
+    for _, jax, tokamax, _ in runs:
+        if tokamax is not None:
+            tokamax_at.setdefault(jax, set()).add(tokamax)
     seen: dict[str, dict[tuple[str, str | None, str], list[str]]] = {}
     for _, jax, tokamax, summary in sorted(runs, key=lambda run: run[0]):
         for status in summary.get("known_issues", []):
-            if status.get("tokamax"):
-                if tokamax is None:
-                    continue
-                key = ("tokamax", jax, tokamax)
-            else:
-                key = ("jax", None, jax)
-            seen.setdefault(status["id"], {}).setdefault(key, []).append(observe(status))
-    return {
-        issue_id: [
+            by_release = seen.setdefault(status["id"], {})
+            ranged = bool(status.get("tokamax"))
+            if not ranged:
+                by_release.setdefault(("jax", None, jax), []).append(observe(status))
+            if tokamax is not None and (ranged or len(tokamax_at[jax]) > 1):
+                by_release.setdefault(("tokamax", jax, tokamax), []).append(observe(status))
+    out: dict[str, list[Observation]] = {}
+    for issue_id, by_release in seen.items():
+        observations = [
             Observation(version, _strongest(states), library, at)
             for (library, at, version), states in by_release.items()
         ]
-        for issue_id, by_release in seen.items()
-    }
+        observed_at = {o.at for o in observations if o.library == "tokamax" and o.state != "unobserved"}
+        out[issue_id] = [o for o in observations if o.library == "jax" or o.at in observed_at]
+    return out
 
 
 def _strongest(states: list[str]) -> str:

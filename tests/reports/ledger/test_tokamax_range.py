@@ -161,11 +161,21 @@ def test_the_sweep_walks_tokamax_releases_at_a_fixed_jax_for_an_entry_with_a_tok
         ("tokamax", "0.10.2", "0.0.12", "clean"),
     ]
     assert suggested_range(seen["tk"]) == "<0.0.12"  # reproduces from the oldest release covered
-    # the jax-only entry: one observation per jax release (three tokamax runs at 0.10.2 merge)
-    assert [(o.library, o.version, o.state) for o in seen["plain"]] == [
+    # an entry without a tokamax range: one observation per jax release (three tokamax runs at 0.10.2
+    # merge) and, since the folders hold a tokamax sweep at 0.10.2, one per tokamax release there
+    assert [(o.library, o.version, o.state) for o in seen["plain"] if o.library == "jax"] == [
         ("jax", "0.9.2", "unobserved"),
         ("jax", "0.10.2", "reproduced"),
     ]
+    assert [(o.at, o.version, o.state) for o in seen["plain"] if o.library == "tokamax"] == [
+        ("0.10.2", "0.0.10", "clean"),
+        ("0.10.2", "0.0.11", "unobserved"),
+        ("0.10.2", "0.0.12", "reproduced"),
+    ]
+    assert (
+        "plain (tokamax releases at jax 0.10.2): reproduces ['0.0.12']; clean ['0.0.10']; "
+        "tokamax range >=0.0.12"
+    ) in table(seen).splitlines()  # it needs a tokamax range: the sweep says which
     assert (
         "tk (tokamax releases at jax 0.10.2): reproduces ['0.0.10', '0.0.11']; clean ['0.0.12']; "
         "tokamax range <0.0.12"
@@ -177,3 +187,19 @@ def test_the_ledger_sweep_command_prints_the_tokamax_sweep(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "tk (tokamax releases at jax 0.10.2): reproduces ['0.0.10', '0.0.11']" in out
     assert "plain: reproduces ['0.10.2']; clean nowhere; range >=0.10.2" in out
+
+
+def test_a_jax_sweep_with_one_tokamax_per_jax_adds_no_tokamax_lines(tmp_path):
+    """A jax sweep installs the newest tokamax each jax takes: that is no tokamax sweep."""
+    plain = {"id": "plain", "jax": "", "tokamax": ""}
+    folders = [
+        _folder(tmp_path, jax, tokamax, [{**plain, "status": state}])
+        for jax, tokamax, state in (
+            ("0.9.1", "0.0.11", "no longer reproduces"),
+            ("0.9.2", "0.0.12", "reproduced"),
+            ("0.10.2", "0.0.12", "reproduced"),
+        )
+    ]
+    seen = reproducing(folders)["plain"]
+    assert {o.library for o in seen} == {"jax"}
+    assert table({"plain": seen}) == "plain: reproduces ['0.9.2', '0.10.2']; clean ['0.9.1']; range >=0.9.2"
