@@ -129,27 +129,24 @@ def test_an_unknown_tokamax_release_is_refused_naming_the_library():
         bisect(TOKAMAX, "0.0.9", "0.0.13", world.install, world.run, "tokamax")
 
 
-class FakeEnv:
-    """The command line's installer and runner: tokamax 0.0.11 breaks the case at jax 0.10.2."""
+@pytest.fixture
+def fake_env(monkeypatch) -> dict:
+    """The command line's installer and runner: tokamax 0.0.11 breaks the case at jax 0.10.2. Returns
+    the walk each was built with."""
+    built: dict = {}
+    verdicts = {"0.0.10": "pass", "0.0.11": "fail", "0.0.12": "fail"}
 
-    seen: dict = {}
-
-    @staticmethod
     def installer(**kwargs):
-        FakeEnv.seen["installer"] = kwargs["walk"]
+        built["installer"] = kwargs["walk"]
         return lambda version: Install(True, True, "", 3.0)
 
-    @staticmethod
     def runner(**kwargs):
-        FakeEnv.seen["runner"] = kwargs["walk"]
-        verdicts = {"0.0.10": "pass", "0.0.11": "fail", "0.0.12": "fail"}
+        built["runner"] = kwargs["walk"]
         return lambda version: Observation(verdicts[version], 1.0, "", 1.0, f"jax-0.10.2-tokamax-{version}")
 
-
-@pytest.fixture
-def fake_env(monkeypatch):
-    monkeypatch.setattr(installs, "NoxInstaller", FakeEnv.installer)
-    monkeypatch.setattr(installs, "SuiteRunner", FakeEnv.runner)
+    monkeypatch.setattr(installs, "NoxInstaller", installer)
+    monkeypatch.setattr(installs, "SuiteRunner", runner)
+    return built
 
 
 ARGS = [
@@ -186,7 +183,7 @@ def test_the_command_line_walks_tokamax_at_a_fixed_jax_and_edits_the_tokamax_ran
     assert "tokamax releases at jax 0.10.2: good 0.0.10, bad 0.0.12; 3 releases" in out
     assert "tokamax 0.0.11 (jax 0.10.2): fail, ratio 1 -> bad" in out
     assert "tokamax (jax 0.10.2 fixed): first bad release: 0.0.11 (last good: 0.0.10)" in out
-    assert FakeEnv.seen["installer"] == FakeEnv.seen["runner"] == Walk("tokamax", "0.10.2")
+    assert fake_env["installer"] == fake_env["runner"] == Walk("tokamax", "0.10.2")
     # the tokamax range, not jax's: first bad 0.0.11; ==0.0.12 becomes the bound it implies
     assert entry_range(ledger.read_text(), "tk", "tokamax") == ">=0.0.11,<=0.0.12"
     assert entry_range(ledger.read_text(), "tk") == ">=0.10.2"
