@@ -13,6 +13,7 @@
     nox -s gate -- BASE CANDIDATE         # upgrade verdict; exits non-zero on a regression
     nox -s merge -- OUT SHARD1 SHARD2 ... # the folders of one `--shard K/N` run as one folder
     nox -s bisect -- --impl S --case ID --good X --bad Y  # first release where a check fails (or is fixed)
+    nox -s bisect -- --library tokamax --jax 0.10.2 --impl S --case ID --good 0.0.10 --bad 0.0.12
 
 The versions, and the pins each one needs, live in reports/jax_versions.py; so do
 the rules by which this file reads its own command line (a bare `conformance`
@@ -63,14 +64,17 @@ def install_project(
     requirements = [r for r in PYPROJECT["project"]["dependencies"] if not r.startswith("jax")]
     for group in groups:
         requirements += nox.project.dependency_groups(PYPROJECT, group)
-    # tokamax (the tokamax subjects): the pyproject pin at the newest JAX, else the newest release this
-    # JAX takes (none before 0.8.2: those subjects then say they are unavailable).
-    tokamax = (
-        nox.project.dependency_groups(PYPROJECT, "tokamax")
-        if jax_version == NEWEST_JAX
-        else jax_versions.tokamax_requirements(jax_version)
+    # tokamax (the tokamax subjects): the release named, else the pyproject pin at the newest JAX, else
+    # the newest release this JAX takes (none before 0.8.2: those subjects then say they are unavailable).
+    if tokamax:
+        libraries = (f"tokamax=={tokamax}",)
+    elif jax_version == NEWEST_JAX:
+        libraries = tuple(nox.project.dependency_groups(PYPROJECT, "tokamax"))
+    else:
+        libraries = jax_versions.tokamax_requirements(jax_version)
+    requirements = list(
+        dict.fromkeys([*requirements, *jax_versions.requirements_for(jax_version), *libraries])
     )
-    requirements = list(dict.fromkeys([*requirements, *jax_versions.requirements_for(jax_version), *tokamax]))
     log_path = Path(session.create_tmp()) / "install.log"
     with log_path.open("w", encoding="utf-8") as log:
         try:
@@ -206,7 +210,9 @@ def bisect(session: nox.Session) -> None:
     """First JAX release where one check of one case starts (or stops) failing:
     `nox -s bisect -- --impl SUBJECT --case CASE_ID [--check forward] --good X --bad Y
     [--versions a,b,c] [--known-issue ID]`. Each release gets the `conformance(jax='X')` environment
-    (.nox/, reused); -> reports/bisect/bisect.json. Options: python -m reports bisect -h."""
+    (.nox/, reused); -> reports/bisect/bisect.json. `--library tokamax --jax 0.10.2` walks tokamax
+    releases at that jax instead (`conformance(jax='0.10.2', tokamax='Y')` each; --known-issue edits
+    the entry's tokamax range). Options: python -m reports bisect -h."""
     flags = {a.split("=")[0] for a in session.posargs}
     missing = [f for f in ("--impl", "--case", "--good", "--bad") if f not in flags]
     if missing and not flags & {"-h", "--help"}:

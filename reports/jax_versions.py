@@ -58,15 +58,32 @@ PINS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 # Pallas imports absl on several versions without declaring it.
 ALWAYS: tuple[str, ...] = ("absl-py>=1",)
 
-# tokamax releases the suite runs (kernels/tokamax.py reads 0.0.10 on) and the oldest JAX each one
-# requires (its package metadata: none has an upper bound), newest first. The newest is the
-# pyproject.toml `tokamax` group's pin (a test holds them equal). Before 0.0.10 tokamax has no
-# Mosaic TPU attention and pulls tensorflow.
-TOKAMAX_NEEDS_JAX: tuple[tuple[str, str], ...] = (
-    ("0.0.12", "0.9.2"),
-    ("0.0.11", "0.9.1"),
-    ("0.0.10", "0.8.2"),
+# THE tokamax table: every release the package index offers, newest first, with the oldest JAX
+# it requires (its package metadata; none has an upper bound on jax) and what else it pulls in.
+# An upgrade of jax and tokamax is one decision: `conformance(jax='X', tokamax='Y')` is refused in
+# one line when Y needs a newer X (`tokamax_problem`).
+TOKAMAX_RELEASES: tuple[tuple[str, str, str], ...] = (
+    ("0.0.12", "0.9.2", ""),
+    ("0.0.11", "0.9.1", "TPU backward in its own module, with layout and scheduler fields"),
+    ("0.0.10", "0.8.2", "Mosaic TPU attention registered; tensorflow dropped"),
+    ("0.0.9", "0.8.2", "pulls tensorflow; module renames (pallas_triton.py)"),
+    ("0.0.8", "0.8.1", "pulls tensorflow"),
+    ("0.0.7", "0.8.1", "pulls tensorflow; qwix QArray"),
+    ("0.0.6", "0.8.0", "pulls tensorflow and qwix"),
+    ("0.0.5", "0.8.0", "pulls tensorflow and qwix"),
+    ("0.0.4", "0.8.0", "pulls tensorflow"),
+    ("0.0.3", "0.8.0", "pulls tensorflow"),
+    ("0.0.2", "0.7.2", "pulls tensorflow, jax-triton and the cuda12/tpu extras"),
+    ("0.0.1", "0.7.2", "pulls tensorflow, torch_xla, jax-triton and the cuda12/tpu extras"),
 )
+# The releases the suite covers (kernels/tokamax.py reads 0.0.10 on: Mosaic TPU attention), oldest
+# first: the tokamax matrix, the default sweep and the default install. Older ones run when named
+# (`conformance(jax='0.8.3', tokamax='0.0.9')`). The newest is the pyproject.toml `tokamax` group's
+# pin (a test holds them equal).
+TOKAMAX_MATRIX: tuple[str, ...] = ("0.0.10", "0.0.11", "0.0.12")
+TOKAMAX_NEEDS_JAX: tuple[tuple[str, str], ...] = tuple(
+    (release, needs) for release, needs, _ in TOKAMAX_RELEASES if release in TOKAMAX_MATRIX
+)  # newest first, as TOKAMAX_RELEASES
 
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
 
@@ -221,18 +238,23 @@ def report_folder(jax: str, tokamax: str | None) -> str:
     return f"reports/jax-{jax}" if tokamax is None else f"reports/jax-{jax}-tokamax-{tokamax}"
 
 
+def tokamax_needs(tokamax: str) -> str | None:
+    """The oldest JAX a tokamax release installs with (``TOKAMAX_RELEASES``); None for an unknown one."""
+    return next((needs for release, needs, _ in TOKAMAX_RELEASES if release == tokamax), None)
+
+
 def tokamax_problem(tokamax: str, jax: str) -> str | None:
-    """One line naming what is wrong with a requested tokamax release for ``jax``, or None."""
-    needs = dict(TOKAMAX_NEEDS_JAX)
-    if tokamax not in needs:
+    """One line naming what is wrong with a requested (jax, tokamax) pair and the fix, or None."""
+    needs = tokamax_needs(tokamax)
+    if needs is None:
         return (
-            f"tokamax {tokamax!r} is not a release the suite reads; name one of "
-            f"{', '.join(needs)} (reports/jax_versions.py TOKAMAX_NEEDS_JAX)"
+            f"tokamax {tokamax!r} is not a release in reports/jax_versions.py TOKAMAX_RELEASES; name one of "
+            f"{', '.join(r for r, _, _ in TOKAMAX_RELEASES)} (the suite covers {', '.join(TOKAMAX_MATRIX)})"
         )
-    if _VERSION.match(jax) and version_key(jax) < version_key(needs[tokamax]):
+    if _VERSION.match(jax) and version_key(jax) < version_key(needs):
         return (
-            f"tokamax {tokamax} needs jax >= {needs[tokamax]}, not {jax}; "
-            f"use \"conformance(jax='{needs[tokamax]}', tokamax='{tokamax}')\" or a newer jax"
+            f"tokamax {tokamax} needs jax >= {needs}, not {jax}; "
+            f"use \"conformance(jax='{needs}', tokamax='{tokamax}')\" or a newer jax"
         )
     return None
 

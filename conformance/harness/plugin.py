@@ -150,8 +150,12 @@ def of(config: pytest.Config) -> ConformancePlugin:
 
 
 def _installed_jax() -> str | None:
+    return _installed("jax")
+
+
+def _installed(name: str) -> str | None:
     try:
-        return importlib.metadata.version("jax")
+        return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
 
@@ -189,6 +193,7 @@ class ConformancePlugin:
         self.resume: bool = config.getoption("resume")
         self.shrink = not config.getoption("no_shrink")
         self.jax_version = _installed_jax()
+        self.tokamax_version = _installed("tokamax")  # a ledger entry's tokamax range holds only with one
         self.strict_known: bool = config.getoption("strict_known")
         self.shard = _shard_option(config.getoption("shard"))
         if self.shard is not None and not self.resume:
@@ -268,7 +273,7 @@ class ConformancePlugin:
 
     def classify_known(self, result: CaseResult) -> CaseResult:
         """A failure the ledger explains becomes ``known`` (its record otherwise unchanged)."""
-        return self.ledger.apply(result, self.jax_version)
+        return self.ledger.apply(result, self.jax_version, self.tokamax_version)
 
     @property
     def runner(self) -> Runner:
@@ -512,7 +517,12 @@ class ConformancePlugin:
         }
         results = read_results(self.report_dir).results  # this run and any resumed earlier one
         statuses = known_issues.ledger_status(
-            self.ledger, results, self.jax_version, [s.name for s in self.subjects], narrowed=self._narrowed()
+            self.ledger,
+            results,
+            self.jax_version,
+            [s.name for s in self.subjects],
+            narrowed=self._narrowed(),
+            tokamax_version=self.tokamax_version,
         )
         for status in statuses:  # summaries get pasted into reviews: no absolute paths
             status["source"] = _display(Path(status["source"]), self.config.rootpath)

@@ -42,6 +42,7 @@ _KEYS = {
     "input_kind",
     "dtype",
     "jax",
+    "tokamax",
     "reason",
     "execution",
     "bisection",
@@ -64,6 +65,9 @@ class KnownIssue:
     cases: case-id globs (``fnmatch``), any of which may match; empty matches every case.
     features: grid features (``CaseResult.features``) that must all be present.
     jax: a PEP 440 specifier of the JAX versions where it reproduces; empty = any.
+    tokamax: a PEP 440 specifier of the tokamax releases where it reproduces; empty = any (tokamax
+    installed or not). An entry applies only where both ranges hold: a tokamax range never holds on
+    a run without tokamax.
     reason: a regular expression the failure's reason must contain (e.g. the compiler's error), so
     an entry for one error never explains another on the same cases.
     execution: "native" or "interpret" (``Availability.execution``): a defect of the compiled
@@ -81,6 +85,7 @@ class KnownIssue:
     input_kind: str | None = None
     dtype: str | None = None
     jax: str = ""
+    tokamax: str = ""
     reason: str | None = None
     execution: str | None = None
     # The release sweep behind ``jax`` (reports/ledger/release_sweep.py): span, reproduces, clean; or
@@ -116,15 +121,10 @@ class KnownIssue:
             and (self.reason is None or re.search(self.reason, result.reason) is not None)
         )
 
-    def in_range(self, jax_version: str | None) -> bool:
-        if not self.jax:
-            return True
-        if jax_version is None:
-            return False
-        try:
-            return Version(jax_version) in SpecifierSet(self.jax, prereleases=True)
-        except InvalidVersion:
-            return False
+    def in_range(self, jax_version: str | None, tokamax_version: str | None = None) -> bool:
+        """Whether this run's libraries lie inside the entry's ranges: its jax range and its tokamax
+        range both (an empty range holds for any version, and for none installed)."""
+        return _holds(self.jax, jax_version) and _holds(self.tokamax, tokamax_version)
 
     def as_record(self) -> dict[str, str]:
         """What a ``known`` record carries (``CaseResult.known_issue``)."""
@@ -136,15 +136,21 @@ class Ledger:
     issues: tuple[KnownIssue, ...] = ()
     files: tuple[str, ...] = ()
 
-    def match(self, result: CaseResult, jax_version: str | None) -> KnownIssue | None:
-        """The first in-range entry that explains this failing result, else None."""
+    def match(
+        self, result: CaseResult, jax_version: str | None, tokamax_version: str | None = None
+    ) -> KnownIssue | None:
+        """The first in-range entry (jax and tokamax) that explains this failing result, else None."""
         if result.verdict not in FAILING:
             return None
-        return next((i for i in self.issues if i.in_range(jax_version) and i.explains(result)), None)
+        return next(
+            (i for i in self.issues if i.in_range(jax_version, tokamax_version) and i.explains(result)), None
+        )
 
-    def apply(self, result: CaseResult, jax_version: str | None) -> CaseResult:
+    def apply(
+        self, result: CaseResult, jax_version: str | None, tokamax_version: str | None = None
+    ) -> CaseResult:
         """The record with verdict ``known`` when an entry explains it; otherwise unchanged."""
-        issue = self.match(result, jax_version)
+        issue = self.match(result, jax_version, tokamax_version)
         if issue is None:
             return result
         return dataclasses.replace(result, verdict="known", known_issue=issue.as_record())
@@ -208,8 +214,8 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         )
     if raw.get("execution", "native") not in EXECUTIONS:
         raise LedgerError(f"{where}: execution = {raw['execution']!r}; write one of {', '.join(EXECUTIONS)}")
-    for key in ("id", "subject", "link", "summary", "jax", "dtype", "input_kind", "reason"):
-        if key in raw and not (isinstance(raw[key], str) and (raw[key].strip() or key == "jax")):
+    for key in ("id", "subject", "link", "summary", "jax", "tokamax", "dtype", "input_kind", "reason"):
+        if key in raw and not (isinstance(raw[key], str) and (raw[key].strip() or key in ("jax", "tokamax"))):
             raise LedgerError(f"{where}: {key} must be a non-empty string")
     for key in ("checks", "cases", "features"):
         if key in raw and not (isinstance(raw[key], list) and all(isinstance(v, str) for v in raw[key])):
@@ -224,13 +230,14 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
     bad = sorted(set(raw["checks"]) - checks)
     if bad or not raw["checks"]:
         raise LedgerError(f"{where}: unknown check(s) {bad or '(none given)'}; checks are {sorted(checks)}")
-    jax = raw.get("jax", "").strip()
-    try:
-        SpecifierSet(jax)
-    except InvalidSpecifier:
-        raise LedgerError(
-            f'{where}: jax = {jax!r} is not a PEP 440 specifier; write e.g. ">=0.4.35,<0.6.2"'
-        ) from None
+    jax, tokamax = raw.get("jax", "").strip(), raw.get("tokamax", "").strip()
+    for key, value, example in (("jax", jax, ">=0.4.35,<0.6.2"), ("tokamax", tokamax, ">=0.0.10,<0.0.12")):
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise LedgerError(
+                f'{where}: {key} = {value!r} is not a PEP 440 specifier; write e.g. "{example}"'
+            ) from None
     try:
         re.compile(raw.get("reason", ""))
     except re.error as exc:
@@ -248,6 +255,7 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         input_kind=raw.get("input_kind"),
         dtype=raw.get("dtype"),
         jax=jax,
+        tokamax=tokamax,
         reason=raw.get("reason"),
         execution=raw.get("execution"),
         bisection=raw.get("bisection"),
@@ -262,6 +270,7 @@ def ledger_status(
     subjects_run: Iterable[str],
     *,
     narrowed: bool = False,
+    tokamax_version: str | None = None,
 ) -> list[dict[str, Any]]:
     """Per entry, what this run saw (written to summary.json, read by report, matrix and gate):
 
@@ -271,7 +280,8 @@ def ledger_status(
       the plan no longer holds);
     * ``not run here``: its subject did not run, or every check it selects was unsupported, or
       the run was ``narrowed`` (``-k``, ``-m``, ``--deselect``) so its checks may just be left out;
-    * ``out of range``: this JAX is outside its specifier; ``failing_outside_range`` counts the
+    * ``out of range``: this JAX (or tokamax: ``tokamax_version``, None when it is not installed) is
+      outside its specifier; ``failing_outside_range`` counts the
       failures its selector would have explained, so a wrong range shows.
     """
     results = list(results)
@@ -291,12 +301,13 @@ def ledger_status(
             "subject": issue.subject,
             "checks": list(issue.checks),
             "jax": issue.jax,
+            "tokamax": issue.tokamax,
             "link": issue.link,
             "summary": issue.summary,
             "source": issue.source,
             "matched": sorted(f"{r.check}[{r.case.case_id}]" for r in failing),
         }
-        if not issue.in_range(jax_version):
+        if not issue.in_range(jax_version, tokamax_version):
             status: Status = "out of range"
             entry["matched"] = []
             # Failures another (in-range) entry explains are no evidence against this one's range.
@@ -322,6 +333,19 @@ def ledger_status(
         entry["status"] = status
         statuses.append(entry)
     return statuses
+
+
+def _holds(specifier: str, version: str | None) -> bool:
+    """An empty specifier holds for anything (no library installed included); any other needs a
+    version inside it."""
+    if not specifier:
+        return True
+    if version is None:
+        return False
+    try:
+        return Version(version) in SpecifierSet(specifier, prereleases=True)
+    except InvalidVersion:
+        return False
 
 
 def strict_problems(statuses: Iterable[dict[str, Any]]) -> list[str]:

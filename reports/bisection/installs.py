@@ -1,5 +1,9 @@
 """The real installer and runner that ``reports.bisection.search`` searches with.
 
+A bisection walks one library (``Walk``): JAX releases, or tokamax releases at a fixed jax. A step's
+environment and report folder are the (jax, tokamax) pair's: ``conformance(jax='0.10.2',
+tokamax='0.0.11')``, ``.nox/conformance-jax-0-10-2-tokamax-0-0-11``, ``OUT/jax-0.10.2-tokamax-0.0.11/``.
+
 * **Install**: nox's own ``conformance(jax='X')`` session with ``--install-only``, so a version
   gets exactly the matrix's environment (``install_project``: pyproject's dependencies, the
   test group and ``reports/jax_versions.py``'s pins), in the same folder
@@ -25,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conformance.suite.launch import isolated_args
+from reports import jax_versions
 from reports.bisection.search import Install, Observation
 from reports.records.results_file import ResultsFileError, read_results, write_text_atomic
 
@@ -34,13 +39,48 @@ RUN_TIMEOUT_S = 7200
 _NOX_ABORT = re.compile(r"Session \S+ (?:aborted|failed): (?P<reason>.*)$")
 
 
-def env_name(version: str) -> str:
-    """nox's folder name for ``conformance(jax='0.8.3')``: ``conformance-jax-0-8-3``."""
-    return "conformance-jax-" + version.replace(".", "-")
+def env_name(version: str, tokamax: str | None = None) -> str:
+    """nox's folder name for ``conformance(jax='0.8.3')``: ``conformance-jax-0-8-3``; with a tokamax
+    release, ``conformance(jax='0.10.2', tokamax='0.0.11')``: ``conformance-jax-0-10-2-tokamax-0-0-11``."""
+    name = "conformance-jax-" + version.replace(".", "-")
+    return name if tokamax is None else f"{name}-tokamax-{tokamax.replace('.', '-')}"
 
 
-def env_python(envdir: Path, version: str) -> Path:
-    return envdir / env_name(version) / "bin" / "python"
+def env_python(envdir: Path, version: str, tokamax: str | None = None) -> Path:
+    return envdir / env_name(version, tokamax) / "bin" / "python"
+
+
+LIBRARIES = ("jax", "tokamax")
+
+
+@dataclasses.dataclass(frozen=True)
+class Walk:
+    """The library a bisection walks: ``jax`` releases, or ``tokamax`` releases at the fixed ``jax``.
+    A step's version is a release of ``library``; ``pair`` gives the (jax, tokamax) it runs with."""
+
+    library: str = "jax"
+    jax: str | None = None  # the jax held fixed while tokamax releases are walked
+
+    def __post_init__(self) -> None:
+        if self.library not in LIBRARIES:
+            raise ValueError(f"--library {self.library!r}: walk one of {', '.join(LIBRARIES)}")
+        if (self.library == "tokamax") != (self.jax is not None):
+            raise ValueError("a tokamax walk holds one jax fixed (--jax X); a jax walk takes none")
+
+    def pair(self, version: str) -> tuple[str, str | None]:
+        return (version, None) if self.jax is None else (self.jax, version)
+
+    def session(self, version: str) -> str:
+        """nox's session: ``conformance(jax='0.8.3')`` or ``conformance(jax='0.10.2', tokamax='0.0.11')``."""
+        return f"{jax_versions.SESSION}({jax_versions.session_id(*self.pair(version))})"
+
+    def folder(self, version: str) -> str:
+        """The step's report folder name: ``jax-0.8.3`` or ``jax-0.10.2-tokamax-0.0.11``."""
+        return Path(jax_versions.report_folder(*self.pair(version))).name
+
+    def describe(self, version: str) -> str:
+        """``jax 0.8.3`` or ``tokamax 0.0.11 (jax 0.10.2)``, for a step's line and messages."""
+        return f"jax {version}" if self.jax is None else f"tokamax {version} (jax {self.jax})"
 
 
 def _tail(text: str) -> str:
@@ -50,7 +90,8 @@ def _tail(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class NoxInstaller:
-    """Makes ``envdir/conformance-jax-X`` ready through ``nox -s "conformance(jax='X')" --install-only``.
+    """Makes ``envdir/conformance-jax-X`` ready through ``nox -s "conformance(jax='X')" --install-only``
+    (for a tokamax walk, ``conformance(jax='X', tokamax='Y')``'s environment).
 
     nox: the command that runs nox (the nox session passes its own interpreter's).
     logs: where each version's installer output goes (``jax-X-install.log``).
@@ -60,12 +101,17 @@ class NoxInstaller:
     envdir: Path
     logs: Path
     root: Path = ROOT
+    walk: Walk = Walk()
 
     def __call__(self, version: str) -> Install:
-        python = env_python(self.envdir, version)
+        jax, tokamax = self.walk.pair(version)
+        problem = tokamax and jax_versions.tokamax_problem(tokamax, jax)
+        if problem:  # the table forbids the pair: nothing to install, the step is skipped
+            return Install(False, False, problem)
+        python = env_python(self.envdir, jax, tokamax)
         fresh = not python.exists()
         self.logs.mkdir(parents=True, exist_ok=True)
-        log = self.logs / f"jax-{version}-install.log"
+        log = self.logs / f"{self.walk.folder(version)}-install.log"
         command = [
             *self.nox,
             "--noxfile",
@@ -75,7 +121,7 @@ class NoxInstaller:
             "--reuse-venv=yes",
             "--install-only",
             "-s",
-            f"conformance(jax='{version}')",
+            self.walk.session(version),
         ]
         start = time.monotonic()
         try:
@@ -92,22 +138,31 @@ class NoxInstaller:
             reasons = [m.group("reason") for m in map(_NOX_ABORT.search, output.splitlines()) if m]
             reason = reasons[-1] if reasons else f"nox exited {done.returncode}: {_tail(output)}"
             return Install(False, fresh, f"{reason} (log: {log})", time.monotonic() - start)
-        problem = import_problem(python, version)
+        problem = import_problem(python, jax, tokamax)
         return Install(problem is None, fresh, problem or "", time.monotonic() - start)
 
 
-def import_problem(python: Path, version: str) -> str | None:
-    """Why JAX does not import at ``version`` in that interpreter, or None."""
+def import_problem(python: Path, version: str, tokamax: str | None = None) -> str | None:
+    """Why JAX (and tokamax, when given) does not import at that version in that interpreter, or None."""
     probe = "import jax, jaxlib; print(jax.__version__)"
+    what = f"jax {version}"
+    if tokamax is not None:
+        probe = (
+            "import importlib.metadata, jax, jaxlib, tokamax; "
+            "print(jax.__version__, importlib.metadata.version('tokamax'))"
+        )
+        what = f"tokamax {tokamax} with jax {version}"
     try:
         done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"jax {version} does not import: {exc}"
+        return f"{what} does not import: {exc}"
     if done.returncode != 0:
-        return f"jax {version} does not import: {_tail(done.stderr)}"
-    found = _tail(done.stdout)
-    if found != version:
-        return f"the environment holds jax {found}, not {version}; delete it to have it rebuilt"
+        return f"{what} does not import: {_tail(done.stderr)}"
+    found = _tail(done.stdout).split()
+    expected = [version] if tokamax is None else [version, tokamax]
+    if found != expected:
+        held, wanted = (" with tokamax ".join(v) or "nothing" for v in (found, expected))
+        return f"the environment holds jax {held}, not {wanted}; delete it to have it rebuilt"
     return None
 
 
@@ -115,8 +170,8 @@ def import_problem(python: Path, version: str) -> str | None:
 class SuiteRunner:
     """Runs one check of one case with the suite at a version; its verdict and worst ratio.
 
-    out: the bisection's folder; each version's run writes ``out/jax-X/`` (replaced each time)
-    and its output to ``out/logs/jax-X-run.log``.
+    out: the bisection's folder; each version's run writes ``out/jax-X/`` (``out/jax-X-tokamax-Y/``
+    for a tokamax walk; replaced each time) and its output to ``out/logs/jax-X-run.log``.
     pytest_args: more options for the run (``--known-issues FILE``, ``--hypothesis-seed N``, ...).
     """
 
@@ -128,15 +183,17 @@ class SuiteRunner:
     profile: str = "ci"
     pytest_args: tuple[str, ...] = ()
     root: Path = ROOT
+    walk: Walk = Walk()
 
     def test_id(self) -> str:
         return f"conformance/test_checks.py::test_{self.check}[{self.case_id}]"
 
     def command(self, version: str) -> list[str]:
-        env = self.envdir / env_name(version)
+        jax, tokamax = self.walk.pair(version)
+        env = self.envdir / env_name(jax, tokamax)
         given = ["--profile", self.profile, *self.pytest_args]
         return [
-            str(env_python(self.envdir, version)),
+            str(env_python(self.envdir, jax, tokamax)),
             "-m",
             "pytest",
             self.test_id(),
@@ -145,7 +202,7 @@ class SuiteRunner:
             "--impl",
             self.impl,
             "--report-dir",
-            str(self.out / f"jax-{version}"),
+            str(self.out / self.walk.folder(version)),
             f"--jax-cache-dir={env / 'jax-cache'}",
             "--no-shrink",  # the verdict is all bisect needs; shrinking a failure costs minutes
             "--no-progress",
@@ -153,7 +210,7 @@ class SuiteRunner:
         ]
 
     def __call__(self, version: str) -> Observation:
-        report = self.out / f"jax-{version}"
+        report = self.out / self.walk.folder(version)
         if report.exists():
             shutil.rmtree(report)  # this bisection's own folder from an earlier step or run
         logs = self.out / "logs"
@@ -167,13 +224,13 @@ class SuiteRunner:
         except subprocess.TimeoutExpired as exc:
             output = f"{exc.stdout or ''}{exc.stderr or ''}\nthe run passed {RUN_TIMEOUT_S} s"
         seconds = time.monotonic() - start
-        write_text_atomic(logs / f"jax-{version}-run.log", output)
+        write_text_atomic(logs / f"{self.walk.folder(version)}-run.log", output)
         return observe(report, self.case_id, self.check, output, seconds, self.describe(version))
 
     def describe(self, version: str) -> str:
         return (
             f"check {self.check} of case {self.case_id} (--impl {self.impl}, profile {self.profile}) "
-            f"at jax {version}"
+            f"at {self.walk.describe(version)}"
         )
 
 

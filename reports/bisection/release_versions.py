@@ -1,4 +1,4 @@
-"""Which JAX releases exist: from the package index the machine's pip is configured with, or
+"""Which JAX (or tokamax) releases exist: from the package index the machine's pip is configured with, or
 from a list given offline. Bisection searches the releases between two of them.
 
 The index is never named here: ``pip index versions`` asks whichever index pip's own
@@ -22,8 +22,8 @@ class VersionListError(ValueError):
     """The releases could not be listed; the message is one line naming the fix."""
 
 
-def parse_pip_index(output: str) -> list[str]:
-    """The final releases in ``pip index versions jax`` output, oldest first.
+def parse_pip_index(output: str, package: str = "jax") -> list[str]:
+    """The final releases in ``pip index versions PACKAGE`` output, oldest first.
 
     pip prints ``jax (0.10.2)`` then ``Available versions: 0.10.2, 0.10.1, ...`` (newest first),
     plus warnings; only the ``Available versions`` line counts.
@@ -32,7 +32,7 @@ def parse_pip_index(output: str) -> list[str]:
     if match is None:
         last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "no output")
         raise VersionListError(
-            f"pip listed no jax releases ({last}); check pip's index configuration, "
+            f"pip listed no {package} releases ({last}); check pip's index configuration, "
             "or give the releases offline: --versions 0.7.2,0.8.0,0.8.1"
         )
     found = [v.strip() for v in match.group("versions").split(",") if v.strip()]
@@ -69,7 +69,7 @@ def index_versions(
             f"`pip index versions {package}` failed ({cause or (lines[-1] if lines else 'no output')}); "
             "check pip's index configuration, or give the releases offline: --versions a,b,c"
         )
-    return parse_pip_index(done.stdout)
+    return parse_pip_index(done.stdout, package)
 
 
 def between(versions: Sequence[str], a: str, b: str) -> list[str]:

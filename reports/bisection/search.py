@@ -1,5 +1,5 @@
-"""Bisection across JAX releases: the first release at which one check of one case starts
-(or stops) failing.
+"""Bisection across releases of one library (JAX, or tokamax at a fixed JAX): the first release
+at which one check of one case starts (or stops) failing.
 
 Pure: what it means to install a version and to run the case there are callables passed
 in (``reports.bisection.installs`` holds the real ones: nox's environments and the suite's own
@@ -146,8 +146,9 @@ def state_of(observation: Observation) -> State:
     return "skip"
 
 
-def input_problem(versions: Sequence[str], good: str, bad: str) -> str | None:
-    """One line naming what is wrong with --good/--bad against the known releases, or None."""
+def input_problem(versions: Sequence[str], good: str, bad: str, library: str = "jax") -> str | None:
+    """One line naming what is wrong with --good/--bad against the known releases of ``library``
+    (``jax`` or ``tokamax``), or None."""
     if good == bad:
         return (
             f"--good and --bad are both {good}: give two different releases, "
@@ -156,8 +157,8 @@ def input_problem(versions: Sequence[str], good: str, bad: str) -> str | None:
     for option, version in (("--good", good), ("--bad", bad)):
         if version not in versions:
             return (
-                f"{option} {version} is not a known jax release ({_near(versions, version)}); "
-                "pick a released version (`pip index versions jax`, or list them with --versions)"
+                f"{option} {version} is not a known {library} release ({_near(versions, version)}); "
+                f"pick a released version (`pip index versions {library}`, or list them with --versions)"
             )
     return None
 
@@ -170,11 +171,13 @@ def _near(versions: Sequence[str], version: str) -> str:
     return f"releases near it: {', '.join(near)}" if near else "no releases listed"
 
 
-def bisect(versions: Sequence[str], good: str, bad: str, install: Installer, run: Runner) -> BisectResult:
-    """Binary-search ``versions`` (any order; only those from good to bad count) for the
-    release where the check's outcome changes. Tests both ends first: the check must pass at
-    ``good`` and fail at ``bad``, else BisectError. Raises BisectError on bad input too."""
-    problem = input_problem(versions, good, bad)
+def bisect(
+    versions: Sequence[str], good: str, bad: str, install: Installer, run: Runner, library: str = "jax"
+) -> BisectResult:
+    """Binary-search ``versions`` (releases of ``library``, any order; only those from good to bad
+    count) for the release where the check's outcome changes. Tests both ends first: the check must
+    pass at ``good`` and fail at ``bad``, else BisectError. Raises BisectError on bad input too."""
+    problem = input_problem(versions, good, bad, library)
     if problem:
         raise BisectError(problem)
     ordered = jax_versions.sort_versions(list(dict.fromkeys(versions)))

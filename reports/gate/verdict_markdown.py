@@ -12,6 +12,7 @@ from reports.gate.findings import (
     Finding,
     GateResult,
 )
+from reports.gate.library_change import library_change
 from reports.gate.thresholds import THRESHOLDS
 from reports.records.environment import one_line
 from reports.records.run_folder import Run
@@ -115,18 +116,21 @@ def render_gate(result: GateResult) -> str:
     for finding in result.regressions:
         by_rule.setdefault(finding.rule, []).append(finding)
     tallies = {rule: _tally(rule, findings) for rule, findings in by_rule.items()}
+    change = library_change(base, cand)  # which library the verdict is about: jax, tokamax or both
     if result.passed:
         verdict = (
             f"## ✅ Upgrade gate: PASS — {cand.label} has no regression against {base.label} "
-            f"({md.plural(result.compared, 'check')} compared, {len(result.fixed)} fixed)"
+            f"({md.plural(result.compared, 'check')} compared, {len(result.fixed)} fixed; {change.words()})"
         )
     else:
         count = sum(n for n, _ in tallies.values())
         verdict = (
             f"## ❌ Upgrade gate: FAIL — {md.plural(count, 'regression')} in "
-            f"{cand.label} against {base.label} ({md.plural(result.compared, 'check')} compared)"
+            f"{cand.label} against {base.label} ({md.plural(result.compared, 'check')} compared; "
+            f"{change.words()})"
         )
-    parts = [verdict, "", _run_line("Base", base), "", _run_line("Candidate", cand), ""]
+    parts = [verdict, "", f"**Upgrade:** {change.line()}", ""]
+    parts += [_run_line("Base", base), "", _run_line("Candidate", cand), ""]
     if by_rule:
         parts += [
             md.table(["rule", "regressions"], [[RULES[r], tallies[r][1]] for r in by_rule], "lr"),

@@ -1,7 +1,8 @@
-"""A bisection's answer written into a known-issue ledger entry's ``jax`` range.
+"""A bisection's answer written into a known-issue ledger entry's ``jax`` range (or its ``tokamax``
+range, for a bisection over tokamax releases).
 
-The edit is textual: only the entry's ``jax = "..."`` value changes (or one such line is
-added), so comments, key order and formatting stay as they were. The edited text is parsed
+The edit is textual: only the entry's ``jax = "..."`` (or ``tokamax = "..."``) value changes (or one
+such line is added), so comments, key order and formatting stay as they were. The edited text is parsed
 back and must differ from the original in that one value, or nothing is written.
 
 The new range keeps what the entry said about the other side: a fix found at F replaces
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 from reports import jax_versions
 
 _HEADER = re.compile(r"^\s*\[\[?[^\]]+\]\]?\s*(#.*)?$")
-_JAX = re.compile(r"""^(?P<head>\s*jax\s*=\s*)(?P<q>["'])(?P<value>[^"']*)(?P=q)(?P<tail>.*)$""")
+RANGE_KEYS = ("jax", "tokamax")  # the libraries an entry has a version range of
 _CLAUSE = re.compile(r"^\s*(?P<op>~=|===|==|!=|<=|>=|<|>)\s*(?P<version>\S+)\s*$")
 
 
@@ -29,7 +30,7 @@ class LedgerEditError(ValueError):
 
 
 def new_range(existing: str | None, direction: str, first: Iterable[str], failing: Iterable[str]) -> str:
-    """The entry's ``jax`` range after a bisection.
+    """The entry's range (``jax`` or ``tokamax``: the library bisected) after a bisection.
 
     direction: ``regression`` (first bad releases ``first``) or ``fix`` (first fixed ``first``).
     first: the candidate releases (one unless skips left it open); the range covers every
@@ -65,17 +66,25 @@ def _holds(clause: str, version: str) -> bool:
     return version in SpecifierSet(clause)
 
 
-def set_jax_range(text: str, issue_id: str, value: str) -> str:
-    """``text`` (a ledger's TOML) with entry ``issue_id``'s ``jax`` set to ``value``.
+def _range_line(key: str) -> re.Pattern[str]:
+    if key not in RANGE_KEYS:
+        raise LedgerEditError(f"no range {key!r} in a ledger entry; ranges are {', '.join(RANGE_KEYS)}")
+    return re.compile(rf"""^(?P<head>\s*{key}\s*=\s*)(?P<q>["'])(?P<value>[^"']*)(?P=q)(?P<tail>.*)$""")
+
+
+def set_range(text: str, issue_id: str, value: str, key: str = "jax") -> str:
+    """``text`` (a ledger's TOML) with entry ``issue_id``'s ``key`` range (``jax`` or ``tokamax``)
+    set to ``value``.
 
     Raises LedgerEditError when the entry is not there or the edit would change more.
     """
+    line = _range_line(key)
     lines = text.splitlines(keepends=True)
     start = _entry_start(lines, issue_id)
     end = next((i for i in range(start + 1, len(lines)) if _HEADER.match(lines[i])), len(lines))
-    at = next((i for i in range(start + 1, end) if _JAX.match(lines[i])), None)
+    at = next((i for i in range(start + 1, end) if line.match(lines[i])), None)
     if at is not None:
-        match = _JAX.match(lines[at])
+        match = line.match(lines[at])
         newline = lines[at][len(lines[at].rstrip("\r\n")) :]
         q = match.group("q")
         lines[at] = f"{match.group('head')}{q}{value}{q}{match.group('tail')}{newline}"
@@ -83,9 +92,9 @@ def set_jax_range(text: str, issue_id: str, value: str) -> str:
         last = max(i for i in range(start, end) if lines[i].strip() and not lines[i].lstrip().startswith("#"))
         if not lines[last].endswith("\n"):
             lines[last] += "\n"
-        lines.insert(last + 1, f'jax = "{value}"\n')
+        lines.insert(last + 1, f'{key} = "{value}"\n')
     edited = "".join(lines)
-    _verify(text, edited, issue_id, value)
+    _verify(text, edited, issue_id, value, key)
     return edited
 
 
@@ -103,8 +112,8 @@ def _entry_start(lines: list[str], issue_id: str) -> int:
     )
 
 
-def _verify(before: str, after: str, issue_id: str, value: str) -> None:
-    """The edit changed that entry's jax value and nothing else, as TOML reads it."""
+def _verify(before: str, after: str, issue_id: str, value: str, key: str) -> None:
+    """The edit changed that entry's range value and nothing else, as TOML reads it."""
     try:
         old, new = tomllib.loads(before), tomllib.loads(after)
     except tomllib.TOMLDecodeError as exc:
@@ -112,21 +121,22 @@ def _verify(before: str, after: str, issue_id: str, value: str) -> None:
     expected = {
         **old,
         "issue": [
-            {**entry, "jax": value} if entry.get("id") == issue_id else entry
-            for entry in old.get("issue", [])
+            {**entry, key: value} if entry.get("id") == issue_id else entry for entry in old.get("issue", [])
         ],
     }
     if new != expected:
         raise LedgerEditError(
-            f'the entry {issue_id!r} could not be edited in place; set its line to: jax = "{value}"'
+            f'the entry {issue_id!r} could not be edited in place; set its line to: {key} = "{value}"'
         )
 
 
-def entry_range(text: str, issue_id: str) -> str | None:
-    """The entry's current ``jax`` range (None when it has none); LedgerEditError if no such entry."""
+def entry_range(text: str, issue_id: str, key: str = "jax") -> str | None:
+    """The entry's current ``key`` range (``jax`` or ``tokamax``; None when it has none);
+    LedgerEditError if no such entry."""
+    _range_line(key)
     for entry in tomllib.loads(text).get("issue", []):
         if entry.get("id") == issue_id:
-            return entry.get("jax")
+            return entry.get(key)
     raise LedgerEditError(
         f"no ledger entry with id {issue_id!r}; copy an id from the ledger's [[issue]] tables"
     )

@@ -1,5 +1,7 @@
 """The version matrix: one report over every ``reports/jax-*/`` folder present.
 
+Its columns are keyed by the library pair that ran, (jax, tokamax): ``0.10.2 + tokamax 0.0.12``, or
+``0.10.2`` for a folder without tokamax (every folder written before tokamax was recorded reads so).
 Subject x version verdicts, the drift of the error ratio from version to version,
 the checks whose ratio moved most, and capabilities that appeared or vanished.
 A folder that cannot be read is listed with its one-line error; the rest still render.
@@ -38,13 +40,14 @@ MOVE_MIN_RATIO = 0.1  # ...and so are moves among ratios far below 1 (near-exact
 
 @dataclasses.dataclass(frozen=True)
 class Matrix:
-    runs: tuple[Run, ...]  # oldest JAX first
+    runs: tuple[Run, ...]  # oldest (jax, tokamax) first; no tokamax before any tokamax
     unreadable: tuple[tuple[Path, str], ...]  # folder, the one-line error
 
     @property
     def versions(self) -> tuple[str, ...]:
-        """Column labels: the JAX version, or the folder name where two runs share a version."""
-        versions = [run.jax_version for run in self.runs]
+        """Column labels: the (jax, tokamax) pair (``Run.versions``), or the folder name where two runs
+        share a pair."""
+        versions = [run.versions for run in self.runs]
         return tuple(
             v if versions.count(v) == 1 else run.folder.name
             for v, run in zip(versions, self.runs, strict=True)
@@ -52,6 +55,16 @@ class Matrix:
 
     def label(self, run: Run) -> str:
         return self.versions[self.runs.index(run)]
+
+    @property
+    def with_tokamax(self) -> bool:
+        """Whether any run had tokamax installed: the columns are then (jax, tokamax) pairs."""
+        return any(run.tokamax_version is not None for run in self.runs)
+
+    @property
+    def axis(self) -> str:
+        """What a column is, in words: ``JAX version`` or ``jax + tokamax version``."""
+        return "jax + tokamax version" if self.with_tokamax else "JAX version"
 
     @property
     def subjects(self) -> tuple[str, ...]:
@@ -70,9 +83,19 @@ def load_matrix(folders: Sequence[Path]) -> Matrix:
             runs.append(load_run(folder))
         except ResultsFileError as exc:
             unreadable.append((Path(folder), str(exc)))
-    order = {v: i for i, v in enumerate(sort_versions([r.jax_version for r in runs]))}
-    runs.sort(key=lambda r: (order[r.jax_version], r.folder.name))
-    return Matrix(tuple(runs), tuple(unreadable))
+    return Matrix(in_release_order(runs), tuple(unreadable))
+
+
+def in_release_order(runs: Sequence[Run]) -> tuple[Run, ...]:
+    """Runs by jax release, then tokamax release (a run without tokamax first), then folder name."""
+    jax = sort_versions(list({r.jax_version for r in runs}))
+    tokamax = sort_versions(list({r.tokamax_version for r in runs if r.tokamax_version is not None}))
+
+    def key(run: Run) -> tuple[int, int, str]:
+        second = -1 if run.tokamax_version is None else tokamax.index(run.tokamax_version)
+        return (jax.index(run.jax_version), second, run.folder.name)
+
+    return tuple(sorted(runs, key=key))
 
 
 def write_matrix(root: Path, out_dir: Path | None = None, *, plots: bool = True) -> Path:
@@ -102,10 +125,13 @@ def _plots(matrix: Matrix, out_dir: Path) -> list[str]:
     try:
         by_version = {matrix.label(run): run.results for run in matrix.runs}
         drawn = [
-            (plot_versions(by_version, out_dir / MATRIX_VERSION_PLOT), "Worst error ratio per JAX version"),
+            (
+                plot_versions(by_version, out_dir / MATRIX_VERSION_PLOT),
+                f"Worst error ratio per {matrix.axis}",
+            ),
             (
                 plot_versions_by_length(by_version, out_dir / MATRIX_LENGTH_PLOT),
-                "Error ratio against sequence length, by JAX version",
+                f"Error ratio against sequence length, by {matrix.axis}",
             ),
         ]
     except ImportError:
@@ -123,9 +149,11 @@ KNOWN_CELL = {
 
 
 def known_issue_rows(matrix: Matrix) -> list[list[str]]:
-    """Per ledger entry, what each version saw; the last column flags an entry whose JAX range
-    disagrees with where it was observed (it reproduced outside it, or not inside it)."""
+    """Per ledger entry, its ranges (jax; tokamax too where an entry has one), what each version saw;
+    the last column flags an entry whose range disagrees with where it was observed (it reproduced
+    outside it, or not inside it)."""
     entries: dict[str, dict[str, dict]] = {}
+    with_tokamax = _tokamax_ranges(matrix)
     for run in matrix.runs:
         for status in (run.summary or {}).get("known_issues", []) or []:
             if isinstance(status, dict) and status.get("id"):
@@ -146,10 +174,19 @@ def known_issue_rows(matrix: Matrix) -> list[list[str]]:
             elif state == "no longer reproduces":
                 disagree.append(f"passes at {version}, inside its range")
         spec = next((s.get("jax") for s in by_version.values() if s.get("jax") is not None), "")
-        rows.append(
-            [md.code(entry_id), md.code(spec or "any"), *cells, "; ".join(disagree) if disagree else "agrees"]
-        )
+        tokamax = next((s.get("tokamax") for s in by_version.values() if s.get("tokamax")), "")
+        ranges = [md.code(spec or "any"), *([md.code(tokamax or "any")] if with_tokamax else [])]
+        rows.append([md.code(entry_id), *ranges, *cells, "; ".join(disagree) if disagree else "agrees"])
     return rows
+
+
+def _tokamax_ranges(matrix: Matrix) -> bool:
+    """Whether any ledger entry a run reports has a tokamax range (its column is then shown)."""
+    return any(
+        isinstance(status, dict) and status.get("tokamax")
+        for run in matrix.runs
+        for status in (run.summary or {}).get("known_issues", []) or []
+    )
 
 
 def observed_rows(matrix: Matrix) -> list[list[str]]:
@@ -290,7 +327,7 @@ def verdict_line(matrix: Matrix) -> str:
     tail += f"; ⛔ NOT RUN (nothing was checked): {', '.join(not_run)}" if not_run else ""
     if matrix.unreadable:
         tail += f"; ⚠️ {md.plural(len(matrix.unreadable), 'folder')} unreadable"
-    span = f"{md.plural(len(matrix.runs), 'JAX version')} ({matrix.versions[0]} … {matrix.versions[-1]})"
+    span = f"{md.plural(len(matrix.runs), matrix.axis)} ({matrix.versions[0]} … {matrix.versions[-1]})"
     if failing:
         return (
             f"**❌ FAILURES** in {md.plural(len(failing), 'version')} of {span}: {', '.join(failing)}"
@@ -341,7 +378,8 @@ def _folder_link(run: Run) -> str:
 
 def render_matrix(matrix: Matrix, *, plot_links: Sequence[str] = ()) -> str:
     """The whole matrix report.md (pure)."""
-    parts = ["# Conformance matrix · JAX versions", "", verdict_line(matrix), ""]
+    title = "JAX and tokamax versions" if matrix.with_tokamax else "JAX versions"
+    parts = [f"# Conformance matrix · {title}", "", verdict_line(matrix), ""]
     rows = [
         [f"**{subject}**", *[version_cell(run, subject) for run in matrix.runs]]
         for subject in matrix.subjects
@@ -397,7 +435,16 @@ def render_matrix(matrix: Matrix, *, plot_links: Sequence[str] = ()) -> str:
             "🐞 reproduced · ✅ fixed (in range, every selected check passes) · ⚠️ stale · · not run or out "
             "of range. The last column flags a range that disagrees with what was observed.",
             "",
-            md.table(["entry", "jax range", *matrix.versions, "range vs observed"], known),
+            md.table(
+                [
+                    "entry",
+                    "jax range",
+                    *(["tokamax range"] if _tokamax_ranges(matrix) else []),
+                    *matrix.versions,
+                ]
+                + ["range vs observed"],
+                known,
+            ),
             "",
         ]
     observed = observed_rows(matrix)
@@ -429,7 +476,17 @@ def render_matrix(matrix: Matrix, *, plot_links: Sequence[str] = ()) -> str:
     parts += [
         "## Runs",
         "",
-        md.table(["jax", "folder", "checks", "complete", "environment"], version_rows, "llrcl"),
+        md.table(
+            [
+                "jax + tokamax" if matrix.with_tokamax else "jax",
+                "folder",
+                "checks",
+                "complete",
+                "environment",
+            ],
+            version_rows,
+            "llrcl",
+        ),
         "",
     ]
     if matrix.unreadable:

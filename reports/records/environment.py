@@ -12,7 +12,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-LIBRARIES = ("jax", "jaxlib", "numpy", "ml_dtypes", "scipy", "hypothesis", "pytest", "torch")
+LIBRARIES = ("jax", "jaxlib", "tokamax", "numpy", "ml_dtypes", "scipy", "hypothesis", "pytest", "torch")
+# The kernel library versioned beside JAX (the library axis: a run is keyed by (jax, tokamax)). The
+# environment block names its version explicitly, None when it is not installed, so a folder says
+# "no tokamax" rather than leaving the reader to infer it from a missing key.
+SECOND_LIBRARY = "tokamax"
 
 
 def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
@@ -61,11 +65,13 @@ def backend() -> dict[str, str]:
 
 
 def environment_block() -> dict[str, Any]:
+    libraries = library_versions()
     return {
         "python": platform.python_version(),
         "platform": f"{platform.system()} {platform.machine()}",
         "processor": platform.processor() or platform.machine(),
-        "libraries": library_versions(),
+        "libraries": libraries,
+        SECOND_LIBRARY: libraries.get(SECOND_LIBRARY),
         **backend(),
         "git_revision": git_revision(),
     }
@@ -75,7 +81,9 @@ def one_line(env: dict[str, Any]) -> str:
     """The environment in one line, for the top of report.md."""
     libs = env.get("libraries", {})
     parts = [f"Python {env.get('python', '?')}"]
-    parts += [f"{name} {libs[name]}" for name in ("jax", "jaxlib", "numpy", "torch") if name in libs]
+    parts += [
+        f"{name} {libs[name]}" for name in ("jax", "jaxlib", "tokamax", "numpy", "torch") if name in libs
+    ]
     parts.append(f"{env.get('backend', '?')} ({env.get('device_kind', '?')})")
     parts.append(f"rev {env.get('git_revision', '?')}")
     return " · ".join(parts)

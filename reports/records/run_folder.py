@@ -10,7 +10,9 @@ from typing import Any
 
 from reports.records.results_file import CaseResult, ResultsFile, read_results, read_summary
 
-_FOLDER_VERSION = re.compile(r"^jax-(?P<version>.+)$")
+# reports/jax-X (jax alone) or reports/jax-X-tokamax-Y (jax_versions.report_folder): the versions a
+# folder's name gives when its records do not (a run killed before its header was complete).
+_FOLDER_VERSION = re.compile(r"^jax-(?P<version>.+?)(?:-tokamax-(?P<tokamax>[^-]+))?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,9 +50,30 @@ class Run:
         return match.group("version") if match else "unknown"
 
     @property
+    def tokamax_version(self) -> str | None:
+        """The tokamax version that ran, None when it was not installed: the environment's explicit
+        ``tokamax`` (None included), else its library list, else a ``jax-X-tokamax-Y`` folder name.
+        A folder written before tokamax was recorded reads as None unless its name says otherwise."""
+        env = self.environment
+        if "tokamax" in env:
+            return None if env["tokamax"] is None else str(env["tokamax"])
+        libraries = env.get("libraries")
+        if isinstance(libraries, dict) and libraries.get("tokamax"):
+            return str(libraries["tokamax"])
+        match = _FOLDER_VERSION.match(self.folder.name)
+        return match.group("tokamax") if match else None
+
+    @property
+    def versions(self) -> str:
+        """The library pair that ran, as a column is labelled: ``0.10.2 + tokamax 0.0.12``, or
+        ``0.10.2`` without tokamax."""
+        tokamax = self.tokamax_version
+        return self.jax_version if tokamax is None else f"{self.jax_version} + tokamax {tokamax}"
+
+    @property
     def label(self) -> str:
-        """How a report names this run: its JAX version and folder."""
-        return f"jax {self.jax_version} ({self.folder.name})"
+        """How a report names this run: its JAX (and tokamax) version and folder."""
+        return f"jax {self.versions} ({self.folder.name})"
 
 
 def load_run(folder: Path) -> Run:

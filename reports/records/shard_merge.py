@@ -43,6 +43,7 @@ RUN_IDENTITY = (
     ("impl", "--impl"),
     ("subjects", "subjects"),
     ("jax", "JAX version"),
+    ("tokamax", "tokamax version"),
     ("git_revision", "suite revision"),
 )
 # A known issue's combined status: the first that any shard reports wins (see _combine_status).
@@ -88,6 +89,7 @@ def _identity(header: dict[str, Any]) -> dict[str, Any]:
         "impl": header.get("impl"),
         "subjects": header.get("subjects"),
         "jax": (env.get("libraries") or {}).get("jax"),
+        "tokamax": (env.get("libraries") or {}).get("tokamax"),
         "git_revision": env.get("git_revision"),
     }
 
@@ -113,7 +115,7 @@ def _check_same_run(shards: Sequence[Shard]) -> None:
                 raise MergeError(
                     f"{shard.folder} is from a different run: {label} {theirs[key]!r}, but {first.folder} "
                     f"has {ours[key]!r}; merge only the shards of one run (same --profile, "
-                    "--hypothesis-seed, --impl, JAX and suite revision)"
+                    "--hypothesis-seed, --impl, JAX, tokamax and suite revision)"
                 )
 
 

@@ -522,7 +522,9 @@ def ledger_warnings(run: Run) -> list[str]:
         elif state == "out of range" and status.get("failing_outside_range"):
             lines.append(
                 f"⚠️ Ledger entry {entry} would explain {status['failing_outside_range']} failures here, "
-                f"outside its range jax {status.get('jax')}; widen it if they are the same defect."
+                f"outside its range jax {status.get('jax')}"
+                + (f", tokamax {status['tokamax']}" if status.get("tokamax") else "")
+                + "; widen it if they are the same defect."
             )
     return lines
 
@@ -736,7 +738,7 @@ def render(
 
 def _top(run: Run) -> list[str]:
     """Title, incomplete warning, verdict, environment."""
-    parts = [f"# Conformance report · jax {run.jax_version}", ""]
+    parts = [f"# Conformance report · jax {run.versions}", ""]  # "0.10.2 + tokamax 0.0.12" where it ran
     if not run.complete:
         parts += [incomplete_warning(run), ""]
     return parts + [verdict_line(run), "", environment_line(run), ""]
@@ -744,7 +746,7 @@ def _top(run: Run) -> list[str]:
 
 def _details_top(run: Run) -> list[str]:
     return [
-        f"# Conformance report · jax {run.jax_version} · every root cause in full",
+        f"# Conformance report · jax {run.versions} · every root cause in full",
         "",
         f"The details of [{REPORT_FILE}]({REPORT_FILE}).",
         "",

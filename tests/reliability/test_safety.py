@@ -52,6 +52,7 @@ def test_the_environment_block_holds_versions_and_hardware_only(monkeypatch, tmp
         "platform",
         "processor",
         "libraries",
+        "tokamax",
         "backend",
         "device_kind",
         "device_count",

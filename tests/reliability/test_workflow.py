@@ -1,6 +1,7 @@
 """The CI workflow (.github/workflows/conformance.yml) names only commands that exist: nox
 sessions of noxfile.py, options the suite, merge and gate accept, shard specs that parse, and
-artifact names its merge step finds. A renamed option or session fails here, not on CI."""
+artifact names its merge step finds. A renamed option or session fails here, not on CI. It gates
+jax and tokamax together: each side is a (jax, tokamax) pair the tokamax table accepts."""
 
 from __future__ import annotations
 
@@ -87,16 +88,25 @@ def commands(job: dict, values: dict[str, str]) -> list[list[str]]:
     return found
 
 
+def matrix_combos(matrix: dict) -> list[dict]:
+    """The jobs a strategy matrix makes, as GitHub expands it: every combination of its lists, then
+    each ``include`` entry's extra keys added to the combinations whose own keys it matches."""
+    keys = [k for k in matrix if k != "include"]
+    combos = [{}]
+    for key in keys:
+        combos = [{**c, key: v} for c in combos for v in matrix[key]]
+    for extra in matrix.get("include", []):
+        for combo in combos:
+            if all(combo[k] == v for k, v in extra.items() if k in keys):
+                combo.update({k: v for k, v in extra.items() if k not in keys})
+    return combos
+
+
 def nox_calls(workflow: dict) -> list[tuple[str, list[str], list[str]]]:
     """(job, nox's own args, the session's posargs) for every nox command of every job."""
     calls = []
     for name, job in workflow["jobs"].items():
-        matrix = job.get("strategy", {}).get("matrix", {})
-        combos = [
-            {"jax": jax, "shard": shard}
-            for jax in matrix.get("jax", [""])
-            for shard in matrix.get("shard", [1])
-        ]
+        combos = matrix_combos(job.get("strategy", {}).get("matrix", {}))
         for combo in combos:
             values = job_values(workflow, **combo)
             values = {**values, **{f"matrix.{k}": substitute(str(v), values) for k, v in combo.items()}}
@@ -117,7 +127,8 @@ def help_text(*argv: str) -> str:
 
 def test_the_workflow_runs_each_version_in_shards_then_merges_and_gates(workflow):
     triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as true
-    assert {"base", "candidate"} <= set(triggers["workflow_dispatch"]["inputs"])
+    inputs = triggers["workflow_dispatch"]["inputs"]
+    assert {"base", "candidate", "base_tokamax", "candidate_tokamax"} <= set(inputs)
     shard_job, final = workflow["jobs"]["conformance"], workflow["jobs"]["merge-and-gate"]
     assert final["needs"] == "conformance" and "cancelled()" in final["if"]
     assert shard_job["strategy"]["fail-fast"] is False
@@ -125,6 +136,10 @@ def test_the_workflow_runs_each_version_in_shards_then_merges_and_gates(workflow
     for name in ("BASE", "CANDIDATE"):
         version = substitute(workflow["env"][name], {})
         assert jax_versions.parse_version(version) is not None, version
+        assert version == inputs[name.lower()]["default"]  # the nightly run is the dispatch default
+        tokamax = substitute(workflow["env"][f"{name}_TOKAMAX"], {})
+        assert tokamax == inputs[f"{name.lower()}_tokamax"]["default"]
+        assert jax_versions.tokamax_problem(tokamax, version) is None, (name, version, tokamax)
 
 
 def test_every_nox_session_the_workflow_names_exists(workflow):
@@ -158,26 +173,61 @@ def test_every_option_the_workflow_gives_is_one_the_command_accepts(workflow):
             assert "--hypothesis-seed" in posargs, f"{job}: shards without one shared --hypothesis-seed"
 
 
+def side_pairs(workflow: dict, **inputs: str) -> dict[str, tuple[str, str]]:
+    """Each side's (jax, tokamax), as the env block gives them for a run with these inputs."""
+    env = dispatch_env(workflow, **inputs)
+    return {side: (env[side], env[f"{side}_TOKAMAX"]) for side in ("BASE", "CANDIDATE")}
+
+
+def dispatch_env(workflow: dict, **inputs: str) -> dict[str, str]:
+    """The workflow's env block and inputs as CI fills them for a dispatch with these inputs."""
+    values = {"github.run_id": "4242", **{f"inputs.{k}": v for k, v in inputs.items()}}
+    return {**values, **{k: substitute(str(v), values) for k, v in workflow["env"].items()}}
+
+
+def test_each_side_runs_its_jax_and_tokamax_pair_and_the_gate_compares_the_two_pairs(workflow):
+    inputs = {"base": "0.9.2", "base_tokamax": "0.0.10", "candidate": "0.10.2", "candidate_tokamax": "0.0.12"}
+    pairs = side_pairs(workflow, **inputs)
+    assert pairs == {"BASE": ("0.9.2", "0.0.10"), "CANDIDATE": ("0.10.2", "0.0.12")}
+    combos = matrix_combos(workflow["jobs"]["conformance"]["strategy"]["matrix"])
+    values = {f"inputs.{k}": v for k, v in inputs.items()}
+    ran = set()
+    for combo in combos:
+        filled = {k: substitute(str(v), values) for k, v in combo.items()}
+        ran.add((filled["side"], filled["jax"], filled["tokamax"]))
+        job_commands = commands(
+            workflow["jobs"]["conformance"], {f"matrix.{k}": v for k, v in filled.items()}
+        )
+        (session,) = [argv[argv.index("-s") + 1] for argv in job_commands if argv[0] == "nox"]
+        assert jax_versions.selected_pair(session) == (filled["jax"], filled["tokamax"]), session
+    assert ran == {("base", *pairs["BASE"]), ("candidate", *pairs["CANDIDATE"])}
+    final = commands(workflow["jobs"]["merge-and-gate"], dispatch_env(workflow, **inputs))
+    (gate,) = [argv for argv in final if argv[:3] == ["nox", "-s", "gate"]]
+    folders = [a for a in gate[gate.index("--") + 1 :] if not a.startswith("-")][:2]
+    assert folders == [jax_versions.report_folder(*pairs[side]) for side in ("BASE", "CANDIDATE")]
+
+
 def test_the_merge_step_finds_every_shard_artifact_and_the_cache_path_is_noxs(workflow):
+    from reports.bisection.installs import env_name
+
     shard_job = workflow["jobs"]["conformance"]
     uploads = [s for s in shard_job["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
     artifacts = set()
-    for jax in shard_job["strategy"]["matrix"]["jax"]:
-        for shard in shard_job["strategy"]["matrix"]["shard"]:
-            values = job_values(workflow, jax=jax, shard=shard)
-            values["matrix.jax"] = substitute(jax, values)
-            artifacts.add(substitute(uploads[0]["with"]["name"], values))
-            assert (
-                substitute(uploads[0]["with"]["path"], values).rstrip("/")
-                == f"reports/jax-{values['matrix.jax']}"
-            )
+    for combo in matrix_combos(shard_job["strategy"]["matrix"]):
+        values = job_values(workflow, **combo)
+        values.update({f"matrix.{k}": substitute(str(v), values) for k, v in combo.items()})
+        artifacts.add(substitute(uploads[0]["with"]["name"], values))
+        folder = jax_versions.report_folder(values["matrix.jax"], values["matrix.tokamax"])
+        assert substitute(uploads[0]["with"]["path"], values).rstrip("/") == folder
     merges = [
         argv for argv in commands(workflow["jobs"]["merge-and-gate"], job_values(workflow)) if "merge" in argv
     ]
-    for version in (substitute(workflow["env"][v], {}) for v in ("BASE", "CANDIDATE")):
-        merge = next(m for m in merges if m[m.index("--") + 1] == f"reports/jax-{version}")
+    for jax, tokamax in side_pairs(workflow).values():
+        folder = jax_versions.report_folder(jax, tokamax)
+        merge = next(m for m in merges if m[m.index("--") + 1] == folder)
         pattern = merge[-1].removeprefix("shards/")
-        assert sorted(fnmatch.filter(artifacts, pattern)) == [f"jax-{version}-shard-{k}" for k in (1, 2)]
-        venv = f".nox/{jax_versions.SESSION}-jax-{version.replace('.', '-')}/jax-cache"
+        expected = [f"{Path(folder).name}-shard-{k}" for k in (1, 2)]
+        assert sorted(fnmatch.filter(artifacts, pattern)) == expected
+        venv = f".nox/{env_name(jax, tokamax)}/jax-cache"
         cache = next(s for s in shard_job["steps"] if s.get("uses", "").startswith("actions/cache"))
         assert fnmatch.fnmatch(venv, cache["with"]["path"])

@@ -178,6 +178,27 @@ def test_nox_session_with_a_bad_version_fails_in_one_line(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.skipif(
+    shutil.which("nox") is None and not (Path(sys.executable).parent / "nox").exists(),
+    reason="nox is not installed in this environment",
+)
+def test_nox_refuses_a_pair_the_tokamax_table_forbids_in_one_line(tmp_path):
+    nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
+    done = subprocess.run(
+        [nox, "--envdir", str(tmp_path), "--no-venv", "-s", "conformance(jax='0.9.1', tokamax='0.0.12')"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    aborted = [line for line in done.stderr.splitlines() if "aborted" in line]
+    assert len(aborted) == 1, done.stderr[-2000:]
+    assert "tokamax 0.0.12 needs jax >= 0.9.2, not 0.9.1" in aborted[0]
+    assert "conformance(jax='0.9.2', tokamax='0.0.12')" in aborted[0]
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize(
     ("text", "release"), [("0.4.35", (0, 4, 35)), ("0.10.2", (0, 10, 2)), ("0.7.0rc1", (0, 7, 0))]
 )
@@ -231,4 +252,35 @@ def test_a_tokamax_release_is_a_second_parameter_of_conformance_only_where_named
     assert jv.report_folder("0.9.2", "0.0.11") == "reports/jax-0.9.2-tokamax-0.0.11"
     assert jv.tokamax_problem("0.0.11", "0.9.2") is None
     assert "needs jax >= 0.9.1" in jv.tokamax_problem("0.0.11", "0.8.3")
-    assert "not a release the suite reads" in jv.tokamax_problem("0.0.3", "0.10.2")
+    assert "not a release in reports/jax_versions.py" in jv.tokamax_problem("0.0.13", "0.10.2")
+    assert jv.tokamax_problem("0.0.3", "0.10.2") is None  # older than the matrix: runs when named
+
+
+@pytest.mark.parametrize(
+    ("tokamax", "needs", "older"),
+    [("0.0.12", "0.9.2", "0.9.1"), ("0.0.11", "0.9.1", "0.9.0"), ("0.0.10", "0.8.2", "0.8.1")],
+)
+def test_a_pair_that_breaks_the_tokamax_table_is_refused_in_one_line_naming_the_fix(tokamax, needs, older):
+    assert jv.tokamax_needs(tokamax) == needs
+    assert jv.tokamax_problem(tokamax, needs) is None
+    assert jv.tokamax_problem(tokamax, "0.10.2") is None
+    problem = jv.tokamax_problem(tokamax, older)
+    assert "\n" not in problem
+    assert f"tokamax {tokamax} needs jax >= {needs}, not {older}" in problem
+    assert f"conformance(jax='{needs}', tokamax='{tokamax}')" in problem  # the fix, as a command
+    # the fix it names is a pair the table accepts
+    fixed = jv.selected_pair(problem.split('"')[1])
+    assert fixed == (needs, tokamax) and jv.tokamax_problem(*reversed(fixed)) is None
+
+
+def test_the_tokamax_table_covers_every_release_and_the_matrix_is_its_newest_three():
+    releases = [r for r, _, _ in jv.TOKAMAX_RELEASES]
+    assert releases == [f"0.0.{n}" for n in range(12, 0, -1)]  # every release the index offers
+    assert jv.TOKAMAX_MATRIX == ("0.0.10", "0.0.11", "0.0.12")
+    assert [r for r, _ in jv.TOKAMAX_NEEDS_JAX] == list(reversed(jv.TOKAMAX_MATRIX))
+    # a newer release never needs an older jax than the one before it
+    needs = [jv.parse_version(n) for _, n, _ in jv.TOKAMAX_RELEASES]
+    assert needs == sorted(needs, reverse=True)
+    # every release before 0.0.10 pulls tensorflow (named in its row, so a reader knows the cost)
+    assert all("tensorflow" in note for r, _, note in jv.TOKAMAX_RELEASES if r not in jv.TOKAMAX_MATRIX)
+    assert jv.tokamax_problem("0.0.9", "0.8.1") is not None and jv.tokamax_problem("0.0.9", "0.8.2") is None

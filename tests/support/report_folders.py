@@ -22,12 +22,16 @@ print("```not a fence end```")
 """
 
 
-def environment(jax: str = "0.10.2") -> dict:
+def environment(jax: str = "0.10.2", tokamax: str | None = None) -> dict:
+    """A summary's environment block; with ``tokamax``, as the suite writes it now (the library and its
+    explicit version), without, as a folder written before tokamax was recorded."""
+    tokamax_keys = {} if tokamax is None else {"tokamax": tokamax}
     return {
         "python": "3.11.7",
         "platform": "Linux x86_64",
         "processor": "x86_64",
-        "libraries": {"jax": jax, "jaxlib": jax, "numpy": "2.4.6"},
+        "libraries": {"jax": jax, "jaxlib": jax, **tokamax_keys, "numpy": "2.4.6"},
+        **tokamax_keys,
         "backend": "cpu",
         "device_kind": "cpu",
         "git_revision": "abc123def456",
@@ -181,6 +185,7 @@ def write_run(
     results: Iterable[CaseResult],
     *,
     jax: str = "0.10.2",
+    tokamax: str | None = None,
     complete: bool = True,
     summary: bool = True,
 ) -> Path:
@@ -193,7 +198,8 @@ def write_run(
         writer.close()
     if summary:
         write_json_atomic(
-            Path(folder) / "summary.json", {"environment": environment(jax), "profile": "ci", "seed": 0}
+            Path(folder) / "summary.json",
+            {"environment": environment(jax, tokamax), "profile": "ci", "seed": 0},
         )
     return Path(folder)
 

@@ -4,8 +4,11 @@ reported, and --strict-known makes them fatal. Tiny NumPy subjects, in a subproc
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from pathlib import Path
+
+import pytest
 
 from reports.records.results_file import read_results
 from reports.run_report.grouping import group_causes, known_count_line, template_id
@@ -88,6 +91,31 @@ def test_an_entry_outside_its_jax_range_excuses_nothing_and_says_it_would_have(t
     assert failing and f"would explain {failing} failures here, outside its range" in done.stdout
     status = statuses(tmp_path)["old-only"]
     assert status["status"] == "out of range" and status["failing_outside_range"] == failing
+
+
+def test_an_entry_applies_only_where_its_jax_and_its_tokamax_ranges_both_hold(tmp_path):
+    try:
+        tokamax = importlib.metadata.version("tokamax")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("tokamax is not installed here (the tests group installs it)")
+    file = ledger(
+        tmp_path,
+        entry("other-tokamax", WRONG, '["forward"]', 'tokamax = "<0.0.1"'),  # first: must not match
+        entry("this-tokamax", WRONG, '["forward"]', f'jax = ">=0.4"\ntokamax = "=={tokamax}"'),
+    )
+    done = run_suite(tmp_path, toy("scaled_wrong"), "-k", FORWARD_CASE, "--known-issues", file)
+    assert done.returncode == 0, done.stdout[-3000:]
+    forward = ran(tmp_path, "forward")
+    assert forward and {r.known_issue["id"] for r in forward} == {"this-tokamax"}
+    seen = statuses(tmp_path)
+    assert (
+        seen["this-tokamax"]["status"] == "reproduced" and seen["this-tokamax"]["tokamax"] == f"=={tokamax}"
+    )
+    assert seen["other-tokamax"]["status"] == "out of range"
+    assert seen["other-tokamax"]["failing_outside_range"] == 0  # another in-range entry explains them
+    assert seen["other-tokamax"]["ran_outside_range"] == len(forward)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["environment"]["tokamax"] == tokamax  # the run records the tokamax that ran
 
 
 def test_fixed_and_stale_entries_are_reported_and_strict_known_makes_them_fatal(tmp_path):

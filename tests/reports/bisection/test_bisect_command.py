@@ -17,7 +17,7 @@ from reports.__main__ import main
 from reports.bisection import installs
 from reports.bisection.installs import NoxInstaller, SuiteRunner, env_name, observe
 from reports.bisection.search import Install, Observation
-from reports.ledger.range_edit import entry_range, set_jax_range
+from reports.ledger.range_edit import entry_range, set_range
 from tests.support import report_folders
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -160,7 +160,7 @@ BASE = [
 def test_the_command_line_bisects_writes_bisect_json_and_edits_the_ledger(fake_env, tmp_path, capsys):
     issue = "xla-local-window-ignored-without-mask"
     ledger = tmp_path / "ledger.toml"
-    ledger.write_text(set_jax_range(LEDGER.read_text(), issue, "<0.8.3"))  # as the matrix left it
+    ledger.write_text(set_range(LEDGER.read_text(), issue, "<0.8.3"))  # as the matrix left it
     argv = [*BASE, "--good", "0.8.3", "--bad", "0.7.2", "--out", str(tmp_path / "out")]
     assert main([*argv, "--known-issue", issue, "--ledger", str(ledger)]) == 0
     out = capsys.readouterr().out
@@ -204,7 +204,17 @@ def test_the_nox_session_documents_the_options():
     tree = ast.parse((ROOT / "noxfile.py").read_text())
     session = next(f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "bisect")
     assert any("nox.session" in ast.unparse(d) for d in session.decorator_list)
-    for option in ("--impl", "--case", "--check", "--good", "--bad", "--versions", "--known-issue"):
+    for option in (
+        "--impl",
+        "--case",
+        "--check",
+        "--good",
+        "--bad",
+        "--versions",
+        "--known-issue",
+        "--library",
+        "--jax",
+    ):
         assert option in ast.get_docstring(session)
 
 
@@ -239,6 +249,8 @@ def test_the_command_line_documents_the_options(capsys):
         "--versions",
         "--known-issue",
         "--ledger",
+        "--library",
+        "--jax",
     ):
         assert option in text
 

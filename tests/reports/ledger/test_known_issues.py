@@ -262,7 +262,7 @@ def test_every_builtin_entry_records_its_release_sweep_and_its_range_agrees():
     from reports.ledger.release_sweep import range_problem
 
     ledger = load_ledger([BUILTIN_LEDGER], subjects=BUILTIN, checks=CHECKS)
-    problems = [range_problem(i.id, i.jax, i.bisection) for i in ledger.issues]
+    problems = [range_problem(i.id, i.jax, i.bisection, i.tokamax) for i in ledger.issues]
     assert not [p for p in problems if p], "\n".join(p for p in problems if p)
 
 

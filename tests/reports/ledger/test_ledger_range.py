@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.ledger.range_edit import LedgerEditError, entry_range, new_range, set_jax_range
+from reports.ledger.range_edit import LedgerEditError, entry_range, new_range, set_range
 
 BUILTIN = Path(__file__).resolve().parents[3] / "kernels" / "known_issues.toml"
 
@@ -65,7 +65,7 @@ def changed_lines(before: str, after: str) -> list[str]:
 
 
 def test_an_existing_range_is_replaced_keeping_quotes_and_comment():
-    edited = set_jax_range(LEDGER, "first", "<0.8.2")
+    edited = set_range(LEDGER, "first", "<0.8.2")
     assert changed_lines(LEDGER, edited) == [
         "-jax = '>=0.6.2'   # seen since the matrix began",
         "+jax = '<0.8.2'   # seen since the matrix began",
@@ -73,7 +73,7 @@ def test_an_existing_range_is_replaced_keeping_quotes_and_comment():
 
 
 def test_a_missing_range_is_added_inside_its_entry():
-    edited = set_jax_range(LEDGER, "second", ">=0.8.0")
+    edited = set_range(LEDGER, "second", ">=0.8.0")
     assert changed_lines(LEDGER, edited) == ['+jax = ">=0.8.0"']
     assert edited.index('jax = ">=0.8.0"') < edited.index("# trailing comment")
     assert entry_range(edited, "second") == ">=0.8.0" and entry_range(edited, "third") is None
@@ -81,20 +81,20 @@ def test_a_missing_range_is_added_inside_its_entry():
 
 def test_the_last_entry_without_a_final_newline():
     text = LEDGER.rstrip("\n")
-    assert entry_range(set_jax_range(text, "third", "<1"), "third") == "<1"
+    assert entry_range(set_range(text, "third", "<1"), "third") == "<1"
 
 
 def test_the_builtin_ledger_changes_in_one_line():
     text = BUILTIN.read_text(encoding="utf-8")
     issue = tomllib.loads(text)["issue"][0]
-    edited = set_jax_range(text, issue["id"], ">=0.5.3")
+    edited = set_range(text, issue["id"], ">=0.5.3")
     assert len(changed_lines(text, edited)) == 2
     assert entry_range(edited, issue["id"]) == ">=0.5.3"
 
 
 def test_an_unknown_id_is_one_line():
     with pytest.raises(LedgerEditError) as exc:
-        set_jax_range(LEDGER, "nope", "<1")
+        set_range(LEDGER, "nope", "<1")
     assert "no ledger entry with id 'nope'" in str(exc.value) and "\n" not in str(exc.value)
     with pytest.raises(LedgerEditError):
         entry_range(LEDGER, "nope")
@@ -103,7 +103,7 @@ def test_an_unknown_id_is_one_line():
 def test_an_edit_that_would_change_more_names_the_line_to_set_instead():
     duplicated = LEDGER + LEDGER.split("\n\n")[0].replace("# team ledger\n", "\n")  # "first" twice
     with pytest.raises(LedgerEditError) as exc:
-        set_jax_range(duplicated, "first", "<0.8.2")
+        set_range(duplicated, "first", "<0.8.2")
     assert (
         str(exc.value) == "the entry 'first' could not be edited in place; set its line to: jax = \"<0.8.2\""
     )

@@ -156,3 +156,48 @@ def test_a_version_where_nothing_was_checked_says_not_run(tmp_path):
     text = render_matrix(load_matrix(discover(tmp_path)))
     assert "⛔ NOT RUN (nothing was checked): 0.4.35" in text.splitlines()[2]
     assert "| **flash** | ⛔ nothing checked (➖ 1 unsupported) | ✅ 26 · ➖ 1 |" in text
+
+
+def test_columns_are_keyed_by_jax_and_tokamax_and_folders_without_tokamax_still_read(tmp_path):
+    write_run(tmp_path / "jax-0.10.2", standard_results())  # written before tokamax was recorded
+    write_run(tmp_path / "jax-0.10.2-tokamax-0.0.12", standard_results(), tokamax="0.0.12")
+    write_run(tmp_path / "jax-0.10.2-tokamax-0.0.10", standard_results(), tokamax="0.0.10")
+    write_run(tmp_path / "jax-0.9.2-tokamax-0.0.11", standard_results(), jax="0.9.2", tokamax="0.0.11")
+    broken = _broken_at_0_6_2(standard_results())
+    write_run(
+        tmp_path / "jax-0.10.2-tokamax-0.0.11",
+        standard_results(extra=[broken]),
+        tokamax="0.0.11",
+    )
+    matrix = load_matrix(discover(tmp_path))
+    assert matrix.versions == (
+        "0.9.2 + tokamax 0.0.11",
+        "0.10.2",
+        "0.10.2 + tokamax 0.0.10",  # tokamax in release order at one jax, none first
+        "0.10.2 + tokamax 0.0.11",
+        "0.10.2 + tokamax 0.0.12",
+    )
+    text = render_matrix(matrix)
+    assert text.startswith("# Conformance matrix · JAX and tokamax versions")
+    header = next(line for line in text.splitlines() if line.startswith("| subject |"))
+    assert "| 0.10.2 + tokamax 0.0.12 |" in header and "| 0.10.2 |" in header
+    assert (
+        "in 1 version of 5 jax + tokamax versions (0.9.2 + tokamax 0.0.11 … 0.10.2 + tokamax 0.0.12)" in text
+    )
+    assert "0.10.2 + tokamax 0.0.11: " in text  # the failing column is named by its pair
+
+
+def test_a_ledger_entry_with_a_tokamax_range_shows_it_beside_the_jax_range(tmp_path):
+    import json
+
+    statuses = {
+        "0.0.11": {"id": "tk", "jax": ">=0.9.2", "tokamax": "<0.0.12", "status": "reproduced"},
+        "0.0.12": {"id": "tk", "jax": ">=0.9.2", "tokamax": "<0.0.12", "status": "out of range"},
+    }
+    for tokamax, status in statuses.items():
+        folder = write_run(tmp_path / f"jax-0.10.2-tokamax-{tokamax}", standard_results(), tokamax=tokamax)
+        summary = json.loads((folder / "summary.json").read_text())
+        (folder / "summary.json").write_text(json.dumps({**summary, "known_issues": [status]}))
+    text = render_matrix(load_matrix(discover(tmp_path)))
+    assert "| entry | jax range | tokamax range | 0.10.2 + tokamax 0.0.11 | 0.10.2 + tokamax 0.0.12 |" in text
+    assert "| `tk` | `>=0.9.2` | `<0.0.12` | 🐞 | · | agrees |" in text
