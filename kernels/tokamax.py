@@ -356,6 +356,7 @@ def _interpreter_constraints(kind: str, execution: Execution) -> tuple[ShapeCons
             applies_to="backward",
             features=(feature,),
             sees_config=True,
+            stage="interpreter",
             exceptions=("ValueError",),
         )
         for feature in ("window", "lengths", "bool_mask")

@@ -129,3 +129,26 @@ def test_lowering_leaves_no_interpreter_context_behind():
         assert _lowered(adapter, inputs, AttentionSpec(), "forward").kernels
     out = adapter.forward(dataclasses.replace(inputs), AttentionSpec()).out
     assert out.shape == inputs.q.shape
+
+
+def test_tritons_interpreter_limit_binds_the_interpreter_and_not_the_lowered_backward():
+    """A window with a partial last backward block fails only in the generic interpreter: declared
+    with stage "interpreter", so the lowers check expects it to lower, and it does."""
+    from types import SimpleNamespace
+
+    from conformance.judge.checks.hardware import lowers
+    from conformance.plan.cases import Case
+
+    adapter = TokamaxAdapter(impl="triton")
+    case = Case(adapter.name, "float32", q_len=48, kv_len=48, head_dim=32, v_head_dim=32, window=(4, 4))
+    caps = adapter.capabilities()
+    inputs = make_inputs(8, b=1, hq=1, hkv=1, sq=48, sk=48, d=32)
+    spec = AttentionSpec(window=(4, 4))
+    outside = caps.admits(inputs.shape, spec, "float32", "backward", case.features)
+    assert [e.constraint.stage for e in outside] == ["interpreter"], outside
+    lowerings = {d: lower(adapter.lowering(inputs, spec, d)) for d in ("forward", "backward")}
+    ctx = SimpleNamespace(
+        case=case, capabilities=caps, backward=True, run=SimpleNamespace(lowering=lowerings.__getitem__)
+    )
+    outcome = lowers(ctx)
+    assert outcome.verdict == "pass", outcome
