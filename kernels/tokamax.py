@@ -696,7 +696,8 @@ class TokamaxAdapter:
             return self._configs(api)[0]
         import jax
 
-        # [B, T, N, H] shapes and dtypes: the default config depends on nothing else
+        # [B, T, N, H] shapes and dtypes: the default config reads no values (abstract inputs here,
+        # the same config for the interpreted call and the lowered one)
         q, k, v = (jax.ShapeDtypeStruct(tuple(a.shape[i] for i in (0, 2, 1, 3)), a.dtype) for a in args[:3])
         return op.bind(q, k, v, logits_scale=static.scale, logits_soft_cap=static.softcap).default_config
 
