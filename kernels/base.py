@@ -36,10 +36,11 @@ ConstraintBasis = Literal["raises", "api"]
 CONSTRAINT_BASES: tuple[str, ...] = ("raises", "api")
 
 # Where a ``raises`` constraint's exception comes from: the call itself (every execution,
-# interpreters included), or only the target hardware's compiler (the interpreter runs the case;
-# Mosaic or Triton rejects it when lowering). See ``ShapeConstraint.stage``.
-ConstraintStage = Literal["call", "lowering"]
-CONSTRAINT_STAGES: tuple[str, ...] = ("call", "lowering")
+# interpreters included), only the target hardware's compiler (the interpreter runs the case;
+# Mosaic or Triton rejects it when lowering), or only the interpreter (the hardware's compiler
+# takes it). See ``ShapeConstraint.stage``.
+ConstraintStage = Literal["call", "lowering", "interpreter"]
+CONSTRAINT_STAGES: tuple[str, ...] = ("call", "lowering", "interpreter")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,9 @@ class ShapeConstraint:
     ``"lowering"`` when only the target's compiler rejects it (an interpreter runs it). Such a
     case is asserted by the ``lowers`` check (it must fail to lower), not by ``raises``; every
     other check still judges it in the interpreter (its numbers are the kernel's math).
+    ``"interpreter"`` when only the interpreter the suite runs the kernel in raises (an interpreter
+    limit; the hardware's compiler takes the case): the ``raises`` check asserts it like a call-stage
+    one, and the lowering checks lower the case like any other.
     ``exceptions`` (basis ``raises`` only): the names of the exception classes the implementation
     raises there (``"NotImplementedError"``), for APIs whose contract names one: the ``raises`` check
     then fails a case that raised anything else (a broadcast ``ValueError`` deep inside is a finding,
@@ -95,10 +99,11 @@ class ShapeConstraint:
                 f"constraint {self.name!r}: basis {self.basis!r} is not one of {CONSTRAINT_BASES}; "
                 "a kernel that returns wrong numbers gets a known-issue entry, not a constraint"
             )
-        if self.stage not in CONSTRAINT_STAGES or (self.stage == "lowering" and not self.raises):
+        if self.stage not in CONSTRAINT_STAGES or (self.stage != "call" and not self.raises):
             raise ValueError(
                 f"constraint {self.name!r}: stage {self.stage!r} must be one of {CONSTRAINT_STAGES}, "
-                "and 'lowering' needs basis 'raises' (the target's compiler rejects the case)"
+                "and 'lowering' or 'interpreter' needs basis 'raises' (a compiler or an interpreter "
+                "rejects the case)"
             )
         if self.exceptions and not self.raises:
             raise ValueError(
@@ -133,10 +138,15 @@ def compiled_where_run(constraints: Iterable[ShapeConstraint], native: bool) -> 
     """The constraints as they apply where the subject runs. On its own TPU or GPU the
     compiler runs inside the call, so what only lowering rejects (stage ``"lowering"``)
     raises at the call there (stage ``"call"``); in an interpreter it stays a lowering matter
-    and the interpreter's numbers are still judged."""
+    and the interpreter's numbers are still judged. Natively no interpreter runs, so its own limits
+    (stage ``"interpreter"``) are dropped."""
     if not native:
         return tuple(constraints)
-    return tuple(dataclasses.replace(c, stage="call") if c.stage == "lowering" else c for c in constraints)
+    return tuple(
+        dataclasses.replace(c, stage="call") if c.stage == "lowering" else c
+        for c in constraints
+        if c.stage != "interpreter"
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,6 +45,7 @@ BUILTIN: dict[str, str] = {
     "paged_attention": "kernels.paged_attention:PagedAttentionAdapter",
     "ragged_paged_attention": "kernels.ragged_paged_attention:RaggedPagedAttentionAdapter",
     "tokamax": "kernels.tokamax:TokamaxAdapter",
+    "pallas_mgpu": "kernels.pallas_mgpu:PallasMgpuAdapter",
 }
 
 

@@ -57,6 +57,7 @@ from kernels.base import (
     ShapeConstraint,
     SubjectGrads,
     SubjectOutput,
+    compiled_where_run,
 )
 from kernels.jax_runtime import (
     Compiled,
@@ -70,6 +71,7 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
+from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
 from kernels.tokamax_runtime import (
     DISTRIBUTION,
     OLDEST,
@@ -89,6 +91,11 @@ Execution = Literal["native", "generic", "tpu"]
 LseFrom = Literal["max_denominator", "logsumexp"]
 
 ATTENTION = "tokamax._src.ops.attention"
+# The Pallas implementations whose call the lowering checks lower with the interpreter off, and
+# for which platform (``Capabilities.lowers_for``): Mosaic for a TPU, Triton for an NVIDIA GPU.
+# Mosaic GPU is not: pallas_mosaic_gpu._get_kernel_module picks its kernel by the GPU's compute
+# capability (sm90 or sm100) and raises NotImplementedError without one, cross_compile or not.
+LOWERS_FOR: dict[str, str] = {"mosaic_tpu": "tpu", "triton": "cuda"}
 NOT_IMPLEMENTED = ("NotImplementedError",)  # tokamax's contract for an unsupported input
 
 
@@ -349,6 +356,7 @@ def _interpreter_constraints(kind: str, execution: Execution) -> tuple[ShapeCons
             applies_to="backward",
             features=(feature,),
             sees_config=True,
+            stage="interpreter",
             exceptions=("ValueError",),
         )
         for feature in ("window", "lengths", "bool_mask")
@@ -379,8 +387,11 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         bias_grad=xla or kind.name == "triton",
         lse=kind.lse_from is not None,
         fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
-        constraints=_constraints(kind.name) + _interpreter_constraints(kind.name, execution),
+        constraints=compiled_where_run(
+            _constraints(kind.name) + _interpreter_constraints(kind.name, execution), execution == "native"
+        ),
         tunables=kind.tunables,
+        lowers_for=LOWERS_FOR.get(kind.name),
     )
 
 
@@ -639,10 +650,12 @@ class TokamaxAdapter:
 
     # -- configs -------------------------------------------------------------------------
 
-    def _op(self, api: _Api, execution: Execution, forward_config: Any, vjp_config: Any) -> Any:
+    def _op(self, api: _Api, any_device: bool, forward_config: Any, vjp_config: Any) -> Any:
+        """The op (and its VJP op) with these configs; ``any_device``: its ``supported_on`` answers
+        True on any device (an interpreter runs it, or it is lowered for hardware not here)."""
         kind = self._kind
         op_class, vjp_class = api.op_class, api.vjp_class
-        if execution != "native":
+        if any_device:
             op_class, vjp_class = interpretable_op(op_class, vjp_class)
         kwargs = dict(kind.op_kwargs)
         if self.impl == "xla_chunked":
@@ -681,42 +694,76 @@ class TokamaxAdapter:
             return None
         if set(dict(self.config)) & set(names):
             return self._configs(api)[0]
-        q, k, v = (a.swapaxes(1, 2) for a in args[:3])
+        import jax
+
+        # [B, T, N, H] shapes and dtypes: the default config reads no values (abstract inputs here,
+        # the same config for the interpreted call and the lowered one)
+        q, k, v = (jax.ShapeDtypeStruct(tuple(a.shape[i] for i in (0, 2, 1, 3)), a.dtype) for a in args[:3])
         return op.bind(q, k, v, logits_scale=static.scale, logits_soft_cap=static.softcap).default_config
 
     # -- calls ---------------------------------------------------------------------------
 
+    def _ops(self, api: _Api, any_device: bool, static: _Static, args: tuple) -> tuple[Any, Any, Any]:
+        """(op, forward Config, VJP Config), the configs named explicitly (``_forward_config``)."""
+        _, vjp_config = self._configs(api)
+        probe = self._op(api, any_device, None, vjp_config)
+        forward_config = self._forward_config(api, probe, args, static)
+        return self._op(api, any_device, forward_config, vjp_config), forward_config, vjp_config
+
+    def _call_fn(
+        self, direction: str, api: _Api, op: Any, static: _Static, loop: bool, with_lse: bool
+    ) -> tuple[Callable[..., Any], bool]:
+        """The forward (``(q, k, v, bias, mask, q_lengths, kv_lengths)`` -> (out, lse)) or gradients
+        (those and dout -> (dq, dk, dv, dbias)) function of JAX arrays; ``loop``: one call per batch
+        row (the TPU interpreter's limit). Returns it and whether it takes dout."""
+        options = dict(scale=static.scale, causal=static.causal, window=static.window, softcap=static.softcap)
+        if direction == "forward":
+            lse_from = self._kind.lse_from if with_lse else None
+            call = functools.partial(tokamax_attention, api.attention, op)
+            if loop:
+                call = functools.partial(per_batch_row, call)
+            return functools.partial(call, lse_from=lse_from, **options), False
+        return functools.partial(tokamax_gradients, api.attention, op, loop=loop, **options), True
+
     def _build(self, direction: str, static: _Static, args: tuple, with_lse: bool) -> Compiled:
         import jax
+        import jax.numpy as jnp
 
         kind = self._kind
         api = _load_api(kind)
         execution = _execution(kind)
-        _, vjp_config = self._configs(api)
-        probe = self._op(api, execution, None, vjp_config)
-        forward_config = self._forward_config(api, probe, args, static)
-        op = self._op(api, execution, forward_config, vjp_config)
-        loop = execution == "tpu"
-        options = dict(scale=static.scale, causal=static.causal, window=static.window, softcap=static.softcap)
-        if direction == "forward":
-            lse_from = kind.lse_from if with_lse else None
-            fn = functools.partial(tokamax_attention, api.attention, op, lse_from=lse_from, **options)
-            if loop:
-                fn = functools.partial(
-                    per_batch_row,
-                    functools.partial(tokamax_attention, api.attention, op),
-                    lse_from=lse_from,
-                    **options,
-                )
-            traced = args
-        else:
-            import jax.numpy as jnp
-
-            fn = functools.partial(tokamax_gradients, api.attention, op, loop=loop, **options)
+        op, forward_config, vjp_config = self._ops(api, execution != "native", static, args)
+        fn, takes_dout = self._call_fn(direction, api, op, static, execution == "tpu", with_lse)
+        traced = args
+        if takes_dout:
             q, v = args[0], args[2]
             traced = (*args, jnp.zeros((*q.shape[:-1], v.shape[-1]), q.dtype))  # dout: out's shape
         ran = self._ran(fn, traced, execution, forward_config, vjp_config, direction)
         return Compiled(jax.jit(fn), ran)
+
+    def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
+        """The forward or gradients call as it runs on the kernel's own hardware, for its compiler
+        (``kernels/lowering.py``): the same op and configs as the interpreted call, with no
+        interpreter and none of its shims (no per-batch loop, remat optimisation on, ``pl.program_id``
+        as tokamax reads it); only ``supported_on`` answers True here, where the chip is absent.
+        Mosaic TPU is lowered under an abstract TPU (``DEFAULT_DEVICE_KIND``): splash reads the chip's
+        generation (``pltpu.get_tpu_info``) while building its kernels. Triton for platform cuda."""
+        import jax
+
+        kind = self._kind
+        if kind.name not in LOWERS_FOR:
+            raise NotImplementedError(f"{self.name} has no Pallas call to lower (Capabilities.lowers_for)")
+        api = _load_api(kind)
+        static = _static(inputs.shape, spec)
+        args = abstract_arrays(*_arrays(inputs))
+        with _running(kind, _execution(kind)):  # the default config as the call picks it
+            op, _, _ = self._ops(api, True, static, args)
+        fn, takes_dout = self._call_fn(direction, api, op, static, False, kind.lse_from is not None)
+        if takes_dout:
+            q, v = inputs.q, inputs.v
+            args = (*args, jax.ShapeDtypeStruct((*q.shape[:-1], v.shape[-1]), q.dtype))
+        platform = LOWERS_FOR[kind.name]
+        return LoweringCall(platform, fn, args, DEFAULT_DEVICE_KIND if platform == "tpu" else None)
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32 where exposed."""

@@ -35,7 +35,7 @@ from conformance.suite.check_registry import (
     declaration,
 )
 from kernels import features
-from kernels.base import Capabilities, ShapeConstraint
+from kernels.base import CONSTRAINT_STAGES, Capabilities, ShapeConstraint
 from kernels.dtypes import DTYPES
 from reference.masks import full_visibility, has_mask
 from reference.spec import AttentionInputs
@@ -209,7 +209,7 @@ def ragged_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
 
 
 def _raising(
-    constraints: tuple[ShapeConstraint, ...], stages: tuple[str, ...] = ("call", "lowering")
+    constraints: tuple[ShapeConstraint, ...], stages: tuple[str, ...] = CONSTRAINT_STAGES
 ) -> ShapeConstraint | None:
     """The first constraint declared to raise at one of ``stages`` (``ShapeConstraint.stage``)."""
     return next((c for c in constraints if c.raises and c.stage in stages), None)
@@ -244,8 +244,8 @@ def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities
         return _for_lowering(check, case, caps, reason, fwd, bwd)
     # What only the hardware's compiler rejects still runs in the interpreter, and its numbers
     # are the kernel's math: judged like any case (the lowers check asserts the rejection).
-    fwd = tuple(c for c in fwd if c.stage == "call")
-    bwd = tuple(c for c in bwd if c.stage == "call")
+    fwd = tuple(c for c in fwd if c.stage != "lowering")
+    bwd = tuple(c for c in bwd if c.stage != "lowering")
     if check.sampling == "raising_cases":
         if reason is not None:
             return None
@@ -278,7 +278,10 @@ def _for_lowering(
     bwd: tuple[ShapeConstraint, ...],
 ) -> Planned | None:
     """A case to a check that lowers its call: ``lowering_cases`` takes cases declared to raise
-    too (status ``raises``: they must fail to lower), ``lowered_cases`` only those that lower."""
+    too (status ``raises``: they must fail to lower), ``lowered_cases`` only those that lower.
+    An interpreter's own limit (stage ``"interpreter"``) is no limit of the lowered call."""
+    fwd = tuple(c for c in fwd if c.stage != "interpreter")
+    bwd = tuple(c for c in bwd if c.stage != "interpreter")
     if reason is not None:
         return Planned(check.name, case, "unsupported", reason)
     unmet = check.unmet_needs(caps)  # a subject with nothing to lower has no case to refuse either

@@ -105,3 +105,49 @@ def test_backend_check_refuses_a_cpu_only_jax() -> None:
         f"device-bench: jax {__import__('jax').__version__} runs on 'cpu', not 'gpu': "
         "install jax with the accelerator extra (e.g. jax[cuda12], jax[tpu])"
     ]
+
+
+def _script_namespace() -> dict:
+    namespace: dict = {"__name__": "device_bench_under_test", "__file__": str(SCRIPT)}
+    exec(compile(SCRIPT.read_text(), str(SCRIPT), "exec"), namespace)
+    return namespace
+
+
+def test_gpu_subjects_plan_runs_only_the_gpu_only_subjects_at_ci(tmp_path: Path) -> None:
+    result = run("--gpu-subjects", "--dry-run", "--out-root", str(tmp_path), "--", "-x")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith(f"device-bench: gpu, jax {jax_versions.NEWEST}")  # --gpu-subjects means a GPU
+    assert "--bench-execution" not in out and "--impl all" not in out  # no benchmarks, no `all` run
+    subjects = ",".join(_script_namespace()["GPU_SUBJECTS"])
+    folder = tmp_path / f"device-gpu-jax-{jax_versions.NEWEST}" / "gpu-subjects"
+    assert out.rstrip().endswith(f"-m conformance --impl '{subjects}' --profile ci --report-dir={folder} -x")
+    assert f"tokamax=={jax_versions.tokamax_for(jax_versions.NEWEST)}" in out  # the venv gets tokamax
+
+
+def test_gpu_subjects_name_real_subjects_and_on_a_cpu_only_tritons_interpreter_runs_one() -> None:
+    from kernels.jax_runtime import default_backend
+    from kernels.registry import resolve
+
+    subjects = _script_namespace()["GPU_SUBJECTS"]
+    assert {"pallas_mgpu", "tokamax[impl=mosaic_gpu]", "tokamax[impl=cudnn]"} <= set(subjects)
+    adapters = {name: resolve(name) for name in subjects}  # a misspelt name raises here
+    if default_backend() == "gpu":
+        pytest.skip("a GPU is attached")
+    for name, adapter in adapters.items():
+        availability = adapter.availability()
+        if name == "tokamax[impl=triton]":
+            continue  # interpreted here when tokamax is installed, natively on the GPU
+        assert not availability.available and "GPU" in availability.reason, (name, availability.reason)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu-subjects", "--kind", "tpu"], "drop --kind tpu"),
+        (["--gpu-subjects", "--no-conformance"], "drop --no-conformance"),
+    ],
+)
+def test_gpu_subjects_refuses_a_tpu_or_no_conformance(args: list[str], message: str) -> None:
+    result = run(*args, "--dry-run")
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr

@@ -26,6 +26,7 @@ BUILTINS = (
     "paged_attention",
     "ragged_paged_attention",
     "tokamax",
+    "pallas_mgpu",
 )
 
 

@@ -40,6 +40,29 @@ def test_a_subject_with_nothing_to_lower_gets_no_lowering_item_even_for_a_case_i
     assert catalogue.classify("lowers", case, lowering).status == "raises"
 
 
+def test_an_interpreter_limit_is_a_raises_item_but_the_lowered_call_is_lowered_and_native_drops_it():
+    """Stage "interpreter": the interpreter raises, the hardware's compiler takes the case (tokamax's
+    Triton backward in the generic interpreter). raises asserts it; lowers expects it to lower."""
+    from kernels.base import ShapeConstraint, compiled_where_run
+
+    limit = ShapeConstraint(
+        "interpreter_odd_q",
+        "the interpreter's limit",
+        lambda s, _: s.q_len % 2 == 0,
+        "raises",
+        stage="interpreter",
+    )
+    caps = dataclasses.replace(FULL, lowers_for="cuda", constraints=(limit,))
+    case = Case("s", "float32", q_len=127, kv_len=128)
+    assert catalogue.classify("raises", case, caps).status == "raises"
+    assert catalogue.classify("forward", case, caps).status == "unsupported"
+    assert catalogue.classify("lowers", case, caps).status == "run"
+    assert compiled_where_run(caps.constraints, native=False) == (limit,)
+    assert compiled_where_run(caps.constraints, native=True) == ()
+    with pytest.raises(ValueError, match="'interpreter' needs basis 'raises'"):
+        ShapeConstraint("x", "no parameter", lambda s, _: True, "api", stage="interpreter")
+
+
 def test_a_non_raising_constraint_is_unsupported_and_not_a_raises_item():
     case = Case("s", "float32", q_len=64, kv_len=128)
     assert catalogue.classify("raises", case, BLOCKED) is None
