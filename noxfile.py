@@ -105,7 +105,10 @@ def tests(session: nox.Session) -> None:
     """The project's own tests: reference, adapters, checks, mutants, reports."""
     install_project(session)
     # Tests that install JAX releases into fresh environments are opt-in: `nox -s tests -- -m slow`.
-    session.run("pytest", *(session.posargs or ("-m", "not slow")))
+    # Two worker processes, one per core of the CI machine: most tests are single-threaded (a
+    # serial run's CPU time equals its wall time). Whole files go to one worker (loadfile), so a
+    # module's session-scoped suite run (the mutation meta-test's) happens once, not once per worker.
+    session.run("pytest", *(session.posargs or ("-m", "not slow", "-n", "2", "--dist", "loadfile")))
 
 
 @nox.session(python="3.11")

@@ -25,8 +25,10 @@ import dataclasses
 import functools
 import json
 import math
+import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -162,12 +164,25 @@ class LazySuite:
     """Runs the suite on first use, inside a test, so a broken run fails (and is counted
     against) each mutant instead of erroring in setup."""
 
-    def __init__(self, report_dir: Path):
+    def __init__(self, report_dir: Path, runner: Callable[[tuple[str, ...], Path], SuiteRun] = run_mutants):
         self.report_dir = report_dir
+        self.runner = runner
 
     @functools.cached_property
+    def _outcome(self) -> SuiteRun | AssertionError:
+        # A failed run is kept too: every mutant then fails on the one run, instead of each
+        # test starting the whole suite again (up to RUN_TIMEOUT_S apiece).
+        try:
+            return self.runner((*(m.path for m in MUTANTS), *(c.path for c in CONTROLS)), self.report_dir)
+        except (AssertionError, subprocess.SubprocessError, OSError) as error:
+            return AssertionError(f"the mutation suite run failed once for every mutant: {error}")
+
+    @property
     def run(self) -> SuiteRun:
-        return run_mutants((*(m.path for m in MUTANTS), *(c.path for c in CONTROLS)), self.report_dir)
+        outcome = self._outcome
+        if isinstance(outcome, AssertionError):
+            raise outcome
+        return outcome
 
 
 @pytest.fixture(scope="session")
@@ -179,6 +194,20 @@ def test_the_catalogue_is_complete():
     names = [m.name for m in MUTANTS]
     assert len(names) == len(set(names)) >= 15
     assert all(set(m.checks) <= set(CHECKS) for m in MUTANTS)
+
+
+def test_a_failed_suite_run_fails_every_mutant_without_running_again(tmp_path: Path):
+    calls = []
+
+    def timing_out(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
+        calls.append(impls)
+        raise subprocess.TimeoutExpired("python -m conformance", RUN_TIMEOUT_S)
+
+    lazy = LazySuite(tmp_path, timing_out)
+    for _ in range(3):
+        with pytest.raises(AssertionError, match="failed once for every mutant"):
+            lazy.run  # noqa: B018 - the property runs the suite
+    assert len(calls) == 1
 
 
 def test_a_subject_with_every_record_unavailable_is_skipped_with_its_reason():

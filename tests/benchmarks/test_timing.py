@@ -11,6 +11,7 @@ import pytest
 from benchmarks.shapes import shape_list
 from benchmarks.timing import choose_rounds
 from reports.records.benchmarks_file import read_benchmarks
+from tests.support.suite import child_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +42,9 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
         "smoke",
         f"--benchmark-json={folder / 'benchmarks.json'}",
     ]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=child_environment()
+    )
     return folder, result
 
 

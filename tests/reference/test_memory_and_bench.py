@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from reference import attention as attention_module
+from tests.support.suite import child_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
@@ -60,7 +61,7 @@ RSS_SCRIPT = textwrap.dedent(
 
 
 def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = child_environment()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
 

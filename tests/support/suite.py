@@ -3,6 +3,7 @@ checkout, the way a user does."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,14 @@ def suite_command(
     return [*command, *args]
 
 
+def child_environment() -> dict[str, str]:
+    """This process's environment, less what makes a child pytest think it is an xdist worker.
+
+    Under ``nox -s tests`` (``-n 2``) each worker has ``PYTEST_XDIST_WORKER`` set, and a child
+    inherits it: pytest-benchmark then turns itself off in the child and writes no JSON."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+
+
 def run_suite(
     report_dir: Path,
     impl: str,
@@ -44,12 +53,13 @@ def run_suite(
 ) -> subprocess.CompletedProcess:
     """Runs ``suite_command`` from the checkout and returns it finished, output captured.
 
-    ``env`` replaces the environment (None: this process's); ``timeout`` fails a hung run."""
+    ``env`` replaces the environment (None: this process's, as a child sees it:
+    ``child_environment``); ``timeout`` fails a hung run."""
     return subprocess.run(
         suite_command(report_dir, impl, *args, shrink=shrink, junit=junit),
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=child_environment() if env is None else env,
     )
