@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
-from conformance.judge.known_issues import BUILTIN_LEDGER, Ledger, LedgerError, ledger_status, load_ledger
+from conformance.judge.known_issues import BUILTIN_LEDGER, LedgerError, ledger_status, load_ledger
 from conformance.suite.check_registry import CHECKS
 from kernels.registry import BUILTIN
+from tests.support.ledgers import SUBJECTS, failing, load
 from tests.support.report_folders import result
 
-SUBJECTS = ("tpu_flash", "xla")
 GOOD = """
 [[issue]]
 id = "nan-segments"
@@ -26,27 +25,6 @@ jax = ">=0.4.35,<0.9"
 link = "https://github.com/jax-ml/jax/issues/1"
 summary = "NaN in masked keys reaches every row"
 """
-
-
-def load(tmp_path: Path, text: str, name: str = "ledger.toml") -> Ledger:
-    path = tmp_path / name
-    path.write_text(text)
-    return load_ledger([path], subjects=SUBJECTS, checks=CHECKS)
-
-
-def failing(
-    check="forward",
-    case_id="tpu_flash-float32-seg3x-B2-Hq1-Hkv1-Sq256-Sk256-D64-nan_padding",
-    verdict="fail",
-    dtype="float32",
-    input_kind="nan_padding",
-    features=("segment_ids",),
-):
-    record = result(
-        "tpu_flash", check, verdict, case_id=case_id, dtype=dtype, features=(check, dtype, *features)
-    )
-    fields = {**dict(record.case.fields), "input_kind": input_kind}
-    return dataclasses.replace(record, case=dataclasses.replace(record.case, fields=fields))
 
 
 def test_the_builtin_ledger_is_valid_for_every_builtin_subject_and_check():

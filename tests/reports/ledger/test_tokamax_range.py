@@ -11,7 +11,7 @@ import pytest
 from conformance.judge.known_issues import LedgerError, ledger_status
 from reports.__main__ import main
 from reports.ledger.release_sweep import range_problem, reproducing, suggested_range, table
-from tests.reports.ledger.test_known_issues import failing, load
+from tests.support.ledgers import failing, load
 
 ENTRY = """
 [[issue]]
