@@ -444,10 +444,20 @@ def ragged_case(shape: Case, pattern: RaggedPattern, boundaries: tuple[int, ...]
 # Quantized inputs (``Capabilities.q_storages``, ``kv_storages``): the shapes that carry them, the
 # first one a subject runs: GQA with causal (a scale per head must follow the GQA group: a kernel
 # that applies K's per-head scale to the wrong query heads fails here), a decode pack over pages,
-# and a mixed prefill/decode pack (a serving kernel's diagonal at each row's valid lengths).
+# and a mixed prefill/decode pack (a serving kernel's diagonal at each row's valid lengths). D is
+# 128 past the first: the TPU kernels lower only that.
 STORAGE_SHAPES: tuple[Case, ...] = (
     _t(q_heads=4, kv_heads=2, causal=True),
-    _t(q_len=1, kv_len=128, batch=4, q_heads=4, kv_heads=2, kv_lengths=(37, 48, 128, 1)),
+    _t(
+        q_len=1,
+        kv_len=128,
+        batch=4,
+        q_heads=4,
+        kv_heads=2,
+        head_dim=128,
+        v_head_dim=128,
+        kv_lengths=(37, 48, 128, 1),
+    ),
     VALID_ALIGNED_CONFIG_SHAPES[0][1],
 )
 
