@@ -217,7 +217,7 @@ def _storage_lines(case: Case) -> str:
         f"\n{constants}\n\n{functions}\n\n"
         + (f"q = represent(q, {case.q_storage!r})  # as the call passes q\n" if case.q_storage else "")
         + (
-            f"k, v = (represent(x, {case.kv_storage!r}) for x in (k, v))  # as the subject's cache holds them\n"
+            f"k, v = (represent(x, {case.kv_storage!r}) for x in (k, v))  # as the subject holds them\n"
             if case.kv_storage
             else ""
         )
