@@ -2,8 +2,8 @@
 
 A *feature* is a dimension a case may or may not use beyond its shape and dtype: a causal
 mask, a window, segment ids, valid lengths, a boolean mask, a bias, a softcap, a scale,
-attention sinks, the storage of q and of K/V, GQA, Dv != D. Each ``Feature`` below states everything
-the suite needs to know of it, and every consumer iterates ``FEATURES``:
+attention sinks, the storage of q and of K/V, GQA, Dv != D. Each ``Feature`` below states
+everything the suite needs to know of it, and every consumer iterates ``FEATURES``:
 
 * the ``Case`` fields it owns, their defaults and validation (``conformance/plan/cases.py``
   builds its dataclass from them),
@@ -126,8 +126,9 @@ class Feature:
     pads:        ``case -> bool``: the case has padding (``nan_padding`` inputs need some).
     keeps_rows:  a case using it has no fully-masked row (a sink stays in every denominator).
     gradients:   the gradients of its inputs, where a subject declares them.
-    from_subject: its field is the subject's, not drawn: every case of a subject carries the
-                 value of this ``Capabilities`` attribute (``subject_fields``).
+    from_subject: a ``Capabilities`` attribute with which a subject fixes the field: every case of
+                 a subject that sets it carries its value (``subject_fields``); elsewhere the field
+                 is the case's own (drawn, where the feature draws).
     """
 
     name: str
@@ -905,9 +906,9 @@ def _storage_refusal(field: str, declared: str, tensors: str) -> Callable[..., s
     return refusal
 
 
-def _storage_draw(field: str, declared: str) -> Callable[[Any], Fields]:
+def _storage_draw(field: str, declared: str, fixed: Callable[[Any], bool]) -> Callable[[Any], Fields]:
     def draw(ctx: Any) -> Fields:
-        if field == "kv_storage" and ctx.caps.kv_storage is not None:
+        if fixed(ctx.caps):
             return {}  # the subject's own storage (``subject_fields``), not drawn
         choices = getattr(ctx.caps, declared)
         return {field: ctx.draw(ctx.st.none() | ctx.st.sampled_from(choices)) if choices else None}
@@ -915,13 +916,18 @@ def _storage_draw(field: str, declared: str) -> Callable[[Any], Fields]:
     return draw
 
 
-def _storage_feature(field: str, declared: str, prefix: str, at: int) -> Feature:
+def _storage_feature(field: str, declared: str, prefix: str, at: int, fixed_by: str | None = None) -> Feature:
     """A tensor's storage (``kernels/kv_storage.py``): the case passes it quantized, weights with
     scales, in the named storage, and its values are rounded to what that storage holds when the
     inputs are built (so the reference, the baseline and the subject all see exactly those).
-    Declared by ``Capabilities.<declared>`` (the storages its call accepts); drawn at ``at``."""
+    Declared by ``Capabilities.<declared>`` (the storages its call accepts); drawn at ``at``.
+    ``fixed_by``: the ``Capabilities`` attribute with which a subject fixes the storage of every
+    case of its own (then it is neither drawn, shrunk nor paired)."""
     tensors = kv_storage_names.TENSORS[field]
-    fixed = field == "kv_storage"  # a subject may fix its K/V storage (``Capabilities.kv_storage``)
+
+    def fixed(caps: Any) -> bool:
+        return fixed_by is not None and getattr(caps, fixed_by) is not None
+
     return Feature(
         field,
         fields=(Field(field, "str | None", None),),
@@ -940,28 +946,21 @@ def _storage_feature(field: str, declared: str, prefix: str, at: int) -> Feature
         ),
         accepts=(field,),
         parse={field: _choice(field, STORAGES, field)},
-        draws=(Draw(at, _storage_draw(field, declared)),),
+        draws=(Draw(at, _storage_draw(field, declared, fixed)),),
         shrinks=(
-            Draw(
-                at,
-                lambda ctx: (
-                    {}
-                    if fixed and ctx.caps.kv_storage is not None
-                    else {field: _maybe(ctx, getattr(ctx.case, field))}
-                ),
-            ),
+            Draw(at, lambda ctx: {} if fixed(ctx.caps) else {field: _maybe(ctx, getattr(ctx.case, field))}),
         ),
         pairwise=(
             PairwiseEdit(
                 field,
-                lambda caps: bool(getattr(caps, declared)) and not (fixed and caps.kv_storage is not None),
+                lambda caps: bool(getattr(caps, declared)) and not fixed(caps),
                 _optional(field),
                 lambda case, caps: {field: getattr(caps, declared)[0]},
                 lambda case: {field: None},
             ),
         ),
         validate=_storage_validate(field),
-        from_subject="kv_storage" if fixed else None,
+        from_subject=fixed_by,
     )
 
 
@@ -970,7 +969,7 @@ def _storage_feature(field: str, declared: str, prefix: str, at: int) -> Feature
 # it on every case (``subject_fields``). One grid column per storage and tensor (``q_int8``,
 # ``kv_float8_e4m3fn_per_head``, ...), labelled from its name.
 Q_STORAGE = _storage_feature("q_storage", "q_storages", "q", 230)
-KV_STORAGE = _storage_feature("kv_storage", "kv_storages", "kv", 240)
+KV_STORAGE = _storage_feature("kv_storage", "kv_storages", "kv", 240, fixed_by="kv_storage")
 
 
 def _gqa_grid(case: Any) -> str | None:
