@@ -197,3 +197,14 @@ def test_tokamax_takes_a_qarray_whose_dequantization_is_the_case_value_exactly()
     (raising,) = [e for e in mosaic.admits(case.skeleton(), case.spec, "bfloat16", "forward") if e.raises]
     assert raising.constraint.name == "mosaic_tpu_qarray"
     assert raising.constraint.exceptions == ("NotImplementedError",)  # the contract; TypeError is ledgered
+
+
+def test_a_stored_tensor_counts_a_byte_an_element_in_the_minimum_bytes():
+    from conformance.judge.checks.hardware import minimum_bytes
+
+    plain = Case("s", "bfloat16", q_heads=2, kv_heads=2, head_dim=64, v_head_dim=64)
+    elements = 2 * 128 * 64  # q: Hq * Sq * D
+    stored_q = dataclasses.replace(plain, q_storage="float8_e4m3fn_per_head")
+    assert minimum_bytes(plain, "forward") - minimum_bytes(stored_q, "forward") == elements
+    stored_kv = dataclasses.replace(plain, kv_storage="int8")
+    assert minimum_bytes(plain, "forward") - minimum_bytes(stored_kv, "forward") == 2 * elements
