@@ -102,6 +102,8 @@ NOT_IMPLEMENTED = ("NotImplementedError",)  # tokamax's contract for an unsuppor
 #   adapter takes each VJP class from the op's own default (``type(op().vjp)``), and each
 #   Config's fields from the class, so both spellings work.
 # * From 0.0.10 the call parses absl flags from sys.argv (``absl_flags_parsed``).
+# * Quantized q/k/v are qwix ``QArray`` from 0.0.7 (tokamax's own ``QuantizedArray`` before), so
+#   every release this adapter reads takes them (``quantized``).
 
 
 @dataclasses.dataclass(frozen=True)
