@@ -18,7 +18,7 @@ import numpy as np
 from kernels import features as features_table
 from kernels.dtypes import DTYPES, FP8_DTYPES  # the one list, stdlib only so that reports reads it too
 from kernels.features import BROADCAST_DIMS
-from kernels.kv_storage_names import KV_STORAGES
+from kernels.kv_storage_names import STORAGES
 from kernels.tunables import Config, Tunables
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
 
@@ -230,6 +230,12 @@ class Capabilities:
     # carries this storage and its K/V are rounded to it, so the reference sees exactly the
     # values the implementation computes with. None: the dtype.
     kv_storage: str | None = None
+    # The storages the call accepts, case by case, for q and for K and V (the same names): a
+    # case may pass the tensor quantized, its weights and scales (``Case.q_storage``,
+    # ``Case.kv_storage``; drawn, paired and curated like any optional input), or plain. A
+    # fixed ``kv_storage`` is the one K/V storage (``kv_storages`` becomes it).
+    q_storages: tuple[str, ...] = ()
+    kv_storages: tuple[str, ...] = ()
     # The hardware the kernel is written for, when the adapter can lower its call for it with
     # the interpreter off (``Adapter.lowering``; kernels/lowering.py): "tpu" (Mosaic) or "cuda"
     # (Triton). The lowers, vmem and observable checks need it. None: nothing to lower.
@@ -246,8 +252,19 @@ class Capabilities:
                 f"chunked_causal_alignments {self.chunked_causal_alignments} must be among "
                 f"causal_alignments {self.causal_alignments}: a chunked mask is causal"
             )
-        if self.kv_storage is not None and self.kv_storage not in KV_STORAGES:
-            raise ValueError(f"unknown kv_storage {self.kv_storage!r}; choose from {KV_STORAGES} (or None)")
+        if self.kv_storage is not None and self.kv_storage not in STORAGES:
+            raise ValueError(f"unknown kv_storage {self.kv_storage!r}; choose from {STORAGES} (or None)")
+        for name in ("q_storages", "kv_storages"):
+            unknown = [s for s in getattr(self, name) if s not in STORAGES]
+            if unknown:
+                raise ValueError(f"unknown {name} {unknown}; choose from {STORAGES}")
+        if self.kv_storage is not None:
+            if self.kv_storages not in ((), (self.kv_storage,)):
+                raise ValueError(
+                    f"kv_storage {self.kv_storage!r} fixes every case's K/V storage; "
+                    f"leave kv_storages {self.kv_storages} empty (or name it alone)"
+                )
+            object.__setattr__(self, "kv_storages", (self.kv_storage,))
         if (
             self.internal_quantization is not None
             and self.internal_quantization not in INTERNAL_QUANTIZATIONS

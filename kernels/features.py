@@ -2,8 +2,8 @@
 
 A *feature* is a dimension a case may or may not use beyond its shape and dtype: a causal
 mask, a window, segment ids, valid lengths, a boolean mask, a bias, a softcap, a scale,
-attention sinks, a K/V storage, GQA, Dv != D. Each ``Feature`` below states everything
-the suite needs to know of it, and every consumer iterates ``FEATURES``:
+attention sinks, the storage of q and of K/V, GQA, Dv != D. Each ``Feature`` below states
+everything the suite needs to know of it, and every consumer iterates ``FEATURES``:
 
 * the ``Case`` fields it owns, their defaults and validation (``conformance/plan/cases.py``
   builds its dataclass from them),
@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kernels import kv_storage_names
-from kernels.kv_storage_names import KV_STORAGES
+from kernels.kv_storage_names import STORAGES
 
 # A broadcast pattern names the full axes; "1" marks a broadcast (size-1) axis.
 BIAS_AXES = "bhqk"
@@ -126,8 +126,9 @@ class Feature:
     pads:        ``case -> bool``: the case has padding (``nan_padding`` inputs need some).
     keeps_rows:  a case using it has no fully-masked row (a sink stays in every denominator).
     gradients:   the gradients of its inputs, where a subject declares them.
-    from_subject: its field is the subject's, not drawn: every case of a subject carries the
-                 value of this ``Capabilities`` attribute (``subject_fields``).
+    from_subject: a ``Capabilities`` attribute with which a subject fixes the field: every case of
+                 a subject that sets it carries its value (``subject_fields``); elsewhere the field
+                 is the case's own (drawn, where the feature draws).
     """
 
     name: str
@@ -883,26 +884,92 @@ SINKS = Feature(
 )
 
 
-def _kv_storage_validate(case: Any) -> str | None:
-    if case.kv_storage is not None and case.kv_storage not in KV_STORAGES:
-        return f"unknown kv_storage {case.kv_storage!r}; choose from {KV_STORAGES} (or None)"
-    return None
+def _storage_validate(field: str) -> Callable[[Any], str | None]:
+    def validate(case: Any) -> str | None:
+        value = getattr(case, field)
+        if value is not None and value not in STORAGES:
+            return f"unknown {field} {value!r}; choose from {STORAGES} (or None)"
+        return None
+
+    return validate
 
 
-# A property of the subject, not drawn: every case of a subject that declares
-# ``Capabilities.kv_storage`` carries it (``subject_fields``). One grid column per storage
-# (``kv_int8``, ``kv_float8_e4m3fn_per_head``, ...), labelled from its name.
-KV_STORAGE = Feature(
-    "kv_storage",
-    fields=(Field("kv_storage", "str | None", None),),
-    present=_optional("kv_storage"),
-    grid=lambda case: f"kv_{case.kv_storage}" if case.kv_storage is not None else None,
-    labels={f"kv_{storage}": kv_storage_names.label(storage) for storage in KV_STORAGES},
-    token=lambda case: f"kv{case.kv_storage}" if case.kv_storage is not None else None,
-    words=lambda case: f"K/V stored as {case.kv_storage}" if case.kv_storage is not None else None,
-    validate=_kv_storage_validate,
-    from_subject="kv_storage",
-)
+def _storage_refusal(field: str, declared: str, tensors: str) -> Callable[..., str | None]:
+    def refusal(caps: Any, shape: Any, spec: Any, inputs: Any) -> str | None:
+        value = getattr(spec, field)
+        if value is not None and value not in getattr(caps, declared):
+            return (
+                f"{tensors} stored as {value} not supported (declared: {getattr(caps, declared) or 'none'})"
+            )
+        return None
+
+    return refusal
+
+
+def _storage_draw(field: str, declared: str, fixed: Callable[[Any], bool]) -> Callable[[Any], Fields]:
+    def draw(ctx: Any) -> Fields:
+        if fixed(ctx.caps):
+            return {}  # the subject's own storage (``subject_fields``), not drawn
+        choices = getattr(ctx.caps, declared)
+        return {field: ctx.draw(ctx.st.none() | ctx.st.sampled_from(choices)) if choices else None}
+
+    return draw
+
+
+def _storage_feature(field: str, declared: str, prefix: str, at: int, fixed_by: str | None = None) -> Feature:
+    """A tensor's storage (``kernels/kv_storage.py``): the case passes it quantized, weights with
+    scales, in the named storage, and its values are rounded to what that storage holds when the
+    inputs are built (so the reference, the baseline and the subject all see exactly those).
+    Declared by ``Capabilities.<declared>`` (the storages its call accepts); drawn at ``at``.
+    ``fixed_by``: the ``Capabilities`` attribute with which a subject fixes the storage of every
+    case of its own (then it is neither drawn, shrunk nor paired)."""
+    tensors = kv_storage_names.TENSORS[field]
+
+    def fixed(caps: Any) -> bool:
+        return fixed_by is not None and getattr(caps, fixed_by) is not None
+
+    return Feature(
+        field,
+        fields=(Field(field, "str | None", None),),
+        capability=declared,
+        present=_optional(field),
+        refusals=(_storage_refusal(field, declared, tensors),),
+        grid=lambda case: f"{prefix}_{getattr(case, field)}" if getattr(case, field) is not None else None,
+        labels={f"{prefix}_{storage}": kv_storage_names.label(storage, tensors) for storage in STORAGES},
+        token=lambda case: f"{prefix}{getattr(case, field)}" if getattr(case, field) is not None else None,
+        words=lambda case: (
+            f"{tensors} stored as {getattr(case, field)}" if getattr(case, field) is not None else None
+        ),
+        spec_fields=(field,),
+        keywords=lambda inputs, spec: (
+            {field: getattr(spec, field)} if getattr(spec, field) is not None else {}
+        ),
+        accepts=(field,),
+        parse={field: _choice(field, STORAGES, field)},
+        draws=(Draw(at, _storage_draw(field, declared, fixed)),),
+        shrinks=(
+            Draw(at, lambda ctx: {} if fixed(ctx.caps) else {field: _maybe(ctx, getattr(ctx.case, field))}),
+        ),
+        pairwise=(
+            PairwiseEdit(
+                field,
+                lambda caps: bool(getattr(caps, declared)) and not fixed(caps),
+                _optional(field),
+                lambda case, caps: {field: getattr(caps, declared)[0]},
+                lambda case: {field: None},
+            ),
+        ),
+        validate=_storage_validate(field),
+        from_subject=fixed_by,
+    )
+
+
+# q and K/V each in a storage the call accepts (``Capabilities.q_storages``, ``kv_storages``), or
+# plain. A subject that fixes its K/V storage (``Capabilities.kv_storage``, e.g. int8 pages) sets
+# it on every case (``subject_fields``). One grid column per storage and tensor (``q_int8``,
+# ``kv_float8_e4m3fn_per_head``, ...), labelled from its name.
+Q_STORAGE = _storage_feature("q_storage", "q_storages", "q", 230)
+KV_STORAGE = _storage_feature("kv_storage", "kv_storages", "kv", 240, fixed_by="kv_storage")
 
 
 def _gqa_grid(case: Any) -> str | None:
@@ -972,6 +1039,7 @@ FEATURES: tuple[Feature, ...] = (
     SOFTCAP,
     SCALE,
     SINKS,
+    Q_STORAGE,
     KV_STORAGE,
     GQA,
     DISTINCT_V_DIM,
@@ -1076,8 +1144,13 @@ def gradients() -> tuple[Gradient, ...]:
 
 
 def subject_fields(caps: Any) -> Fields:
-    """The case fields a subject sets on every case of its own (``Feature.from_subject``)."""
-    return {f.fields[0].name: getattr(caps, f.from_subject) for f in FEATURES if f.from_subject}
+    """The case fields a subject sets on every case of its own (``Feature.from_subject``), where
+    it sets one (a subject that fixes none leaves the field to the case)."""
+    return {
+        f.fields[0].name: value
+        for f in FEATURES
+        if f.from_subject and (value := getattr(caps, f.from_subject)) is not None
+    }
 
 
 def problems(case: Any) -> list[str]:

@@ -18,11 +18,13 @@ Translation from canonical semantics (``docs/semantics.md``):
 * Softcap maps to ``attn_logits_soft_cap``, applied to the scaled logits, as canonical.
 * A row with kv length 0 sees no key; the kernel skips it and leaves its output unwritten
   (``fully_masked_rows="unspecified"``).
-* ``[kv=int8]``: the pages hold int8 weights and a scale per token (``QuantizedTensor``); the
-  kernel dequantises ``w * scale / 127.5``. The subject declares ``kv_storage="int8"``, so its
-  cases' K/V are already on the int8 grid of ``kernels.kv_storage`` (``w * step``, ``step`` a
-  power of two) when the reference sees them; the adapter quantises them again, losslessly,
-  and passes ``scale = 127.5 * step``, which the kernel turns back into exactly those values.
+* int8 pages: the pages hold int8 weights and a scale per token (``QuantizedTensor``); the
+  kernel dequantises ``w * scale / 127.5``. The call takes them case by case: the subject
+  declares ``kv_storages=("int8",)`` and a case with ``kv_storage="int8"`` (``spec.kv_storage``)
+  gets them; ``[kv=int8]`` fixes it for every case (``kv_storage="int8"``). Such a case's K/V
+  are already on the int8 grid of ``kernels.kv_storage`` (``w * step``, ``step`` a power of
+  two) when the reference sees them; the adapter quantises them again, losslessly, and passes
+  ``scale = 127.5 * step``, which the kernel turns back into exactly those values.
 * ``megacore_mode`` (``none``, ``kv_head``, ``batch``) splits the grid over a chip's two
   TensorCores. On one core the kernel waits forever on a DMA the other core's half issues,
   so it runs only with two: TPU interpret mode simulates two cores for it; natively it is
@@ -215,6 +217,8 @@ class PagedAttentionAdapter:
             constraints=compiled_where_run(CONSTRAINTS, choose_execution("tpu").mode == "native"),
             tunables=tunables(_two_cores(choose_execution("tpu"))),
             kv_storage=None if self.kv == "float" else self.kv,
+            # QuantizedTensor pages: int8 weights, one scale per token (kernels/kv_storage.py "int8").
+            kv_storages=("int8",),
             lowers_for="tpu",
         )
 
@@ -222,16 +226,15 @@ class PagedAttentionAdapter:
         """``out: [B, Hq, 1, D]`` in the input dtype; no lse."""
         execution = choose_execution("tpu")
         block, megacore = self._settings()
-        layout = paged_layout(
-            inputs.k, inputs.v, inputs.kv_lengths, block, self.kv, layout_seed(inputs.k.shape)
-        )
+        kv = self._kv(spec)
+        layout = paged_layout(inputs.k, inputs.v, inputs.kv_lengths, block, kv, layout_seed(inputs.k.shape))
         scale = spec.resolved_scale(inputs.q.shape[-1])
         arrays = (inputs.q[:, :, 0, :], *layout)
-        key = (execution.mode, array_key(*arrays), scale, spec.softcap)
+        key = (execution.mode, array_key(*arrays), scale, spec.softcap, kv)
         with execution.context(cores=_cores(megacore)):
             args = tuple(to_jax(a) for a in arrays)
             compiled = self._cache.get(
-                key, lambda: _build(execution, scale, spec.softcap, block, megacore, self.kv, args)
+                key, lambda: _build(execution, scale, spec.softcap, block, megacore, kv, args)
             )
             out = compiled.fn(*args)
         return SubjectOutput(out=to_numpy(out)[:, :, None, :], lse=None, ran=compiled.ran)
@@ -239,12 +242,11 @@ class PagedAttentionAdapter:
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The kernel call on the same paged layout, for Mosaic (a forward-only kernel)."""
         block, megacore = self._settings()
-        layout = paged_layout(
-            inputs.k, inputs.v, inputs.kv_lengths, block, self.kv, layout_seed(inputs.k.shape)
-        )
+        kv = self._kv(spec)
+        layout = paged_layout(inputs.k, inputs.v, inputs.kv_lengths, block, kv, layout_seed(inputs.k.shape))
         scale = spec.resolved_scale(inputs.q.shape[-1])
         fn = functools.partial(
-            paged_forward, _load(), _quantized_tensor(), scale, spec.softcap, block, megacore, self.kv
+            paged_forward, _load(), _quantized_tensor(), scale, spec.softcap, block, megacore, kv
         )
         return LoweringCall("tpu", fn, abstract_arrays(inputs.q[:, :, 0, :], *layout))
 
@@ -255,7 +257,8 @@ class PagedAttentionAdapter:
         block, megacore = self._settings()
         scale = spec.resolved_scale(inputs.shape.head_dim)
         params = interpret_params(_cores(megacore)) if tpu_interpret_mode_missing() is None else {}
-        options = f"{scale!r}, {spec.softcap!r}, {block!r}, {megacore!r}, {self.kv!r}"
+        kv = self._kv(spec)
+        options = f"{scale!r}, {spec.softcap!r}, {block!r}, {megacore!r}, {kv!r}"
         setup = (
             f"MODULE = {MODULE!r}\n"
             "paged_attention = importlib.import_module(MODULE).paged_attention\n"
@@ -269,7 +272,7 @@ class PagedAttentionAdapter:
             ")\n"
         )
         forward = (
-            f"layout = paged_layout(k, v, kv_lengths, {block!r}, {self.kv!r}, layout_seed(k.shape))\n"
+            f"layout = paged_layout(k, v, kv_lengths, {block!r}, {kv!r}, layout_seed(k.shape))\n"
             "with interpreting:\n"
             "    attention = jax.jit(functools.partial(\n"
             f"        paged_forward, paged_attention, QuantizedTensor, {options}\n"
@@ -310,6 +313,10 @@ class PagedAttentionAdapter:
             f"in a random order, garbage in unowned slots"
             + (f"; {dict(self.config)}" if self.config else ""),
         )
+
+    def _kv(self, spec: AttentionSpec) -> str:
+        """The pages' form for a case: int8 where the case stores K/V so (or the subject fixes it)."""
+        return "int8" if spec.kv_storage == "int8" or self.kv == "int8" else "float"
 
     def _settings(self) -> tuple[int, str]:
         """(pages_per_compute_block, megacore_mode) of this config."""

@@ -22,9 +22,13 @@ Translation from canonical semantics (``docs/semantics.md``), in pure functions 
   ``sm_scale`` is the resolved scale.
 * Query rows past ``q_len[b]`` are not in the pack: the adapter returns NaN there
   (``fully_masked_rows="unspecified"``). No lse, no backward (an inference kernel).
-* ``k_scale``/``v_scale`` are not declared: the kernel multiplies K/V by them in float32 and
-  rounds back to q's dtype, so a case would need the reference to see those rounded products;
-  the suite's inputs are quantised before the adapter sees them, and no variant here does that.
+* Quantized K/V (``k_scale``/``v_scale``, from 0.6.0): ``kv_pages`` in an 8-bit type with one
+  Python float scale for K and one for V, so a scale per tensor: the subject declares
+  ``kv_storages`` ``<element>_per_tensor``. A case with such a ``kv_storage`` already holds
+  ``w * step`` (``kernels/kv_storage.py``, ``step`` a power of two); the adapter quantizes K and V
+  again (losslessly), scatters the weights into the pages and passes ``k_scale = step_k``,
+  ``v_scale = step_v``. The kernel multiplies in float32 and rounds to q's dtype: exact, for a
+  power of two times an 8-bit value. Unowned pages hold garbage weights.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kernels import kv_storage
 from kernels import paged_attention as paged
 from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.jax_runtime import (
@@ -59,6 +64,8 @@ from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.ragged_paged_attention"
+# The K/V storages its call takes: 8-bit pages with one Python float scale each for K and V.
+KV_STORAGES = tuple(f"{element}_per_tensor" for element in ("int8", "float8_e4m3fn", "float8_e5m2"))
 SPARE_TOKENS = 3  # garbage query tokens after the last sequence (a padded token batch)
 
 # --- version compatibility: everything that differs between JAX versions --------------
@@ -99,6 +106,15 @@ def _kv_heads_tile(shape: AttentionShape, spec: AttentionSpec) -> bool:
     return shape.kv_heads in (1, 2, 4, 8) or shape.kv_heads % 8 == 0
 
 
+def _eight_bit_kv_heads_tile(shape: AttentionShape, spec: AttentionSpec) -> bool:
+    # get_min_heads_per_blk with 8-bit pages (four to a 32-bit word): 2*Hkv must split into
+    # words, and those words be 1, 2, 4, 8 or a multiple of 8: Hkv in (2, 4, 8, 16) or a multiple of 16.
+    if spec.kv_storage is None:
+        return True
+    words = 2 * shape.kv_heads
+    return words % 4 == 0 and (words // 4 in (1, 2, 4, 8) or (words // 4) % 8 == 0)
+
+
 CONSTRAINTS = (
     ShapeConstraint(
         name="always_causal",
@@ -123,6 +139,15 @@ CONSTRAINTS = (
         holds=_kv_heads_tile,
         basis="raises",
     ),
+    ShapeConstraint(
+        name="kv_heads_tiling_8bit",
+        reason="with 8-bit K/V pages (a quantized kv_storage) get_min_heads_per_blk packs four "
+        "heads to a word and raises 'Not implemented: num_combined_kv_heads=... can not be XLA "
+        "fully tiled' unless Hkv is 2, 4, 8, 16 or a multiple of 16",
+        holds=_eight_bit_kv_heads_tile,
+        basis="raises",
+        exceptions=("ValueError",),
+    ),
 )
 
 
@@ -138,6 +163,7 @@ class Packed:
     cu_q_lens: np.ndarray  # int32 [B + 2]
     num_seqs: np.ndarray  # int32 [1]
     rows: tuple[slice, ...]
+    scales: tuple[float | None, float | None] = (None, None)  # (k_scale, v_scale) of quantized pages
 
     @property
     def arrays(self) -> tuple[np.ndarray, ...]:
@@ -183,8 +209,20 @@ def scatter_kv(k: np.ndarray, v: np.ndarray, table: np.ndarray, total: int, seed
     return pages
 
 
-def pack(inputs: AttentionInputs, kv_pages_per_block: int | None, seed: int) -> Packed:
-    """Canonical rows -> the kernel's ragged layout (see the module docstring)."""
+def stored_kv(k: np.ndarray, v: np.ndarray, storage: str | None) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """(K weights, V weights, (k_scale, v_scale)) for a per-tensor ``storage``: ``k == w_k * k_scale``
+    exactly (``kernels/kv_storage.py``); ``k, v, (None, None)`` for None."""
+    if storage is None:
+        return k, v, (None, None)
+    (w_k, step_k), (w_v, step_v) = kv_storage.quantize(k, storage), kv_storage.quantize(v, storage)
+    return w_k, w_v, (float(step_k.reshape(-1)[0]), float(step_v.reshape(-1)[0]))
+
+
+def pack(
+    inputs: AttentionInputs, kv_pages_per_block: int | None, seed: int, storage: str | None = None
+) -> Packed:
+    """Canonical rows -> the kernel's ragged layout (see the module docstring); K/V weights in
+    ``storage`` (per tensor), their scales in ``Packed.scales``."""
     b, hq, _, d = inputs.q.shape
     q_len, kv_len = valid_lengths(inputs)
     rng = np.random.default_rng(seed)
@@ -194,15 +232,17 @@ def pack(inputs: AttentionInputs, kv_pages_per_block: int | None, seed: int) -> 
     offsets = np.concatenate([[0], np.cumsum(q_len)])
     width = table_width(inputs.k.shape[2], kv_pages_per_block)
     table, total = page_table(b, width, seed + 1)
+    k, v, scales = stored_kv(inputs.k, inputs.v, storage)
     return Packed(
         q=q,
-        kv_pages=scatter_kv(inputs.k, inputs.v, table, total, seed + 2),
+        kv_pages=scatter_kv(k, v, table, total, seed + 2),
         # the spare slot: a plausible sequence of one page and no query token
         kv_lens=np.append(kv_len, PAGE_SIZE).astype(np.int32),
         page_indices=table,
         cu_q_lens=np.append(offsets, offsets[-1]).astype(np.int32),
         num_seqs=np.array([b], np.int32),
         rows=tuple(slice(int(offsets[r]), int(offsets[r + 1])) for r in range(b)),
+        scales=scales,
     )
 
 
@@ -279,15 +319,19 @@ class RaggedPagedAttentionAdapter:
             constraints=CONSTRAINTS,
             tunables=TUNABLES,
             lowers_for="tpu",
+            kv_storages=KV_STORAGES if _takes_kv_scales() else (),
         )
 
     def _packed(self, inputs: AttentionInputs, spec: AttentionSpec, native: bool) -> tuple[Packed, tuple]:
         """The packed arrays and the kernel options of a case (``_call``'s)."""
         explicit = dict(self.config).get("num_kv_pages_per_block")
-        packed = pack(inputs, None if explicit is None else int(explicit), _layout_seed(inputs))
+        packed = pack(
+            inputs, None if explicit is None else int(explicit), _layout_seed(inputs), spec.kv_storage
+        )
         width, tokens = packed.page_indices.shape[1], packed.q.shape[0]  # the kernel's max_num_batched_tokens
         blocks = block_sizes(self.config, width, tokens, native)
-        return packed, (spec.resolved_scale(inputs.q.shape[-1]), sliding_window(spec), spec.softcap, blocks)
+        options = (spec.resolved_scale(inputs.q.shape[-1]), sliding_window(spec), spec.softcap, blocks)
+        return packed, (*options, packed.scales)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The kernel call on the same packed layout, for Mosaic, under an abstract TPU v5e. The
@@ -322,6 +366,14 @@ def _lowerable() -> bool:
         return False
 
 
+def _takes_kv_scales() -> bool:
+    """Whether the installed kernel takes ``k_scale``/``v_scale`` (0.6.0 on); False without JAX."""
+    try:
+        return "k_scale" in inspect.signature(_load()).parameters
+    except Exception:  # noqa: BLE001 - not importable: availability says why; declare nothing
+        return False
+
+
 def _layout_seed(inputs: AttentionInputs) -> int:
     """The layout's seed: fixed by the shapes, so every call of a case sees one layout."""
     return int(np.prod(inputs.k.shape) + inputs.q.shape[2]) % (2**31)
@@ -345,8 +397,10 @@ def _call(options: tuple) -> Any:
     """The kernel's call on ``Packed.arrays`` (as JAX arrays) with ``options``
     (scale, sliding window, softcap, (kv pages per block, queries per block))."""
     kernel = _load()
-    scale, window, softcap, (kv_block, q_block) = options
+    scale, window, softcap, (kv_block, q_block), (k_scale, v_scale) = options
     extra = {} if window is None and softcap is None else {"sliding_window": window, "soft_cap": softcap}
+    if k_scale is not None:
+        extra.update(k_scale=k_scale, v_scale=v_scale)
 
     def fn(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
         return kernel(

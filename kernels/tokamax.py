@@ -51,6 +51,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from kernels import kv_storage
 from kernels.base import (
     Availability,
     Capabilities,
@@ -71,6 +72,7 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
+from kernels.kv_storage_names import STORAGES
 from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
 from kernels.tokamax_runtime import (
     DISTRIBUTION,
@@ -107,6 +109,8 @@ NOT_IMPLEMENTED = ("NotImplementedError",)  # tokamax's contract for an unsuppor
 #   adapter takes each VJP class from the op's own default (``type(op().vjp)``), and each
 #   Config's fields from the class, so both spellings work.
 # * From 0.0.10 the call parses absl flags from sys.argv (``absl_flags_parsed``).
+# * Quantized q/k/v are qwix ``QArray`` from 0.0.7 (tokamax's own ``QuantizedArray`` before), so
+#   every release this adapter reads takes them (``quantized``).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,6 +367,39 @@ def _interpreter_constraints(kind: str, execution: Execution) -> tuple[ShapeCons
     )
 
 
+def _storage_constraints(kind: str) -> tuple[ShapeConstraint, ...]:
+    """What a quantized q, k or v (a qwix ``QArray``, ``quantized``) meets. Every implementation
+    takes ``Array | QArray`` (0.0.7 on): the XLA ones, Mosaic GPU and cuDNN dequantize first
+    (``quantization.as_array``), Triton dequantizes in the kernel. Mosaic TPU's ``_fwd`` runs
+    ``q *= logits_scale`` on it: a TypeError, not the NotImplementedError of tokamax's contract
+    (so an ``implementation=`` list does not fall back past it)."""
+    plain = lambda shape, spec: spec.q_storage is None and spec.kv_storage is None  # noqa: E731
+    backward = ShapeConstraint(
+        name="quantized_inputs_forward_only",
+        reason="a QArray's weights are integers or fp8 values with a scale: there is no gradient "
+        "with respect to them to compare (the backward pass is judged on plain inputs)",
+        holds=plain,
+        basis="api",
+        applies_to="backward",
+    )
+    if kind != "mosaic_tpu":
+        return (backward,)
+    return (
+        backward,
+        ShapeConstraint(
+            name="mosaic_tpu_qarray",
+            reason="PallasMosaicTpuFlashAttention._fwd scales q with 'q *= logits_scale', which a "
+            "QArray does not support: tokamax's contract for an unsupported input is "
+            "NotImplementedError, and this release raises TypeError (a finding, in "
+            "kernels/known_issues.toml)",
+            holds=plain,
+            basis="raises",
+            applies_to="forward",
+            exceptions=NOT_IMPLEMENTED,
+        ),
+    )
+
+
 def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
     xla = kind.name in ("xla", "xla_chunked")
     mosaic = kind.name == "mosaic_tpu"
@@ -388,10 +425,17 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         lse=kind.lse_from is not None,
         fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
         constraints=compiled_where_run(
-            _constraints(kind.name) + _interpreter_constraints(kind.name, execution), execution == "native"
+            _constraints(kind.name)
+            + _interpreter_constraints(kind.name, execution)
+            + _storage_constraints(kind.name),
+            execution == "native",
         ),
         tunables=kind.tunables,
         lowers_for=LOWERS_FOR.get(kind.name),
+        # q, k and v may each be a qwix QArray (``quantized``) in any storage: the weights' dtype
+        # and a scale that broadcasts (per token, channel, head or tensor).
+        q_storages=STORAGES,
+        kv_storages=STORAGES,
     )
 
 
@@ -499,9 +543,9 @@ def tokamax_attention(
     to_btnh = (0, 2, 1, 3)  # its own inverse
     implementation = op if lse_from is None else functools.partial(_with_residuals, op)
     result = attention(
-        jnp.transpose(q, to_btnh),
-        jnp.transpose(k, to_btnh),
-        jnp.transpose(v, to_btnh),
+        q.transpose(to_btnh),  # an array or a QArray (which transposes its weights and scales)
+        k.transpose(to_btnh),
+        v.transpose(to_btnh),
         bias,
         mask,
         scale=scale,
@@ -559,6 +603,32 @@ def tokamax_gradients(
         lambda q, k, v, b: call(q, k, v, b, mask, q_lengths, kv_lengths, **options)[0], q, k, v, bias
     )
     return vjp(dout)
+
+
+def quantized(x, storage, dtype):
+    """``x: [B, H, S, D]`` (NumPy, already on ``storage``'s grid) -> a qwix ``QArray``: its weights
+    in the storage's element type and one power-of-two scale per group (``kernels/kv_storage.py``),
+    the scale in the case's ``dtype`` (qwix dequantizes to the scale's dtype). ``x`` itself, as a
+    JAX array, for ``storage`` None."""
+    import jax.numpy as jnp
+
+    if storage is None:
+        return jnp.asarray(x)
+    qwix = importlib.import_module("qwix")
+    weights, step = kv_storage.quantize(x, storage)
+    return qwix.QArray(
+        qvalue=jnp.asarray(weights), scale=jnp.asarray(step.astype(dtype)), qtype=weights.dtype
+    )
+
+
+def _inputs(arrays: tuple, spec: AttentionSpec) -> tuple:
+    """The call's arguments: q, k and v as ``QArray`` where the case stores them quantized."""
+    q, k, v, *rest = arrays
+    storages = (spec.q_storage, spec.kv_storage, spec.kv_storage)
+    return (
+        *(quantized(x, storage, q.dtype) for x, storage in zip((q, k, v), storages, strict=True)),
+        *(to_jax(a) for a in rest),
+    )
 
 
 # --- the adapter --------------------------------------------------------------------------
@@ -772,9 +842,9 @@ class TokamaxAdapter:
         arrays = _arrays(inputs)
         with_lse = kind.lse_from is not None
         with _running(kind, _execution(kind)):
-            args = tuple(to_jax(a) for a in arrays)
+            args = _inputs(arrays, spec)
             compiled = self._cache.get(
-                ("forward", static, array_key(*arrays)),
+                ("forward", static, spec.q_storage, spec.kv_storage, array_key(*arrays)),
                 lambda: self._build("forward", static, args, with_lse),
             )
             out, lse = compiled.fn(*args)

@@ -44,6 +44,10 @@ class AttentionSpec:
                Chunks tile the key axis from key 0 (``[0, C)``, ``[C, 2C)``, ...); query ``i``
                belongs to the chunk of its diagonal, so key ``j`` is visible iff ``j <= diag(i)``
                and ``j // C == diag(i) // C`` (floor division). ``None`` = plain causal.
+    q_storage, kv_storage: how the call receives q and K/V when quantized, weights with scales
+               (a storage name of ``kernels/kv_storage_names.py``, validated by the case);
+               ``None`` = plain arrays. The inputs already hold exactly the values the storage
+               represents, so the math ignores them: they tell an adapter what to pass.
     """
 
     scale: float | None = None
@@ -52,6 +56,8 @@ class AttentionSpec:
     alignment: Alignment = "top_left"
     window: tuple[int | None, int | None] | None = None
     chunk: int | None = None
+    q_storage: str | None = None
+    kv_storage: str | None = None
 
     def __post_init__(self) -> None:
         if self.alignment not in ALIGNMENTS:

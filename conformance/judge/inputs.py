@@ -2,8 +2,9 @@
 
 Everything is drawn in float64 from ``np.random.default_rng([case.seed, stream])``
 (one stream per tensor, so adding a bias never changes q: ``conformance/plan/draws.py``)
-and then rounded to the subject's dtype, and K/V then to its K/V storage where it declares one (``int8``:
-``kernels.kv_storage``). The reference sees exactly those rounded values, up-cast.
+and then rounded to the subject's dtype, and q and K/V then to their storages where the case
+names one (``int8``, ``float8_e4m3fn_per_head``, ...: ``kernels.kv_storage``). The reference
+sees exactly those rounded values, up-cast.
 
 Input kinds (only uniform [0, 1) inputs would let wrong kernels pass as mean(V)):
   * ``normal``: q ~ N(0, 2^2), k, v ~ N(0, 1): logits of std ~2, a peaked softmax.
@@ -94,8 +95,8 @@ def padding_sentinel(case: Case) -> float:
 
 
 def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
-    """The case's inputs, every float array already in the subject's dtype (K/V also in its
-    K/V storage, ``case.kv_storage``).
+    """The case's inputs, every float array already in the subject's dtype (q and K/V also in
+    their storages, ``case.q_storage`` and ``case.kv_storage``: the values the quantized form holds).
 
     ``salt`` != 0 gives fresh values with the same shapes and masks (used by the
     recompilation and determinism checks).
@@ -120,7 +121,7 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
     cast = lambda x: None if x is None else dtypes.cast(x, case.dtype)  # noqa: E731
     stored = lambda x: kv_storage.represent(cast(x), case.kv_storage)  # noqa: E731
     return AttentionInputs(
-        q=cast(q),
+        q=kv_storage.represent(cast(q), case.q_storage),
         k=stored(k),
         v=stored(v),
         bias=cast(bias),

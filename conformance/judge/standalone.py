@@ -205,8 +205,8 @@ def _padding_lines(case: Case) -> str:
 
 
 def _storage_lines(case: Case) -> str:
-    """K/V rounded to the subject's K/V storage, as ``build_inputs`` does (``kernels/kv_storage.py``)."""
-    if case.kv_storage is None:
+    """q and K/V rounded to their storages, as ``build_inputs`` does (``kernels/kv_storage.py``)."""
+    if case.kv_storage is None and case.q_storage is None:
         return ""
     constants = "".join(
         f"{name} = {getattr(kv_storage, name)!r}\n"
@@ -215,7 +215,12 @@ def _storage_lines(case: Case) -> str:
     functions = _source(kv_storage.storage_parts, kv_storage.quantize, kv_storage.represent)
     return (
         f"\n{constants}\n\n{functions}\n\n"
-        f"k, v = (represent(x, {case.kv_storage!r}) for x in (k, v))  # as the subject's cache holds them\n"
+        + (f"q = represent(q, {case.q_storage!r})  # as the call passes q\n" if case.q_storage else "")
+        + (
+            f"k, v = (represent(x, {case.kv_storage!r}) for x in (k, v))  # as the subject holds them\n"
+            if case.kv_storage
+            else ""
+        )
     )
 
 

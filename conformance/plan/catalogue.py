@@ -135,6 +135,13 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         for t in ragged_cases(caps, profile.edge_level)
         for d in dtypes[:1]
     ]
+    # Quantized q and K/V in the storages the call accepts: each element type and scale group, in
+    # every dtype (what a storage's rounding meets differs by dtype).
+    curated += [
+        edge_matrix.instantiate(t, subject.name, d)
+        for t in storage_cases(caps, profile.edge_level)
+        for d in dtypes
+    ]
     # K/V in the subject's own storage (int8 pages, ...): its every case, rounded to it.
     curated = [dataclasses.replace(c, **features.subject_fields(caps)) for c in curated]
     drawn = strategies.draw_cases(
@@ -205,6 +212,26 @@ def ragged_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
     return tuple(
         edge_matrix.ragged_case(runs[0], p, boundaries, caps.q_lengths)
         for p in edge_matrix.ragged_patterns(level)
+    )
+
+
+def storage_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
+    """The curated quantized-input cases (``edge_matrix.storage_pairs``) on the first of
+    ``edge_matrix.STORAGE_SHAPES`` the subject runs; none for a subject that declares no storage
+    it accepts per call (a fixed K/V storage is every case's already)."""
+    kv = () if caps.kv_storage is not None else caps.kv_storages
+    if not (caps.q_storages or kv) or not caps.dtypes:
+        return ()
+    runs = [
+        s
+        for s in edge_matrix.STORAGE_SHAPES
+        if not caps.admits(s.skeleton(), s.spec, caps.dtypes[0], "forward", s.features)
+    ]
+    if not runs:
+        return ()
+    return tuple(
+        dataclasses.replace(runs[0], q_storage=q, kv_storage=k)
+        for q, k in edge_matrix.storage_pairs(caps.q_storages, kv, level)
     )
 
 

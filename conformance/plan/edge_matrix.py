@@ -21,6 +21,7 @@ import dataclasses
 from conformance.plan.cases import Case
 from kernels import features
 from kernels.dtypes import FP8_DTYPES
+from kernels.kv_storage_names import storage_parts
 from kernels.tunables import Config, Tunable, Tunables
 
 CURATED_LENGTHS = (1, 7, 113, 127, 128, 129, 1000, 1023)
@@ -438,3 +439,49 @@ def ragged_case(shape: Case, pattern: RaggedPattern, boundaries: tuple[int, ...]
     if q_lengths and q_len > 1:
         fields["q_lengths"] = tuple(min(n, q_len) for n in kv)
     return dataclasses.replace(shape, **fields)
+
+
+# Quantized inputs (``Capabilities.q_storages``, ``kv_storages``): the shapes that carry them, the
+# first one a subject runs: GQA with causal (a scale per head must follow the GQA group: a kernel
+# that applies K's per-head scale to the wrong query heads fails here), a decode pack over pages,
+# and a mixed prefill/decode pack (a serving kernel's diagonal at each row's valid lengths). D is
+# 128 past the first: the TPU kernels lower only that.
+STORAGE_SHAPES: tuple[Case, ...] = (
+    _t(q_heads=4, kv_heads=2, causal=True),
+    _t(
+        q_len=1,
+        kv_len=128,
+        batch=4,
+        q_heads=4,
+        kv_heads=2,
+        head_dim=128,
+        v_head_dim=128,
+        kv_lengths=(37, 48, 128, 1),
+    ),
+    VALID_ALIGNED_CONFIG_SHAPES[0][1],
+)
+
+
+def covering_storages(storages: tuple[str, ...]) -> tuple[str, ...]:
+    """A few of ``storages`` that hold each element type and each scale group at least once:
+    greedily the one that adds the most not yet held (the first declared among equals)."""
+    parts = {s: set(storage_parts(s)) for s in storages}
+    wanted = set().union(*parts.values()) if parts else set()
+    out: list[str] = []
+    while wanted:
+        best = max(storages, key=lambda s: len(parts[s] & wanted))  # max keeps the first of equals
+        out.append(best)
+        wanted -= parts[best]
+    return tuple(out)
+
+
+def storage_pairs(q_storages: tuple[str, ...], kv_storages: tuple[str, ...], level: int) -> tuple[tuple, ...]:
+    """(q storage, K/V storage) pairs a subject's curated storage cases carry: at level 0 enough that
+    every declared element type and scale group appears for each tensor (q's rotated by one, so q
+    and K/V differ in a case); from level 1 every declared storage of each tensor."""
+    pick = (lambda s: s) if level > 0 else covering_storages
+    qs, kvs = pick(q_storages), pick(kv_storages)
+    count = max(len(qs), len(kvs))
+    return tuple(
+        (qs[(i + 1) % len(qs)] if qs else None, kvs[i % len(kvs)] if kvs else None) for i in range(count)
+    )

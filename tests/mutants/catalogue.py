@@ -310,6 +310,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "int8 K/V with per-channel scales: V's dequantization scale never applied",
     ),
     _m(
+        "forgets_q_scale",
+        "quantized:forgets_q_scale",
+        "forward",
+        "quantized inputs (scales per case)",
+        "q and K/V in the storage each case names: q's dequantization scale never applied",
+    ),
+    _m(
         "no_cost_estimate",
         "lowering:NoCostEstimate",
         "observable",
@@ -361,6 +368,9 @@ CONTROLS: tuple[Control, ...] = (
     # e4m3fn (kv_storage): the reference sees the dequantized values exactly.
     Control(f"{PACKAGE}.quantized:int8_per_channel", (*RUNS_EVERYWHERE[:5], "recompile")),
     Control(f"{PACKAGE}.quantized:fp8_per_head", (*RUNS_EVERYWHERE[:5], "recompile")),
+    # q and K/V quantized case by case (q_storages, kv_storages: every storage), each dequantized
+    # with its own scale.
+    Control(f"{PACKAGE}.quantized:per_call", (*RUNS_EVERYWHERE[:5], "recompile")),
     # Right attention copied out through a Pallas TPU kernel that lowers, with a cost estimate.
     Control(f"{PACKAGE}.lowering:LoweringCopy", (*RUNS_EVERYWHERE, "lowers", "vmem", "observable")),
 )

@@ -137,14 +137,16 @@ def attention_flops(case: Case, inputs, direction: str) -> tuple[float, float]:
 
 def minimum_bytes(case: Case, direction: str) -> int:
     """Bytes a kernel must touch at least: q, k, v and out once (forward); the backward also reads
-    dout and writes dq, dk, dv. K/V in int8 storage count a byte an element."""
+    dout and writes dq, dk, dv. q and K/V in a quantized storage count a byte an element (their
+    scales are fewer: not counted)."""
     item = dtypes.numpy_dtype(case.dtype).itemsize
     kv_item = kv_storage.storage_bytes(case.kv_storage, item)
+    q_item = kv_storage.storage_bytes(case.q_storage, item)
     q = case.batch * case.q_heads * case.q_len * case.head_dim
     k = case.batch * case.kv_heads * case.kv_len * case.head_dim
     v = case.batch * case.kv_heads * case.kv_len * case.v_head_dim
     out = case.batch * case.q_heads * case.q_len * case.v_head_dim
-    forward = (q + out) * item + (k + v) * kv_item
+    forward = q * q_item + out * item + (k + v) * kv_item
     return forward if direction == "forward" else forward + (out + q + k + v) * item
 
 

@@ -55,7 +55,10 @@ def test_a_combination_no_case_holds_is_reported_uncovered():
 
 def test_every_feature_the_suite_knows_is_declared_by_the_full_fake():
     names = {
-        f.name for f in pairwise.declared_features(dataclasses.replace(FULL, sinks=True, q_lengths=True))
+        f.name
+        for f in pairwise.declared_features(
+            dataclasses.replace(FULL, sinks=True, q_lengths=True, q_storages=("int8",), kv_storages=("int8",))
+        )
     }
     assert names == {f.name for f in pairwise.FEATURES} - {"config"}
 
