@@ -85,14 +85,14 @@ HEAD_DIM_PADDED_SINCE = (0, 6, 2)
 BACKWARD_BLOCKS = ("block_q_dkv", "block_kv_dkv", "block_q_dq", "block_kv_dq")
 
 
-# Where each block shows (BlockDim, read at 0.10.2; [B, S, H, D] blocks, the sequence is dim 1):
+# Where each block shows (BlockDim, read at 0.10.2; [B, S, H, D] blocks, the sequence 3rd from last):
 # block_q is the forward's q block (mha_forward, args[0]); the fused backward (mha_backward) tiles
 # dq by block_q_dq and dk, dv by block_kv_dkv (its outputs). block_k, block_q_dkv and block_kv_dq
 # are loop steps inside a kernel, which no block spec shows.
 SHOWN_AT = {
-    "block_q": BlockDim("mha_forward", "args[0]", 1),
-    "block_q_dq": BlockDim("mha_backward", "outputs[0]", 1),
-    "block_kv_dkv": BlockDim("mha_backward", "outputs[1]", 1),
+    "block_q": BlockDim("mha_forward", "args[0]", -3),
+    "block_q_dq": BlockDim("mha_backward", "outputs[0]", -3),
+    "block_kv_dkv": BlockDim("mha_backward", "outputs[1]", -3),
 }
 
 

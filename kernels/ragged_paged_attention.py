@@ -94,7 +94,7 @@ TUNABLES = Tunables(
             "num_queries_per_block",
             DEFAULT_QUERIES_PER_BLOCK,
             "q",
-            blocks=(BlockDim("ragged_paged_attention_kernel", "args[5]", 0),),
+            blocks=(BlockDim("ragged_paged_attention_kernel", "args[5]", -3),),
         ),
     )
 )

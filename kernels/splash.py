@@ -179,16 +179,16 @@ CHUNKED_REASON = "splash has ChunkedCausalMask from JAX 0.6.0; this JAX's splash
 # dq kernel: its dq blocks must be unset (BlockSizes raises), so the adapter drops them.
 
 
-# Where each shows (BlockDim, read at 0.10.2): q (args[3]) and k (args[4]) block specs, [B, H, S, D]
-# with batch and heads squeezed, of the forward, dkv and dq kernels (after two scalar-prefetch
-# and one mask operand); the compute blocks are loop steps inside a kernel.
+# Where each shows (BlockDim, read at 0.10.2): q (args[3]) and k (args[4]) block specs, [..., S, D]
+# (batch, when more than one, and heads squeezed), of the forward, dkv and dq kernels (after two
+# scalar-prefetch and one mask operand); the compute blocks are loop steps inside a kernel.
 _OPERANDS = {"q": "args[3]", "kv": "args[4]"}
 
 
 def _block(
     name: str, axis: str, backward: bool = False, divides: str | None = None, kernel: str | None = None
 ) -> Tunable:
-    shows = () if kernel is None else (BlockDim(kernel, _OPERANDS[axis], 2),)
+    shows = () if kernel is None else (BlockDim(kernel, _OPERANDS[axis], -2),)
     return Tunable(
         name, BLOCK, axis, backward, multiple_of=8 if axis == "q" else BLOCK, divides=divides, blocks=shows
     )

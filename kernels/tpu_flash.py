@@ -169,7 +169,7 @@ def _kv_block(
 
 
 def _seq(kernel: str, operand: str) -> tuple[BlockDim, ...]:
-    return (BlockDim(kernel, operand, 2),)  # [B, H, S, D]: the sequence dimension
+    return (BlockDim(kernel, operand, -2),)  # [B, H, S, D]: the sequence dimension
 
 
 TUNABLES = Tunables(
@@ -177,7 +177,7 @@ TUNABLES = Tunables(
         _q_block("block_q", shows=_seq(FORWARD_KERNEL, "args[0]")),
         _kv_block("block_k_major", shows=_seq(FORWARD_KERNEL, "args[1]")),
         _kv_block("block_k", divides="block_k_major"),
-        Tunable("block_b", 1, "batch", blocks=(BlockDim(FORWARD_KERNEL, "args[0]", 0),)),
+        Tunable("block_b", 1, "batch", blocks=(BlockDim(FORWARD_KERNEL, "args[0]", -4),)),
         _q_block("block_q_major_dkv", backward=True, shows=_seq(DKV_KERNEL, "args[0]")),
         _q_block("block_q_dkv", backward=True, divides="block_q_major_dkv"),
         _kv_block("block_k_major_dkv", backward=True, shows=_seq(DKV_KERNEL, "args[1]")),

@@ -25,9 +25,11 @@ AXES: tuple[str, ...] = ("q", "kv", "batch", "flag", "choice")
 class BlockDim:
     """Where a tunable shows in the kernel as traced: dimension ``dim`` of the block shape
     (``BlockSpec.block_shape``) of operand ``operand`` of each ``pallas_call`` whose name
-    contains ``kernel``. ``operand`` is the block's origin as Pallas names it: ``args[i]`` for
-    the i-th operand of the call (scalar-prefetch operands counted), ``outputs[i]`` for an
-    output (``outputs`` when the call has one). The block there is the tunable's value times
+    contains ``kernel``; ``dim`` counts from the end when negative (``-2``: the rows of a
+    ``[..., S, D]`` block), which holds when a wrapper vmaps a batch dimension in front.
+    ``operand`` is the block's origin as Pallas names it: ``args[i]`` for the i-th operand of
+    the call (scalar-prefetch operands counted), ``outputs[i]`` for an output (``outputs``
+    when the call has one). The block there is the tunable's value times
     its ``unit``, clipped to the array (a kernel may clip a block to a shorter sequence).
     ``when``: (tunable, value) pairs the config must resolve to for this place to hold (a
     layout choice that moves the sequence dimension); empty: always.
@@ -43,10 +45,10 @@ class BlockDim:
         return all(resolved.get(name) == value for name, value in self.when)
 
     def __post_init__(self) -> None:
-        if not self.kernel or not self.operand or self.dim < 0:
+        if not self.kernel or not self.operand:
             raise ValueError(
                 f"BlockDim({self.kernel!r}, {self.operand!r}, {self.dim}): name a kernel (part of its "
-                "pallas_call name), an operand ('args[0]', 'outputs[0]') and a block dimension >= 0"
+                "pallas_call name) and an operand ('args[0]', 'outputs[0]')"
             )
 
 

@@ -129,11 +129,11 @@ class NoCostEstimate(LoweringCopy):
 
 
 # The copy's row block: rows of the flattened [B * Hq * Sq, D] output (a q-axis block, multiples of
-# a sublane tile), shown as dimension 0 of the kernel's input block.
+# a sublane tile), shown as the rows (second from last) of the kernel's input block.
 BLOCK_ROWS = Tunables(
     (
         Tunable(
-            "block_rows", 128, "q", multiple_of=8, blocks=(BlockDim("copy_attention_output", "args[0]", 0),)
+            "block_rows", 128, "q", multiple_of=8, blocks=(BlockDim("copy_attention_output", "args[0]", -2),)
         ),
     )
 )

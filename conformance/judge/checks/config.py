@@ -98,14 +98,14 @@ def _mismatch(
     """Why ``kernel`` does not tile ``operand``'s dimension ``dim`` by ``value``; None when it does."""
     block = kernel.block(operand)
     where = f"{direction} kernel {kernel.name}"
-    if block is None or dim >= len(block.block_shape):
+    if block is None or not -len(block.block_shape) <= dim < len(block.block_shape):
         held = ", ".join(f"{b.origin} {list(b.block_shape)}" for b in kernel.blocks)
         return (
             f"{p.name}={value}: {where} has no blocked operand {operand} with a dimension {dim} "
             f"(its blocks: {held}); Tunable.blocks names a place this kernel does not have"
         )
     want = int(value) * p.unit
-    if dim < len(block.array_shape):
+    if len(block.array_shape) == len(block.block_shape):
         want = min(want, block.array_shape[dim])  # a block no longer than its array
     got = block.block_shape[dim]
     if got == want:
