@@ -196,14 +196,14 @@ def _block(
 
 TUNABLES = Tunables(
     (
-        _block("block_q", "q", kernel="mha_fwd"),
-        _block("block_kv", "kv", kernel="mha_fwd"),
+        _block("block_q", "q", kernel="_fwd"),
+        _block("block_kv", "kv", kernel="_fwd"),
         _block("block_kv_compute", "kv", divides="block_kv"),
-        _block("block_q_dkv", "q", backward=True, kernel="mha_dkv"),
-        _block("block_kv_dkv", "kv", backward=True, kernel="mha_dkv"),
+        _block("block_q_dkv", "q", backward=True, kernel="_dkv"),
+        _block("block_kv_dkv", "kv", backward=True, kernel="_dkv"),
         _block("block_kv_dkv_compute", "kv", backward=True, divides="block_kv_dkv"),
-        _block("block_q_dq", "q", backward=True, kernel="mha_dq"),
-        _block("block_kv_dq", "kv", backward=True, kernel="mha_dq"),
+        _block("block_q_dq", "q", backward=True, kernel="_dq"),
+        _block("block_kv_dq", "kv", backward=True, kernel="_dq"),
         Tunable("use_fused_bwd_kernel", False, "flag", backward=True),
     )
 )

@@ -134,23 +134,23 @@ def _block(name: str, default: int, axis: str, backward: bool = False, **kw: Any
 LAYOUTS = ("HEAD_DIM_MINOR", "SEQ_MINOR")
 MOSAIC_TPU_TUNABLES = Tunables(
     (
-        _block("block_q", 128, "q", multiple_of=128, blocks=(BlockDim("mha_fwd", "outputs[0]", -2),)),
+        _block("block_q", 128, "q", multiple_of=128, blocks=(BlockDim("_fwd", "outputs[0]", -2),)),
         _block(
             "block_kv",
             128,
             "kv",
             multiple_of=128,
             blocks=(
-                BlockDim("mha_fwd", "args[7]", -2, when=(("q_layout", "HEAD_DIM_MINOR"),)),
-                BlockDim("mha_fwd", "args[7]", -1, when=(("q_layout", "SEQ_MINOR"),)),
+                BlockDim("_fwd", "args[7]", -2, when=(("q_layout", "HEAD_DIM_MINOR"),)),
+                BlockDim("_fwd", "args[7]", -1, when=(("q_layout", "SEQ_MINOR"),)),
             ),
         ),
         _block("block_kv_compute", 128, "kv", multiple_of=128, divides="block_kv"),
         Tunable("q_layout", "HEAD_DIM_MINOR", "choice", choices=LAYOUTS),
         Tunable("use_experimental_scheduler", True, "flag"),
-        _block("block_q_dkv", 128, "q", True, multiple_of=128, blocks=(BlockDim("mha_dkv", "args[6]", -2),)),
+        _block("block_q_dkv", 128, "q", True, multiple_of=128, blocks=(BlockDim("_dkv", "args[6]", -2),)),
         _block(
-            "block_kv_dkv", 128, "kv", True, multiple_of=128, blocks=(BlockDim("mha_dkv", "outputs[1]", -2),)
+            "block_kv_dkv", 128, "kv", True, multiple_of=128, blocks=(BlockDim("_dkv", "outputs[1]", -2),)
         ),
         _block("block_kv_dkv_compute", 128, "kv", True, multiple_of=128, divides="block_kv_dkv"),
     )
