@@ -11,6 +11,9 @@ What the lowered module tells:
 * whether it lowers at all, and the error verbatim where it does not;
 * each kernel's custom call: its ``kernel_name`` and, on TPU, the ``cost_estimate``
   (flops, transcendentals, bytes accessed) that XLA's scheduler and profilers read;
+* each kernel's grid and block shapes as traced (``TracedKernel``: the one walker of the
+  pallas_calls in a call's jaxpr), kept even when the hardware rejects the call: the
+  ``config_applied`` check compares them with the config the case asked for;
 * each TPU kernel's VMEM footprint, estimated from the pallas_call as traced for lowering:
   every VMEM block operand times its buffer count (2 unless the block spec says otherwise:
   Pallas double-buffers its pipeline), plus VMEM scratch once, each padded to the TPU tile
@@ -103,6 +106,9 @@ class Lowering:
     kernels: tuple[LoweredKernel, ...] = ()
     footprints: tuple[VmemFootprint, ...] = ()
     seconds: float = 0.0
+    # The pallas_calls as traced, in order; set whenever tracing succeeded (a call the
+    # hardware's compiler then rejects still shows what it asked for).
+    traced: tuple[TracedKernel, ...] = ()
 
     @property
     def lowered(self) -> bool:
@@ -143,33 +149,44 @@ def abstract_tpu(device_kind: str | None) -> Iterator[None]:
 
 
 def lower(call: LoweringCall) -> Lowering:
-    """Lower ``call`` for its platform; any exception (tracing or lowering) becomes ``error``."""
+    """Trace ``call`` once, then lower it for its platform; any exception (tracing or lowering)
+    becomes ``error``, and what was traced before it is kept (``Lowering.traced``)."""
+    import jax
+
     start = time.perf_counter()
+    traced: tuple[TracedKernel, ...] = ()
     try:
         with abstract_tpu(call.device_kind):
-            text = _lowered_text(call)
-            footprints = vmem_footprints(call.fn, call.args) if call.platform == "tpu" else ()
+            trace = jax.jit(call.fn).trace(*call.args)
+            traced = traced_kernels(trace.jaxpr)
+            text = _lowered_text(call, trace)
     except Exception as error:  # noqa: BLE001 - the hardware's verdict is the result
         return Lowering(
-            call.platform, f"{type(error).__name__}: {error}", seconds=time.perf_counter() - start
+            call.platform,
+            f"{type(error).__name__}: {error}",
+            seconds=time.perf_counter() - start,
+            traced=traced,
         )
+    footprints = tuple(vmem_footprint(k) for k in traced) if call.platform == "tpu" else ()
     return Lowering(
         call.platform,
         None,
         custom_calls(text, call.platform),
         footprints,
         time.perf_counter() - start,
+        traced,
     )
 
 
-def _lowered_text(call: LoweringCall) -> str:
+def _lowered_text(call: LoweringCall, trace: Any) -> str:
+    """The lowered module's text; ``trace``: ``jax.jit(call.fn).trace(*call.args)``."""
     import jax
 
     if call.platform == "tpu":
         from jax import export  # a submodule older releases do not import with jax
 
         return export.export(jax.jit(call.fn), platforms=["tpu"])(*call.args).mlir_module()
-    return jax.jit(call.fn).trace(*call.args).lower(lowering_platforms=("cuda",)).as_text()
+    return trace.lower(lowering_platforms=("cuda",)).as_text()
 
 
 # --- reading the lowered module --------------------------------------------------------
@@ -221,7 +238,100 @@ def custom_calls(text: str, platform: Platform) -> tuple[LoweredKernel, ...]:
     return tuple(kernels)
 
 
-# --- VMEM: from the pallas_call as traced for lowering ---------------------------------------
+# --- the pallas_calls as traced: grid, block specs, scratch --------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TracedBlock:
+    """One blocked operand of a pallas_call, as traced.
+
+    origin: Pallas's name for it (``args[i]``, scalar-prefetch operands counted; ``outputs[i]``);
+    block_shape: its BlockSpec's block shape, a squeezed dimension counted as 1;
+    array_shape: the whole operand's shape;
+    ref_shape, itemsize, memory_space, buffers: the kernel's view of the block (for VMEM).
+    """
+
+    origin: str
+    block_shape: tuple[int, ...]
+    array_shape: tuple[int, ...]
+    ref_shape: tuple[int, ...]
+    itemsize: int
+    memory_space: str
+    buffers: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TracedKernel:
+    """One pallas_call in a call's jaxpr: its name (``name=``, else the kernel function's),
+    grid, blocked operands, VMEM scratch (shape, itemsize) and ``vmem_limit_bytes``."""
+
+    name: str
+    grid: tuple[int, ...]
+    blocks: tuple[TracedBlock, ...]
+    scratch: tuple[tuple[tuple[int, ...], int], ...] = ()
+    vmem_limit: int | None = None
+
+    def block(self, origin: str) -> TracedBlock | None:
+        """The blocked operand Pallas calls ``origin``, or None."""
+        return next((b for b in self.blocks if b.origin == origin), None)
+
+
+def traced_kernels(closed_jaxpr: Any) -> tuple[TracedKernel, ...]:
+    """Every pallas_call in a traced call (``jax.make_jaxpr`` or ``jit(...).trace(...).jaxpr``),
+    nested jaxprs included, in order: the one reader of what a kernel was asked to tile."""
+    from kernels.jax_runtime import _iter_equations
+
+    jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+    calls = [e for e in _iter_equations(jaxpr) if e.primitive.name == "pallas_call"]
+    return tuple(_traced_kernel(eqn, index) for index, eqn in enumerate(calls))
+
+
+def _traced_kernel(eqn: Any, index: int) -> TracedKernel:
+    mapping = eqn.params["grid_mapping"]
+    refs = [v.aval for v in eqn.params["jaxpr"].invars]
+    first_block = mapping.num_index_operands  # scalar-prefetch operands live in SMEM
+    block_refs = refs[first_block : first_block + len(mapping.block_mappings)]
+    scratch_refs = refs[first_block + len(mapping.block_mappings) :]
+    blocks = tuple(
+        TracedBlock(
+            origin=str(getattr(m, "origin", f"#{i}")),
+            block_shape=tuple(_block_size(b) for b in m.block_shape),
+            array_shape=tuple(_array_shape(m)),
+            ref_shape=tuple(a.shape),
+            itemsize=_itemsize(a.dtype),
+            memory_space=_memory_space(a),
+            buffers=_buffers(m),
+        )
+        for i, (m, a) in enumerate(zip(mapping.block_mappings, block_refs, strict=True))
+    )
+    scratch = tuple((tuple(a.shape), _itemsize(a.dtype)) for a in scratch_refs if _memory_space(a) == "vmem")
+    return TracedKernel(
+        _kernel_name(eqn, index),
+        tuple(g if isinstance(g, int) else -1 for g in mapping.grid),  # -1: a dynamic grid size
+        blocks,
+        scratch,
+        _vmem_limit(eqn.params.get("compiler_params")),
+    )
+
+
+def _block_size(dim: Any) -> int:
+    """A block shape entry as a size: an int; ``Blocked(n)``/``Element(n)`` -> n; a squeezed
+    dimension (None before JAX 0.6, ``pl.Squeezed()`` after) -> 1."""
+    if isinstance(dim, int):
+        return dim
+    size = getattr(dim, "block_size", None)
+    return size if isinstance(size, int) else 1
+
+
+def _array_shape(mapping: Any) -> tuple[int, ...]:
+    """The whole operand's shape (``array_aval`` from JAX 0.6, ``array_shape_dtype`` before)."""
+    aval = getattr(mapping, "array_aval", None)
+    if aval is None:
+        aval = getattr(mapping, "array_shape_dtype", None)
+    return tuple(getattr(aval, "shape", ()))
+
+
+# --- VMEM: from the pallas_calls as traced for lowering --------------------------------------
 
 
 def tile_padded_bytes(shape: tuple[int, ...], itemsize: int) -> int:
@@ -268,9 +378,16 @@ def _vmem_limit(params: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _kernel_name(params: dict[str, Any], index: int) -> str:
-    info = params.get("name_and_src_info")
-    name = getattr(info, "name", None) or params.get("name")
+def _kernel_name(eqn: Any, index: int) -> str:
+    """The pallas_call's ``name=`` (``name_and_src_info`` before JAX 0.8, ``name`` after), else its
+    kernel function's name (the traced kernel jaxpr's debug info), else its position."""
+    params = eqn.params
+    name = getattr(params.get("name_and_src_info"), "name", None) or params.get("name")
+    if not name:
+        debug = getattr(params["jaxpr"], "debug_info", None)
+        name = (
+            getattr(debug, "func_name", None) or str(getattr(debug, "func_src_info", "") or "").split(" ")[0]
+        )
     return str(name) if name else f"pallas_call #{index}"
 
 
@@ -280,31 +397,19 @@ def _buffers(mapping: Any) -> int:
     return int(count) if count else DEFAULT_BUFFERS
 
 
+def vmem_footprint(kernel: TracedKernel) -> VmemFootprint:
+    """A traced TPU kernel's VMEM (module doc: what counts)."""
+    blocks = sum(
+        b.buffers * tile_padded_bytes(b.ref_shape, b.itemsize)
+        for b in kernel.blocks
+        if b.memory_space == "vmem"
+    )
+    scratch = sum(tile_padded_bytes(shape, itemsize) for shape, itemsize in kernel.scratch)
+    return VmemFootprint(kernel.name, blocks, scratch, kernel.vmem_limit)
+
+
 def vmem_footprints(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[VmemFootprint, ...]:
     """Every pallas_call's VMEM footprint in ``fn(*args)``'s trace (module doc: what counts)."""
     import jax
 
-    from kernels.jax_runtime import _iter_equations
-
-    footprints = []
-    closed = jax.make_jaxpr(fn)(*args)
-    calls = [e for e in _iter_equations(closed.jaxpr) if e.primitive.name == "pallas_call"]
-    for index, eqn in enumerate(calls):
-        mapping = eqn.params["grid_mapping"]
-        refs = [v.aval for v in eqn.params["jaxpr"].invars]
-        first_block = mapping.num_index_operands  # scalar-prefetch operands live in SMEM
-        block_refs = refs[first_block : first_block + len(mapping.block_mappings)]
-        scratch_refs = refs[first_block + len(mapping.block_mappings) :]
-        blocks = sum(
-            _buffers(m) * tile_padded_bytes(tuple(a.shape), _itemsize(a.dtype))
-            for m, a in zip(mapping.block_mappings, block_refs, strict=True)
-            if _memory_space(a) == "vmem"
-        )
-        scratch = sum(
-            tile_padded_bytes(tuple(a.shape), _itemsize(a.dtype))
-            for a in scratch_refs
-            if _memory_space(a) == "vmem"
-        )
-        limit = _vmem_limit(eqn.params.get("compiler_params"))
-        footprints.append(VmemFootprint(_kernel_name(eqn.params, index), blocks, scratch, limit))
-    return tuple(footprints)
+    return tuple(vmem_footprint(k) for k in traced_kernels(jax.make_jaxpr(fn)(*args)))

@@ -49,7 +49,7 @@ from kernels.jax_runtime import (
 )
 from kernels.lowering import LoweringCall, abstract_arrays
 from kernels.standalone import StandaloneCall, source_of
-from kernels.tunables import Config, Tunable, Tunables
+from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.gpu.attention"
@@ -85,9 +85,21 @@ HEAD_DIM_PADDED_SINCE = (0, 6, 2)
 BACKWARD_BLOCKS = ("block_q_dkv", "block_kv_dkv", "block_q_dq", "block_kv_dq")
 
 
+# Where each block shows (BlockDim, read at 0.10.2; [B, S, H, D] blocks, the sequence 3rd from last):
+# block_q is the forward's q block (mha_forward, args[0]); the fused backward (mha_backward) tiles
+# dq by block_q_dq and dk, dv by block_kv_dkv (its outputs). block_k, block_q_dkv and block_kv_dq
+# are loop steps inside a kernel, which no block spec shows.
+SHOWN_AT = {
+    "block_q": BlockDim("mha_forward", "args[0]", -3),
+    "block_q_dq": BlockDim("mha_backward", "outputs[0]", -3),
+    "block_kv_dkv": BlockDim("mha_backward", "outputs[1]", -3),
+}
+
+
 def _triton_block(name: str, default: int) -> Tunable:
     axis = "q" if name.startswith("block_q") else "kv"
-    return Tunable(name, default, axis, name in BACKWARD_BLOCKS, minimum=16, power_of_two=True)
+    shows = (SHOWN_AT[name],) if name in SHOWN_AT else ()
+    return Tunable(name, default, axis, name in BACKWARD_BLOCKS, minimum=16, power_of_two=True, blocks=shows)
 
 
 def _tunables(module: Any) -> Tunables:

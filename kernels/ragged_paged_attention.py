@@ -60,7 +60,7 @@ from kernels.tpu_interpret import (
     pallas_tpu_availability,
     race_detection_declared,
 )
-from kernels.tunables import Config, Tunable, Tunables
+from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.ragged_paged_attention"
@@ -95,7 +95,14 @@ TUNABLES = Tunables(
         # with unused pages, since the kernel requires num_kv_pages_per_block <= pages_per_seq.
         Tunable("num_kv_pages_per_block", DEFAULT_KV_PAGES_PER_BLOCK, "kv", unit=PAGE_SIZE),
         # Counted in packed query tokens (every sequence's together); any positive value.
-        Tunable("num_queries_per_block", DEFAULT_QUERIES_PER_BLOCK, "q"),
+        # It tiles the packed q [T, Hq, D] (args[5], after five scalar-prefetch operands; read at
+        # 0.10.2). The kv block is copied page by page inside the kernel: no block spec shows it.
+        Tunable(
+            "num_queries_per_block",
+            DEFAULT_QUERIES_PER_BLOCK,
+            "q",
+            blocks=(BlockDim("ragged_paged_attention_kernel", "args[5]", -3),),
+        ),
     )
 )
 

@@ -71,7 +71,7 @@ from kernels.tpu_interpret import (
     pallas_tpu_availability,
     race_detection_declared,
 )
-from kernels.tunables import Config, Tunable, Tunables
+from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.splash_attention"
@@ -179,20 +179,31 @@ CHUNKED_REASON = "splash has ChunkedCausalMask from JAX 0.6.0; this JAX's splash
 # dq kernel: its dq blocks must be unset (BlockSizes raises), so the adapter drops them.
 
 
-def _block(name: str, axis: str, backward: bool = False, divides: str | None = None) -> Tunable:
-    return Tunable(name, BLOCK, axis, backward, multiple_of=8 if axis == "q" else BLOCK, divides=divides)
+# Where each shows (BlockDim, read at 0.10.2): q (args[3]) and k (args[4]) block specs, [..., S, D]
+# (batch, when more than one, and heads squeezed), of the forward, dkv and dq kernels (after two
+# scalar-prefetch and one mask operand); the compute blocks are loop steps inside a kernel.
+_OPERANDS = {"q": "args[3]", "kv": "args[4]"}
+
+
+def _block(
+    name: str, axis: str, backward: bool = False, divides: str | None = None, kernel: str | None = None
+) -> Tunable:
+    shows = () if kernel is None else (BlockDim(kernel, _OPERANDS[axis], -2),)
+    return Tunable(
+        name, BLOCK, axis, backward, multiple_of=8 if axis == "q" else BLOCK, divides=divides, blocks=shows
+    )
 
 
 TUNABLES = Tunables(
     (
-        _block("block_q", "q"),
-        _block("block_kv", "kv"),
+        _block("block_q", "q", kernel="_fwd"),
+        _block("block_kv", "kv", kernel="_fwd"),
         _block("block_kv_compute", "kv", divides="block_kv"),
-        _block("block_q_dkv", "q", backward=True),
-        _block("block_kv_dkv", "kv", backward=True),
+        _block("block_q_dkv", "q", backward=True, kernel="_dkv"),
+        _block("block_kv_dkv", "kv", backward=True, kernel="_dkv"),
         _block("block_kv_dkv_compute", "kv", backward=True, divides="block_kv_dkv"),
-        _block("block_q_dq", "q", backward=True),
-        _block("block_kv_dq", "kv", backward=True),
+        _block("block_q_dq", "q", backward=True, kernel="_dq"),
+        _block("block_kv_dq", "kv", backward=True, kernel="_dq"),
         Tunable("use_fused_bwd_kernel", False, "flag", backward=True),
     )
 )

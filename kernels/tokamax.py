@@ -84,7 +84,7 @@ from kernels.tokamax_runtime import (
     remat_optimization_off,
     tokamax_version,
 )
-from kernels.tunables import Config, Tunable, Tunables
+from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 Implementation = Literal["xla", "xla_chunked", "mosaic_tpu", "triton", "mosaic_gpu", "cudnn"]
@@ -136,16 +136,33 @@ def _block(name: str, default: int, axis: str, backward: bool = False, **kw: Any
 # multiple of 128 (pydantic conint(multiple_of=NUM_LANES, gt=0)); block_kv_compute must divide
 # block_kv (Config.__post_init__ raises ValueError). Defaults: _get_heuristics_config (128,
 # HEAD_DIM_MINOR layouts, experimental scheduler on, base-2 exponent on).
+# Where the blocks show (BlockDim, read at 0.12; per-head blocks [H, S, D], the batch looped): the
+# splash forward's out (outputs[0], S second from last in every layout) for block_q, its k block
+# (args[7], after the scalar-prefetch and mask operands) for block_kv, S second from last or,
+# SEQ_MINOR, last;
+# the dkv kernel's q block (args[6]) and dk (outputs[1]) for the backward's. The compute blocks
+# are loop steps inside a kernel.
 LAYOUTS = ("HEAD_DIM_MINOR", "SEQ_MINOR")
 MOSAIC_TPU_TUNABLES = Tunables(
     (
-        _block("block_q", 128, "q", multiple_of=128),
-        _block("block_kv", 128, "kv", multiple_of=128),
+        _block("block_q", 128, "q", multiple_of=128, blocks=(BlockDim("_fwd", "outputs[0]", -2),)),
+        _block(
+            "block_kv",
+            128,
+            "kv",
+            multiple_of=128,
+            blocks=(
+                BlockDim("_fwd", "args[7]", -2, when=(("q_layout", "HEAD_DIM_MINOR"),)),
+                BlockDim("_fwd", "args[7]", -1, when=(("q_layout", "SEQ_MINOR"),)),
+            ),
+        ),
         _block("block_kv_compute", 128, "kv", multiple_of=128, divides="block_kv"),
         Tunable("q_layout", "HEAD_DIM_MINOR", "choice", choices=LAYOUTS),
         Tunable("use_experimental_scheduler", True, "flag"),
-        _block("block_q_dkv", 128, "q", True, multiple_of=128),
-        _block("block_kv_dkv", 128, "kv", True, multiple_of=128),
+        _block("block_q_dkv", 128, "q", True, multiple_of=128, blocks=(BlockDim("_dkv", "args[6]", -2),)),
+        _block(
+            "block_kv_dkv", 128, "kv", True, multiple_of=128, blocks=(BlockDim("_dkv", "outputs[1]", -2),)
+        ),
         _block("block_kv_dkv_compute", 128, "kv", True, multiple_of=128, divides="block_kv_dkv"),
     )
 )
@@ -156,13 +173,40 @@ MOSAIC_TPU_BACKWARD = ("block_q_dkv", "block_kv_dkv", "block_kv_dkv_compute")
 # PositiveInt), num_warps a power of two. Forward defaults: _get_heuristics_config, blocks
 # min(max(next_pow2(len), 16), 64) (64 from a length of 33 on), 4 warps, 2 stages; backward:
 # block_m1=32, block_n1=64, block_m2=64, block_n2=32. Warps and stages only size the GPU launch.
+# Where the blocks show (BlockDim, read at 0.12; [S, H, D] blocks, S third from last): the
+# forward's out (outputs[0]) for block_q; the VJP kernel's dq (outputs[0]) for block_m2 and dk
+# (outputs[1]) for block_n1.
+# block_k, block_m1 and block_n2 are loop steps inside a kernel.
 TRITON_TUNABLES = Tunables(
     (
-        _block("block_q", 64, "q", minimum=16, power_of_two=True),
+        _block(
+            "block_q",
+            64,
+            "q",
+            minimum=16,
+            power_of_two=True,
+            blocks=(BlockDim("flash_attention_fwd", "outputs[0]", -3),),
+        ),
         _block("block_k", 64, "kv", minimum=16, power_of_two=True),
         _block("block_m1", 32, "q", True, minimum=16, power_of_two=True),
-        _block("block_n1", 64, "kv", True, minimum=16, power_of_two=True),
-        _block("block_m2", 64, "q", True, minimum=16, power_of_two=True),
+        _block(
+            "block_n1",
+            64,
+            "kv",
+            True,
+            minimum=16,
+            power_of_two=True,
+            blocks=(BlockDim("flash_attention_vjp", "outputs[1]", -3),),
+        ),
+        _block(
+            "block_m2",
+            64,
+            "q",
+            True,
+            minimum=16,
+            power_of_two=True,
+            blocks=(BlockDim("flash_attention_vjp", "outputs[0]", -3),),
+        ),
         _block("block_n2", 32, "kv", True, minimum=16, power_of_two=True),
     )
 )

@@ -59,7 +59,7 @@ from kernels.tpu_interpret import (
     race_detection_declared,
     standalone_shim,
 )
-from kernels.tunables import Config, Tunable, Tunables
+from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.flash_attention"
@@ -146,29 +146,45 @@ CONSTRAINTS = (
 # checks at every version from 0.4.35 to 0.10.2. Minor blocks must divide their major
 # (BlockSizes.__post_init__); kv blocks are multiples of 128 (the kernels tile kv in
 # lanes: NotImplementedError otherwise); q blocks multiples of 8 (a TPU sublane tile).
+# Where each shows (BlockDim, read at 0.10.2): the major blocks (and block_b, block_q_dq) are the
+# [B, H, S, D] block specs of q (args[0]) and k (args[1]) of the forward, dkv and dq kernels; the
+# minor ones (block_k, block_q_dkv, block_k_dkv, block_k_dq) are loop steps inside a kernel.
+FORWARD_KERNEL, DKV_KERNEL, DQ_KERNEL = (
+    "_flash_attention_kernel",
+    "_flash_attention_dkv_kernel",
+    "_flash_attention_dq_kernel",
+)
 
 
-def _q_block(name: str, backward: bool = False, divides: str | None = None) -> Tunable:
-    return Tunable(name, BLOCK, "q", backward, multiple_of=8, divides=divides)
+def _q_block(
+    name: str, backward: bool = False, divides: str | None = None, shows: tuple[BlockDim, ...] = ()
+) -> Tunable:
+    return Tunable(name, BLOCK, "q", backward, multiple_of=8, divides=divides, blocks=shows)
 
 
-def _kv_block(name: str, backward: bool = False, divides: str | None = None) -> Tunable:
-    return Tunable(name, BLOCK, "kv", backward, multiple_of=BLOCK, divides=divides)
+def _kv_block(
+    name: str, backward: bool = False, divides: str | None = None, shows: tuple[BlockDim, ...] = ()
+) -> Tunable:
+    return Tunable(name, BLOCK, "kv", backward, multiple_of=BLOCK, divides=divides, blocks=shows)
+
+
+def _seq(kernel: str, operand: str) -> tuple[BlockDim, ...]:
+    return (BlockDim(kernel, operand, -2),)  # [B, H, S, D]: the sequence dimension
 
 
 TUNABLES = Tunables(
     (
-        _q_block("block_q"),
-        _kv_block("block_k_major"),
+        _q_block("block_q", shows=_seq(FORWARD_KERNEL, "args[0]")),
+        _kv_block("block_k_major", shows=_seq(FORWARD_KERNEL, "args[1]")),
         _kv_block("block_k", divides="block_k_major"),
-        Tunable("block_b", 1, "batch"),
-        _q_block("block_q_major_dkv", backward=True),
+        Tunable("block_b", 1, "batch", blocks=(BlockDim(FORWARD_KERNEL, "args[0]", -4),)),
+        _q_block("block_q_major_dkv", backward=True, shows=_seq(DKV_KERNEL, "args[0]")),
         _q_block("block_q_dkv", backward=True, divides="block_q_major_dkv"),
-        _kv_block("block_k_major_dkv", backward=True),
+        _kv_block("block_k_major_dkv", backward=True, shows=_seq(DKV_KERNEL, "args[1]")),
         _kv_block("block_k_dkv", backward=True, divides="block_k_major_dkv"),
-        _kv_block("block_k_major_dq", backward=True),
+        _kv_block("block_k_major_dq", backward=True, shows=_seq(DQ_KERNEL, "args[1]")),
         _kv_block("block_k_dq", backward=True, divides="block_k_major_dq"),
-        _q_block("block_q_dq", backward=True),
+        _q_block("block_q_dq", backward=True, shows=_seq(DQ_KERNEL, "args[0]")),
     )
 )
 

@@ -22,6 +22,37 @@ AXES: tuple[str, ...] = ("q", "kv", "batch", "flag", "choice")
 
 
 @dataclasses.dataclass(frozen=True)
+class BlockDim:
+    """Where a tunable shows in the kernel as traced: dimension ``dim`` of the block shape
+    (``BlockSpec.block_shape``) of operand ``operand`` of each ``pallas_call`` whose name
+    contains ``kernel``; ``dim`` counts from the end when negative (``-2``: the rows of a
+    ``[..., S, D]`` block), which holds when a wrapper vmaps a batch dimension in front.
+    ``operand`` is the block's origin as Pallas names it: ``args[i]`` for the i-th operand of
+    the call (scalar-prefetch operands counted), ``outputs[i]`` for an output (``outputs``
+    when the call has one). The block there is the tunable's value times
+    its ``unit``, clipped to the array (a kernel may clip a block to a shorter sequence).
+    ``when``: (tunable, value) pairs the config must resolve to for this place to hold (a
+    layout choice that moves the sequence dimension); empty: always.
+    The ``config_applied`` check reads these (``kernels/lowering.py``: ``TracedKernel``)."""
+
+    kernel: str
+    operand: str
+    dim: int
+    when: tuple[tuple[str, Value], ...] = ()
+
+    def holds_under(self, resolved: Mapping[str, Value]) -> bool:
+        """Whether this place applies to a config (every tunable's value, defaults filled in)."""
+        return all(resolved.get(name) == value for name, value in self.when)
+
+    def __post_init__(self) -> None:
+        if not self.kernel or not self.operand:
+            raise ValueError(
+                f"BlockDim({self.kernel!r}, {self.operand!r}, {self.dim}): name a kernel (part of its "
+                "pallas_call name) and an operand ('args[0]', 'outputs[0]')"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
 class Tunable:
     """One parameter. A block is legal when it is a positive multiple of ``multiple_of``, at
     least ``minimum``, a power of two when ``power_of_two``, and divides the value of the
@@ -32,6 +63,10 @@ class Tunable:
     backward: it sizes a backward kernel only (forward calls ignore it).
     unit: tokens per step of the value: 1 for a block counted in tokens, the page size for
     one counted in pages (a sequence of ``n`` tokens then spans ``ceil(n / unit)`` of them).
+    blocks: where the value shows in the traced kernel (``BlockDim``: a pallas_call's block
+    dimension); empty for a tunable no block spec carries (a loop step inside the kernel, a
+    flag, a block of pages the kernel copies itself), which the ``config_applied`` check
+    cannot observe and says so.
     """
 
     name: str
@@ -44,8 +79,11 @@ class Tunable:
     divides: str | None = None
     unit: int = 1
     choices: tuple[str, ...] = ()
+    blocks: tuple[BlockDim, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.blocks and self.axis in ("flag", "choice"):
+            raise ValueError(f"tunable {self.name!r}: a {self.axis} sets no block size; drop its blocks")
         if self.axis not in AXES:
             raise ValueError(f"tunable {self.name!r}: axis {self.axis!r} is not one of {AXES}")
         if self.unit < 1:

@@ -388,6 +388,12 @@ def _largest_output_case(planned: list[Planned]) -> list[Planned]:
     return cheap[:1]
 
 
+def _configured(planned: list[Planned]) -> list[Planned]:
+    """The cases that carry a config (``config_cases``); a subject with none (no tunables) keeps
+    its first item, which its unmet need makes unsupported with the reason, not absent."""
+    return [p for p in planned if p.case.config] or planned[:1]
+
+
 def _out_bytes(case: Case) -> int:
     return case.batch * case.q_heads * case.q_len * case.v_head_dim * np.dtype(np.float32).itemsize
 
@@ -398,6 +404,7 @@ SAMPLES: dict[str, Callable[[list[Planned], Profile], list[Planned]]] = {
     "one_case": lambda items, profile: _largest_output_case([p for p in items if p.status == "run"]),
     "runtime_sample": lambda items, profile: _runtime_subset(items, profile.runtime_cases_per_dtype),
     "race_sample": lambda items, profile: _race_subset(items, profile.runtime_cases_per_dtype),
+    "config_cases": lambda items, profile: _configured(items),
 }
 
 

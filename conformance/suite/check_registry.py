@@ -24,7 +24,7 @@ from typing import Any, Literal, get_args
 # What a check can need from a subject's declared capabilities. A subject that lacks one
 # gets the check as ``unsupported`` with NEED_REASONS[need]: a check that cannot observe a
 # subject never passes vacuously.
-Need = Literal["backward", "lse", "jax_runtime", "race_detection", "lowering", "tpu_lowering"]
+Need = Literal["backward", "lse", "jax_runtime", "race_detection", "lowering", "tpu_lowering", "tunables"]
 NEED_REASONS: dict[str, str] = {
     "backward": "backward pass not declared",
     "lse": "lse not exposed",
@@ -45,6 +45,10 @@ NEED_REASONS: dict[str, str] = {
         "not lowered to Mosaic TPU kernels (Capabilities.lowers_for == 'tpu'): VMEM and the "
         "cost estimate exist only there (Pallas's Triton custom call carries a name, no cost estimate)"
     ),
+    "tunables": (
+        "no tunables declared (Capabilities.tunables): the subject takes no config whose blocks the "
+        "traced kernel could show"
+    ),
 }
 
 # Which planned cases a check runs on:
@@ -56,7 +60,9 @@ NEED_REASONS: dict[str, str] = {
 #   race_sample         a few cheap cases per dtype with parallel work inside one kernel call;
 #   lowering_cases      every case and config, those declared to raise included (they must
 #                       fail to lower), both directions, lowered for the target hardware;
-#   lowered_cases       every case that no constraint declares to raise (what lowers is measured).
+#   lowered_cases       every case that no constraint declares to raise (what lowers is measured);
+#   config_cases        the lowered cases that carry a config (a ``cfg-`` id: tunables set); a
+#                       subject without any gets one item, unsupported with its reason.
 Sampling = Literal[
     "every_case",
     "fully_masked_cases",
@@ -66,10 +72,11 @@ Sampling = Literal[
     "race_sample",
     "lowering_cases",
     "lowered_cases",
+    "config_cases",
 ]
-# Samplings whose checks only lower the call: they run for a subject that cannot execute here
-# but whose call lowers for its target (Availability.lowerable).
-LOWERING_SAMPLINGS: tuple[str, ...] = ("lowering_cases", "lowered_cases")
+# Samplings whose checks only lower (or trace) the call: they run for a subject that cannot
+# execute here but whose call lowers for its target (Availability.lowerable).
+LOWERING_SAMPLINGS: tuple[str, ...] = ("lowering_cases", "lowered_cases", "config_cases")
 
 # What a failure's repro script does: its recipe. ``conformance/judge/standalone.py`` writes it
 # self-contained where the subject's adapter has ``standalone()``; ``conformance/judge/repro.py``
@@ -245,6 +252,17 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         needs=("tpu_lowering",),
         sampling="lowered_cases",
         shrinks=False,
+    ),
+    CheckDeclaration(
+        "config_applied",
+        f"{_CHECKS}.config:config_applied",
+        "config applied (traced blocks)",
+        15,
+        # The blocks are read from the call traced for lowering (the one lowers, vmem and
+        # observable share): a subject needs tunables, and a call built for its hardware.
+        needs=("tunables", "lowering"),
+        sampling="config_cases",
+        shrinks=False,  # the config is the case: a smaller one asks for other blocks
     ),
 )
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from kernels.lowering import LoweringCall, lower, tile_padded_bytes
+from kernels.lowering import LoweringCall, lower, tile_padded_bytes, traced_kernels, vmem_footprint
 from kernels.tpu_chips import MIB, parse_targets, vmem_budget
 
 
@@ -82,3 +82,62 @@ def test_the_chip_table_in_the_docs_is_the_one_in_the_code():
         for key, c in TPU_CHIPS.items()
     ]
     assert rows == expected
+
+
+# --- the traced pallas_calls: grid and block shapes (traced_kernels) -----------------------------
+
+
+def _two_operand_kernel(x, y):
+    """A kernel with known specs: x in (8, 128) row blocks, y whole with its leading dim squeezed,
+    a 2-D grid, named ``sum_rows``, in the generic interpreter."""
+    from jax.experimental import pallas as pl
+
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] + y_ref[...]
+
+    return pl.pallas_call(
+        kernel,
+        grid=(x.shape[0] // 8, 2),
+        in_specs=[
+            pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
+            pl.BlockSpec((None, 8, 128), lambda i, j: (j, 0, 0)),
+        ],
+        out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        interpret=True,
+        name="sum_rows",
+    )(x, y)
+
+
+def test_the_reader_sees_each_block_shape_grid_and_name_as_traced():
+    x, y = jnp.zeros((32, 128), jnp.float32), jnp.zeros((2, 8, 128), jnp.float32)
+    (kernel,) = traced_kernels(jax.make_jaxpr(_two_operand_kernel)(x, y))
+    assert kernel.name == "sum_rows" and kernel.grid == (4, 2)
+    assert [b.origin for b in kernel.blocks] == ["args[0]", "args[1]", "outputs"]
+    assert kernel.block("args[0]").block_shape == (8, 128)
+    assert kernel.block("args[0]").array_shape == (32, 128)
+    assert kernel.block("args[1]").block_shape == (1, 8, 128)  # the squeezed dim counts 1
+    assert kernel.block("args[1]").array_shape == (2, 8, 128)
+    assert kernel.block("args[7]") is None
+    assert jnp.array_equal(_two_operand_kernel(x + 1, y), jnp.ones((32, 128)))  # it runs as traced
+
+
+def test_an_unnamed_kernel_is_named_by_its_function_and_a_call_without_one_traces_none():
+    fn = _copy(64, False)
+    (kernel,) = traced_kernels(jax.make_jaxpr(fn)(jnp.zeros((256, 128), jnp.float32)))
+    assert kernel.name == "kernel" and kernel.grid == (4,)
+    assert kernel.block("args[0]").block_shape == (64, 128)
+    assert traced_kernels(jax.make_jaxpr(lambda x: x * 2)(jnp.zeros(3))) == ()
+
+
+def test_a_call_the_hardware_rejects_keeps_what_it_traced():
+    lowering = lower(LoweringCall("tpu", _copy(100, False), (jax.ShapeDtypeStruct((200, 128), jnp.float32),)))
+    assert not lowering.lowered
+    (kernel,) = lowering.traced
+    assert kernel.block("args[0]").block_shape == (100, 128) and kernel.grid == (2,)
+
+
+def test_the_vmem_estimate_reads_the_same_trace():
+    lowering = lower(LoweringCall("tpu", _copy(128, True), (jax.ShapeDtypeStruct((256, 128), jnp.float32),)))
+    assert lowering.footprints == (vmem_footprint(lowering.traced[0]),)
+    assert lowering.footprints[0].name == lowering.traced[0].name == "kernel"

@@ -324,6 +324,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "pallas_call without cost_estimate: XLA and profilers see the kernel as free",
     ),
     _m(
+        "ignores_config",
+        "lowering:IgnoresConfig",
+        "config_applied",
+        "non-default config",
+        "declares a tunable row block, always runs its default 128 rows: the case's config is dropped",
+    ),
+    _m(
         "tokamax_softcap_forward_only",
         "tokamax_wrappers:SoftcapForwardOnly",
         "backward",
@@ -373,6 +380,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.quantized:per_call", (*RUNS_EVERYWHERE[:5], "recompile")),
     # Right attention copied out through a Pallas TPU kernel that lowers, with a cost estimate.
     Control(f"{PACKAGE}.lowering:LoweringCopy", (*RUNS_EVERYWHERE, "lowers", "vmem", "observable")),
+    # The same copy with its row block set by each edge config, as the traced kernel shows.
+    Control(f"{PACKAGE}.lowering:ConfiguredCopy", (*RUNS_EVERYWHERE[:5], "lowers", "config_applied")),
 )
 
 

@@ -7,6 +7,11 @@
   numeric check passes); Mosaic tiles rows by 8 and rejects it. Only ``lowers`` can tell.
 * ``NoCostEstimate``: the control without ``cost_estimate``: XLA and profilers see the kernel
   as free. Only ``observable`` can tell.
+* ``ConfiguredCopy`` (control): the copy's row block is a tunable (``block_rows``, declared to
+  show as the kernel's block rows), and a case's config sets it.
+* ``IgnoresConfig``: the same declaration, but the kernel always runs its default 128 rows, as a
+  wrapper that drops the config it is given. Every number is right; only ``config_applied``,
+  reading the traced pallas_call's block shape, can tell.
 
 The copy runs in the generic interpreter (``interpret=True``), so every JAX version runs it.
 """
@@ -23,6 +28,7 @@ import numpy as np
 
 from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from kernels.lowering import LoweringCall, abstract_arrays
+from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 from tests.mutants.correct import keywords
@@ -120,3 +126,47 @@ class NoCostEstimate(LoweringCopy):
 
     ESTIMATE: ClassVar[bool] = False
     name: str = "mutants_no_cost_estimate"
+
+
+# The copy's row block: rows of the flattened [B * Hq * Sq, D] output (a q-axis block, multiples of
+# a sublane tile), shown as the rows (second from last) of the kernel's input block.
+BLOCK_ROWS = Tunables(
+    (
+        Tunable(
+            "block_rows", 128, "q", multiple_of=8, blocks=(BlockDim("copy_attention_output", "args[0]", -2),)
+        ),
+    )
+)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ConfiguredCopy(LoweringCopy):
+    """The copy with its row block tuned by the case's config (``block_rows``)."""
+
+    config: Config = ()
+    name: str = "mutants_configured_copy"
+    description: str = "JAX attention copied out through a Pallas TPU kernel (tunable row blocks)"
+
+    def capabilities(self) -> Capabilities:
+        return dataclasses.replace(super().capabilities(), tunables=BLOCK_ROWS)
+
+    def configured(self, config: Config) -> ConfiguredCopy:
+        return dataclasses.replace(self, config=BLOCK_ROWS.normalized(config))
+
+    def _rows(self) -> int:
+        return int(BLOCK_ROWS.value(self.config, "block_rows"))
+
+    def _fn(self, inputs: AttentionInputs, spec: AttentionSpec, interpret: bool):
+        rows = self._rows()
+        static = {n: v for n, v in keywords(inputs, spec).items() if n in core.STATIC}
+        return functools.partial(_forward, rows=rows, estimate=self.ESTIMATE, interpret=interpret, **static)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class IgnoresConfig(ConfiguredCopy):
+    """BUG: declares block_rows but always copies in its default 128 rows: the config is dropped."""
+
+    name: str = "mutants_ignores_config"
+
+    def _rows(self) -> int:
+        return int(BLOCK_ROWS.get("block_rows").default)  # BUG: the case's config is never read

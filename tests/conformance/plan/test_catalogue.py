@@ -163,3 +163,20 @@ def test_every_length_taking_subject_plans_the_ragged_patterns_at_ci(name):
     dtype = next(d for d in DTYPE_NAMES if d in caps.dtypes)
     planned = set(catalogue.cases_for(subject, profiles.get("ci"), 0))
     assert {edge_matrix.instantiate(t, name, dtype) for t in ragged} <= planned
+
+
+def test_config_applied_plans_the_configured_cases_and_says_why_for_a_subject_without_tunables():
+    from kernels.tunables import Tunable, Tunables
+
+    tuned = dataclasses.replace(
+        FULL, lowers_for="tpu", tunables=Tunables((Tunable("block_q", 128, "q", multiple_of=8),))
+    )
+    plan = catalogue.plan(
+        (subject("tuned", tuned), subject("plain", dataclasses.replace(FULL, lowers_for="tpu"))),
+        profiles.get("ci"),
+        draw_seed=0,
+    )
+    items = {s: [p for p in plan["config_applied"] if p.case.subject == s] for s in ("tuned", "plain")}
+    assert items["tuned"] and all(p.case.config and p.status == "run" for p in items["tuned"])
+    (plain,) = items["plain"]  # one record with the reason, not silence
+    assert plain.status == "unsupported" and "Capabilities.tunables" in plain.reason
