@@ -62,13 +62,20 @@ def module_files(root: Path, sources: tuple[str, ...] = SOURCES) -> dict[str, Pa
     found: dict[str, Path] = {}
     for source in sources:
         path = root / source
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if _is_python(p))
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if _is_source(p, root))
         for file in files:
             parts = list(file.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = file
     return found
+
+
+def _is_source(path: Path, root: Path) -> bool:
+    """Python in an importable folder: a run's output (``reports/jax-0.10.2/repro/...``, its
+    repro scripts included) sits in folders no import can name, and is not the project's code."""
+    folders = path.relative_to(root).parts[:-1]
+    return all(part.isidentifier() for part in folders) and _is_python(path)
 
 
 def _is_python(path: Path) -> bool:
