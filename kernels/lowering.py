@@ -275,6 +275,17 @@ class TracedKernel:
         """The blocked operand Pallas calls ``origin``, or None."""
         return next((b for b in self.blocks if b.origin == origin), None)
 
+    @property
+    def operands_named(self) -> bool:
+        """Whether Pallas named every block by its operand's position (``args[i]``,
+        ``outputs[j]``). Before JAX 0.5 it may name a block after the kernel's parameter
+        (``q_tile_ref``) and number the next ones from there, one off: those names identify
+        no operand, so nothing can be read by them."""
+        return all(_POSITIONAL_ORIGIN.fullmatch(b.origin) for b in self.blocks)
+
+
+_POSITIONAL_ORIGIN = re.compile(r"(args|outputs)\[\d+\]|outputs")
+
 
 def traced_kernels(closed_jaxpr: Any) -> tuple[TracedKernel, ...]:
     """Every pallas_call in a traced call (``jax.make_jaxpr`` or ``jit(...).trace(...).jaxpr``),

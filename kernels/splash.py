@@ -183,6 +183,9 @@ CHUNKED_REASON = "splash has ChunkedCausalMask from JAX 0.6.0; this JAX's splash
 # (batch, when more than one, and heads squeezed), of the forward, dkv and dq kernels (after two
 # scalar-prefetch and one mask operand); the compute blocks are loop steps inside a kernel.
 _OPERANDS = {"q": "args[3]", "kv": "args[4]"}
+# Kernel names are ``splash_{mha|mqa}_{phase}...`` at every release; up to JAX 0.4.x they end in the
+# block sizes (``..._block_kv_dkv=256``), so the phase is matched where it stands, after the type.
+SPLASH_KERNEL = {phase: rf"^splash_m[hq]a_{phase}" for phase in ("fwd", "dkv", "dq")}
 
 
 def _block(
@@ -196,14 +199,14 @@ def _block(
 
 TUNABLES = Tunables(
     (
-        _block("block_q", "q", kernel="_fwd"),
-        _block("block_kv", "kv", kernel="_fwd"),
+        _block("block_q", "q", kernel=SPLASH_KERNEL["fwd"]),
+        _block("block_kv", "kv", kernel=SPLASH_KERNEL["fwd"]),
         _block("block_kv_compute", "kv", divides="block_kv"),
-        _block("block_q_dkv", "q", backward=True, kernel="_dkv"),
-        _block("block_kv_dkv", "kv", backward=True, kernel="_dkv"),
+        _block("block_q_dkv", "q", backward=True, kernel=SPLASH_KERNEL["dkv"]),
+        _block("block_kv_dkv", "kv", backward=True, kernel=SPLASH_KERNEL["dkv"]),
         _block("block_kv_dkv_compute", "kv", backward=True, divides="block_kv_dkv"),
-        _block("block_q_dq", "q", backward=True, kernel="_dq"),
-        _block("block_kv_dq", "kv", backward=True, kernel="_dq"),
+        _block("block_q_dq", "q", backward=True, kernel=SPLASH_KERNEL["dq"]),
+        _block("block_kv_dq", "kv", backward=True, kernel=SPLASH_KERNEL["dq"]),
         Tunable("use_fused_bwd_kernel", False, "flag", backward=True),
     )
 )

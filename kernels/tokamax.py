@@ -143,26 +143,26 @@ def _block(name: str, default: int, axis: str, backward: bool = False, **kw: Any
 # the dkv kernel's q block (args[6]) and dk (outputs[1]) for the backward's. The compute blocks
 # are loop steps inside a kernel.
 LAYOUTS = ("HEAD_DIM_MINOR", "SEQ_MINOR")
+# tokamax's copy of splash names its kernels ``splash_{mha|mqa}_{phase}...`` (as JAX's splash).
+_FWD, _DKV = r"^splash_m[hq]a_fwd", r"^splash_m[hq]a_dkv"
 MOSAIC_TPU_TUNABLES = Tunables(
     (
-        _block("block_q", 128, "q", multiple_of=128, blocks=(BlockDim("_fwd", "outputs[0]", -2),)),
+        _block("block_q", 128, "q", multiple_of=128, blocks=(BlockDim(_FWD, "outputs[0]", -2),)),
         _block(
             "block_kv",
             128,
             "kv",
             multiple_of=128,
             blocks=(
-                BlockDim("_fwd", "args[7]", -2, when=(("q_layout", "HEAD_DIM_MINOR"),)),
-                BlockDim("_fwd", "args[7]", -1, when=(("q_layout", "SEQ_MINOR"),)),
+                BlockDim(_FWD, "args[7]", -2, when=(("q_layout", "HEAD_DIM_MINOR"),)),
+                BlockDim(_FWD, "args[7]", -1, when=(("q_layout", "SEQ_MINOR"),)),
             ),
         ),
         _block("block_kv_compute", 128, "kv", multiple_of=128, divides="block_kv"),
         Tunable("q_layout", "HEAD_DIM_MINOR", "choice", choices=LAYOUTS),
         Tunable("use_experimental_scheduler", True, "flag"),
-        _block("block_q_dkv", 128, "q", True, multiple_of=128, blocks=(BlockDim("_dkv", "args[6]", -2),)),
-        _block(
-            "block_kv_dkv", 128, "kv", True, multiple_of=128, blocks=(BlockDim("_dkv", "outputs[1]", -2),)
-        ),
+        _block("block_q_dkv", 128, "q", True, multiple_of=128, blocks=(BlockDim(_DKV, "args[6]", -2),)),
+        _block("block_kv_dkv", 128, "kv", True, multiple_of=128, blocks=(BlockDim(_DKV, "outputs[1]", -2),)),
         _block("block_kv_dkv_compute", 128, "kv", True, multiple_of=128, divides="block_kv_dkv"),
     )
 )

@@ -12,6 +12,7 @@ Stdlib only: the planner, the report and repro scripts all read it.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -25,8 +26,9 @@ AXES: tuple[str, ...] = ("q", "kv", "batch", "flag", "choice")
 class BlockDim:
     """Where a tunable shows in the kernel as traced: dimension ``dim`` of the block shape
     (``BlockSpec.block_shape``) of operand ``operand`` of each ``pallas_call`` whose name
-    contains ``kernel``; ``dim`` counts from the end when negative (``-2``: the rows of a
-    ``[..., S, D]`` block), which holds when a wrapper vmaps a batch dimension in front.
+    ``kernel`` matches (a regular expression, searched: ``matches``); ``dim`` counts from the
+    end when negative (``-2``: the rows of a ``[..., S, D]`` block), which
+    holds when a wrapper vmaps a batch dimension in front.
     ``operand`` is the block's origin as Pallas names it: ``args[i]`` for the i-th operand of
     the call (scalar-prefetch operands counted), ``outputs[i]`` for an output (``outputs``
     when the call has one). The block there is the tunable's value times
@@ -40,6 +42,12 @@ class BlockDim:
     dim: int
     when: tuple[tuple[str, Value], ...] = ()
 
+    def matches(self, kernel_name: str) -> bool:
+        """Whether a traced pallas_call is one of this place's kernels. A pattern, not a
+        substring: some releases append the config to the name (splash at JAX 0.4.35:
+        ``splash_mha_fwd_residuals_block_kv_dkv=256...``), where ``_dkv`` would also hit the forward."""
+        return re.search(self.kernel, kernel_name) is not None
+
     def holds_under(self, resolved: Mapping[str, Value]) -> bool:
         """Whether this place applies to a config (every tunable's value, defaults filled in)."""
         return all(resolved.get(name) == value for name, value in self.when)
@@ -47,9 +55,15 @@ class BlockDim:
     def __post_init__(self) -> None:
         if not self.kernel or not self.operand:
             raise ValueError(
-                f"BlockDim({self.kernel!r}, {self.operand!r}, {self.dim}): name a kernel (part of its "
+                f"BlockDim({self.kernel!r}, {self.operand!r}, {self.dim}): name a kernel (a pattern of its "
                 "pallas_call name) and an operand ('args[0]', 'outputs[0]')"
             )
+        try:
+            re.compile(self.kernel)
+        except re.error as error:
+            raise ValueError(
+                f"BlockDim kernel {self.kernel!r} is not a regular expression: {error}"
+            ) from None  # noqa: E501
 
 
 @dataclasses.dataclass(frozen=True)

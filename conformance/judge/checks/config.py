@@ -35,6 +35,9 @@ def config_applied(ctx: CheckContext) -> Outcome:
             "block dimension a tunable sets in Tunable.blocks"
         )
     traces = {d: _traced(ctx, d) for d in directions}
+    unreadable = unnamed_operands(traces)
+    if unreadable:
+        return unsupported(unreadable)
     problems, notes = compare(tunables, ctx.case.config, traces)
     details = {"kernels_traced": sum(len(k) for k in traces.values()), "tunables_read": len(notes)}
     traced = "; ".join(
@@ -49,6 +52,17 @@ def config_applied(ctx: CheckContext) -> Outcome:
             f"({', '.join(p.name for p in shown)})"
         )
     return passed("; ".join(notes) + f" (traced {traced})", **details)
+
+
+def unnamed_operands(traces: Mapping[str, tuple[TracedKernel, ...]]) -> str | None:
+    """Why no block of these kernels can be read by its operand, or None when every one can."""
+    unnamed = sorted({k.name for kernels in traces.values() for k in kernels if not k.operands_named})
+    if not unnamed:
+        return None
+    return (
+        f"this JAX's Pallas names the blocks of {', '.join(unnamed)} after kernel parameters, not "
+        "operand positions (JAX < 0.5): no block can be told apart to read the config back"
+    )
 
 
 def compare(
@@ -69,7 +83,7 @@ def compare(
         seen = 0
         for direction, kernels in traces.items():
             for kernel in kernels:
-                for place in (b for b in places if b.kernel in kernel.name):
+                for place in (b for b in places if b.matches(kernel.name)):
                     problem = _mismatch(p, value, place.operand, place.dim, kernel, direction)
                     if problem:
                         problems.append(problem)

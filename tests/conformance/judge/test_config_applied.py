@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.judge.checks.config import compare
+from conformance.judge.checks.config import compare, unnamed_operands
 from kernels.lowering import TracedBlock, TracedKernel
 from kernels.tunables import BlockDim, Tunable, Tunables
 
@@ -115,3 +115,32 @@ def test_a_block_place_is_declared_whole():
         BlockDim("", "args[0]", -1)
     with pytest.raises(ValueError, match="sets no block size"):
         Tunable("fused", False, "flag", blocks=(BlockDim("k", "args[0]", 0),))
+
+
+def test_blocks_named_after_kernel_parameters_cannot_be_read_and_say_so():
+    """JAX 0.4.35's Pallas names tpu_flash's q block ``q_tile_ref`` and k's ``args[0]``: reading
+    ``args[0]`` there would compare k's block with block_q (a false fail)."""
+    shifted = TracedKernel(
+        "_flash_attention_kernel",
+        (1, 4),
+        (
+            _block("q_tile_ref", (1, 1, 8, 64), (1, 1, 256, 64)),
+            _block("args[0]", (1, 1, 128, 64), (1, 1, 256, 64)),
+        ),
+    )
+    assert not shifted.operands_named and _forward().operands_named
+    reason = unnamed_operands({"forward": (_forward(), shifted)})
+    assert reason and "_flash_attention_kernel" in reason and "attention_fwd_kernel" not in reason
+    assert unnamed_operands({"forward": (_forward(),), "backward": (_dq(),)}) is None
+
+
+def test_a_kernel_pattern_matches_the_phase_and_not_a_config_in_the_name():
+    """Splash up to JAX 0.4.x appends its block sizes to each kernel's name."""
+    from kernels.splash import SPLASH_KERNEL
+
+    forward = "splash_mha_fwd_residuals_block_kv_256_block_kv_dkv_256_block_q_8"
+    dkv = BlockDim(SPLASH_KERNEL["dkv"], "args[3]", -2)
+    assert not dkv.matches(forward) and dkv.matches("splash_mqa_dkv_no_residuals")
+    assert BlockDim(SPLASH_KERNEL["fwd"], "args[3]", -2).matches(forward)
+    with pytest.raises(ValueError, match="not a regular expression"):
+        BlockDim("splash_(", "args[0]", -2)
