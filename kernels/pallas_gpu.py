@@ -35,6 +35,7 @@ from kernels.base import (
     SubjectOutput,
     compiled_where_run,
 )
+from kernels.dtypes import FP8_DTYPES
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -297,11 +298,14 @@ class PallasGpuAdapter:
             api = _Api(None, False, True, None, True)
         return Capabilities(
             jax_runtime=True,
-            # fp8 runs (float32 accumulation; P rounded to V's dtype before the PV matmul, which
-            # is internal_quantization "p_fp8"), forward ratios <= 0.8, lse <= 2.0; not declared
-            # yet: its backward also rounds ds to fp8 before dq and dk, which the baseline does
-            # not model (dq ratio 6.9, mean 19.7 on large logits in e4m3fn).
-            dtypes=("float32", "bfloat16", "float16"),
+            dtypes=("float32", "bfloat16", "float16", *FP8_DTYPES),
+            # fp8: the matmuls accumulate in float32; P is rounded to V's dtype before the PV
+            # matmul (``s_curr.astype(v.dtype)``; ``p.astype(do.dtype)`` for dv): "p_fp8". out
+            # comes back in the input dtype, lse float32. Its backward also rounds ds * sm_scale
+            # to fp8 before the dk/dq matmuls (within tolerance undeclared, as for tpu_flash), and
+            # computes delta = rowsum(o * do) in fp8: that defect fails dq on large logits in
+            # e4m3fn and is the known issue pallas-gpu-fp8-delta-in-fp8, not a narrower declaration.
+            internal_quantization="p_fp8",
             causal_alignments=("top_left",),
             backward=True,
             lse=api.has_lse,

@@ -10,6 +10,9 @@ float32, logits and softmax stay float32 (no kernel exponentiates in 8 bits), P 
 to V's fp8 dtype before the matmuls it feeds only where the subject declares so
 (``Capabilities.internal_quantization``), and out is rounded once at the end, to the dtype
 the subject declares for it (``Capabilities.output_dtypes``), lse staying float32. Its
+error against the float64 reference is the yardstick. Where the subject's API takes no scale
+(``Capabilities.q_prescaled``), the baseline, like every caller of that API, multiplies q by
+the scale and rounds the product to q's dtype before the logits. Its
 error against the float64 reference is the yardstick: a subject may be at most k
 times as wrong (``tolerance.py``). Gradients are the same formulas' backward pass
 (as autodiff of that code computes them), rounded the same way.
@@ -66,23 +69,30 @@ class Numerics:
 
     quantize_p: in fp8 cases, P is rounded to V's dtype before the matmuls it feeds
     (``Capabilities.internal_quantization == "p_fp8"``); out_dtype: the dtype out comes back
-    in (``Capabilities.output_dtype``), None for the inputs' own.
+    in (``Capabilities.output_dtype``), None for the inputs' own; prescale_q: q arrives as
+    ``q * scale`` rounded to its dtype (``Capabilities.q_prescaled``: an API without a scale).
     """
 
     quantize_p: bool = False
     out_dtype: str | None = None
+    prescale_q: bool = False
 
 
 def numerics(caps: Capabilities, dtype: str) -> Numerics:
     """The baseline's ``Numerics`` for a subject's cases in ``dtype``."""
     out = caps.output_dtype(dtype)
-    return Numerics(caps.internal_quantization == "p_fp8", None if out == dtype else out)
+    return Numerics(
+        quantize_p=caps.internal_quantization == "p_fp8",
+        out_dtype=None if out == dtype else out,
+        prescale_q=caps.q_prescaled,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class _Precision:
     """work: the accumulation dtype; rnd: rounds a work-dtype array to the subject's dtype (each
-    intermediate); p_rnd: rounds P before the matmuls it feeds; out, lse: the dtypes those end in."""
+    intermediate); p_rnd: rounds P before the matmuls it feeds; out, lse: the dtypes those end in;
+    q_rnd: rounds ``q * scale`` to q's dtype, or None where the scale multiplies the logits."""
 
     dtype: np.dtype
     work: np.dtype
@@ -90,6 +100,7 @@ class _Precision:
     p_rnd: Callable[[np.ndarray], np.ndarray]
     out: np.dtype
     lse: np.dtype
+    q_rnd: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def _precision(dtype: np.dtype, model: Numerics = Numerics()) -> _Precision:
@@ -97,13 +108,17 @@ def _precision(dtype: np.dtype, model: Numerics = Numerics()) -> _Precision:
     out = np.dtype(dtype) if model.out_dtype is None else dtypes.numpy_dtype(model.out_dtype)
     same = lambda x: x  # noqa: E731
     if name in ("float32", "float64"):
-        return _Precision(np.dtype(name), np.dtype(name), same, same, out, np.dtype(name))
+        work = np.dtype(name)
+        q_rnd = same if model.prescale_q else None  # q * scale is computed in the dtype: rounded
+        return _Precision(work, work, same, same, out, work, q_rnd)
     work = np.dtype(np.float32)
     to_dtype = lambda x: np.asarray(x).astype(dtype).astype(work)  # noqa: E731
+    q_rnd = to_dtype if model.prescale_q else None
     if dtypes.is_fp8(name):
         # Intermediates stay float32; P is rounded to V's dtype only where the subject says so.
-        return _Precision(np.dtype(dtype), work, same, to_dtype if model.quantize_p else same, out, work)
-    return _Precision(np.dtype(dtype), work, to_dtype, same, out, np.dtype(dtype))
+        p_rnd = to_dtype if model.quantize_p else same
+        return _Precision(np.dtype(dtype), work, same, p_rnd, out, work, q_rnd)
+    return _Precision(np.dtype(dtype), work, to_dtype, same, out, np.dtype(dtype), q_rnd=q_rnd)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -118,6 +133,7 @@ class _Forward:
     k: np.ndarray  # repeated to Hq heads
     v: np.ndarray
     scale: float
+    q: np.ndarray  # the q the logits were computed from: q * scale rounded to q's dtype where pre-scaled
 
 
 def _visible(inputs: AttentionInputs, spec: AttentionSpec) -> np.ndarray | None:
@@ -137,7 +153,11 @@ def _forward(inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision) -> _F
     k = np.repeat(inputs.k.astype(w), group, axis=1)
     v = np.repeat(inputs.v.astype(w), group, axis=1)
     scale = spec.resolved_scale(q.shape[-1])
-    s = r(r(q @ k.swapaxes(-1, -2)) * w.type(scale))
+    if pr.q_rnd is not None:  # the API takes no scale: its caller rounds q * scale to q's dtype
+        q = pr.q_rnd(q * w.type(scale))
+        s = r(q @ k.swapaxes(-1, -2))
+    else:
+        s = r(r(q @ k.swapaxes(-1, -2)) * w.type(scale))
     if inputs.bias is not None:
         bias = np.asarray(inputs.bias, dtype=np.float64)
         s = r(s + np.where(np.isneginf(bias), 0.0, bias).astype(w))
@@ -166,7 +186,7 @@ def _forward(inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision) -> _F
         p = r(e / denom)
         lse = r(m + r(np.log(denom)))[..., 0]
     out = r(pr.p_rnd(p) @ v)
-    return _Forward(p=p, p_sink=p_sink, tanh=tanh, out=out, lse=lse, k=k, v=v, scale=scale)
+    return _Forward(p=p, p_sink=p_sink, tanh=tanh, out=out, lse=lse, k=k, v=v, scale=scale, q=q)
 
 
 def _sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -212,8 +232,12 @@ def gradients(
         dbias = r(_sum_to(ds, inputs.bias.shape)).astype(pr.dtype)
     scale = w.type(fwd.scale)
     dq = r(r(ds @ fwd.k) * scale)
+    # Where q arrived as q * scale, that product carries dk's scale already.
+    dk_heads = (
+        r(ds.swapaxes(-1, -2) @ fwd.q) if pr.q_rnd is not None else r(r(ds.swapaxes(-1, -2) @ fwd.q) * scale)
+    )
+    dk = r(_group_sum(dk_heads, kv_heads))
     q = inputs.q.astype(w)
-    dk = r(_group_sum(r(r(ds.swapaxes(-1, -2) @ q) * scale), kv_heads))
     return BaselineGrads(
         dq=dq.astype(pr.dtype),
         dk=dk.astype(pr.dtype),

@@ -178,3 +178,34 @@ def test_a_constraint_on_some_dtypes_concerns_only_those():
     assert xla.capabilities.admits(shape, spec, "float32", "forward") == ()
     (outside,) = xla.capabilities.admits(shape, spec, "float8_e4m3fn", "forward")
     assert outside.raises and outside.constraint.exceptions == ("TypePromotionError",)
+
+
+@FP8
+def test_the_baseline_prescales_q_where_the_api_takes_no_scale(dtype):
+    """An API without a scale (splash) makes its caller round q * scale to q's dtype: declared
+    (``q_prescaled``), the baseline does the same. That rounding is the bulk of such a subject's
+    lse error in fp8, so the baseline that ignored it was 1e2x to 1e5x too strict there; one that
+    models it agrees with exact attention on the rounded product to float32 precision."""
+    case = Case("x", dtype, q_len=64, kv_len=64, scale=0.3)
+    inputs = build_inputs(case)
+    ref = attention_forward(inputs, case.spec)
+    plain = baseline.forward(inputs, case.spec)
+    prescaled = baseline.forward(inputs, case.spec, baseline.Numerics(prescale_q=True))
+    assert baseline.numerics(Capabilities(dtypes=FP8_DTYPES, q_prescaled=True), dtype).prescale_q
+    error = lambda lse: np.abs(lse.astype(np.float64) - ref.lse).max()  # noqa: E731
+    assert error(prescaled.lse) > 100 * error(plain.lse)
+    q = (inputs.q.astype(np.float32) * np.float32(0.3)).astype(inputs.q.dtype)
+    exact = attention_forward(dataclasses.replace(inputs, q=q), dataclasses.replace(case.spec, scale=1.0))
+    assert np.abs(prescaled.lse.astype(np.float64) - exact.lse).max() < 1e-5 * np.abs(exact.lse).max()
+    grads = baseline.gradients(inputs, case.spec, np.ones_like(inputs.q), baseline.Numerics(prescale_q=True))
+    assert grads.dq.dtype == inputs.q.dtype and np.isfinite(grads.dk.astype(np.float64)).all()
+
+
+def test_prescaling_in_float32_changes_the_baseline_by_float32_rounding_only():
+    case = Case("x", "float32", q_len=64, kv_len=64, scale=0.3)
+    inputs = build_inputs(case)
+    ref = attention_forward(inputs, case.spec)
+    plain = baseline.forward(inputs, case.spec)
+    prescaled = baseline.forward(inputs, case.spec, baseline.Numerics(prescale_q=True))
+    assert np.abs(prescaled.lse.astype(np.float64) - ref.lse).max() < 1e-5
+    assert np.abs(prescaled.out - plain.out).max() < 1e-5

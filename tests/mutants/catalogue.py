@@ -303,6 +303,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "rounds the float32 logits to fp8 before the softmax",
     ),
     _m(
+        "q_prescaled_undeclared",
+        "fp8:q_prescaled_undeclared",
+        "lse",
+        "fp8 arithmetic",
+        "rounds q * scale to fp8 before the logits (an API without a scale) while declaring it does not",
+    ),
+    _m(
         "forgets_v_scale",
         "quantized:forgets_v_scale",
         "forward",
@@ -371,6 +378,8 @@ CONTROLS: tuple[Control, ...] = (
     # as declared (internal_quantization "p_fp8"): the baseline follows each declaration.
     Control(f"{PACKAGE}.fp8:attention", (*RUNS_EVERYWHERE, "lse")),
     Control(f"{PACKAGE}.fp8:attention_p_fp8", (*RUNS_EVERYWHERE, "lse")),
+    # fp8 q pre-scaled in its own dtype, declared (q_prescaled, as splash's API imposes).
+    Control(f"{PACKAGE}.fp8:attention_q_prescaled", (*RUNS_EVERYWHERE, "lse")),
     # Quantized K/V dequantized inside, with a scale per (head, channel) in int8 and per head in
     # e4m3fn (kv_storage): the reference sees the dequantized values exactly.
     Control(f"{PACKAGE}.quantized:int8_per_channel", (*RUNS_EVERYWHERE[:5], "recompile")),

@@ -11,6 +11,10 @@ before the PV matmul is the kernel's choice, and it declares it
 * ``p_fp8_undeclared``: rounds P to fp8 but declares None. Mutant.
 * ``logits_fp8``: rounds the scaled logits to fp8 before the softmax, a quantization no fp8
   kernel makes (P rounding is declared, so only the logits' is wrong). Mutant.
+* ``attention_q_prescaled``: takes q already multiplied by the scale and rounded to fp8, as an
+  API without a scale parameter makes every caller do (splash), declared
+  ``q_prescaled=True``. Control.
+* ``q_prescaled_undeclared``: the same rounding of ``q * scale`` to fp8, undeclared. Mutant.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from kernels.dtypes import FP8_DTYPES
 OUT_DTYPE = "bfloat16"
 
 
-def _declare(internal_quantization: str | None) -> Capabilities:
+def _declare(internal_quantization: str | None, q_prescaled: bool = False) -> Capabilities:
     return Capabilities(
         jax_runtime=True,
         dtypes=FP8_DTYPES,
@@ -37,15 +41,19 @@ def _declare(internal_quantization: str | None) -> Capabilities:
         lse=True,
         fully_masked_rows="zeros",
         internal_quantization=internal_quantization,
+        q_prescaled=q_prescaled,
         output_dtypes=tuple((d, OUT_DTYPE) for d in FP8_DTYPES),
     )
 
 
-@functools.partial(jax.jit, static_argnames=("scale", "causal", "p_fp8", "logits_fp8"))
-def _attention(q, k, v, *, scale, causal, p_fp8, logits_fp8):
+@functools.partial(jax.jit, static_argnames=("scale", "causal", "p_fp8", "logits_fp8", "prescaled"))
+def _attention(q, k, v, *, scale, causal, p_fp8, logits_fp8, prescaled):
     """q: [B, Hq, Sq, D], k: [B, Hkv, Sk, D], v: [B, Hkv, Sk, Dv] in fp8 -> (out bf16, lse f32)."""
     group = q.shape[1] // k.shape[1]
     k, v = jnp.repeat(k, group, axis=1), jnp.repeat(v, group, axis=1)
+    if prescaled:  # what a caller of an API without a scale passes: q * scale in q's dtype
+        q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
+        scale = 1.0
     s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * jnp.float32(scale)
     if logits_fp8:
         s = s.astype(q.dtype).astype(jnp.float32)
@@ -63,7 +71,18 @@ def _attention(q, k, v, *, scale, causal, p_fp8, logits_fp8):
     return out.astype(OUT_DTYPE), (m + jnp.log(denom))[..., 0]
 
 
-def _call(q, k, v, *, scale: float, causal: bool = False, p_fp8: bool, logits_fp8: bool = False, **_: Any):
+def _call(
+    q,
+    k,
+    v,
+    *,
+    scale: float,
+    causal: bool = False,
+    p_fp8: bool,
+    logits_fp8: bool = False,
+    prescaled: bool = False,
+    **_: Any,
+):
     out, lse = _attention(
         jnp.asarray(q),
         jnp.asarray(k),
@@ -72,6 +91,7 @@ def _call(q, k, v, *, scale: float, causal: bool = False, p_fp8: bool, logits_fp
         causal=causal,
         p_fp8=p_fp8,
         logits_fp8=logits_fp8,
+        prescaled=prescaled,
     )
     return np.asarray(out), np.asarray(lse)
 
@@ -106,3 +126,19 @@ def logits_fp8(q, k, v, *, scale: float, causal: bool = False, alignment: str = 
 
 
 logits_fp8.attention_capabilities = _declare("p_fp8")
+
+
+def attention_q_prescaled(q, k, v, *, scale: float, causal: bool = False, alignment: str = "top_left"):
+    """Correct: computes with q * scale rounded to fp8, and declares it (an API without a scale)."""
+    return _call(q, k, v, scale=scale, causal=causal, p_fp8=False, prescaled=True)
+
+
+attention_q_prescaled.attention_capabilities = _declare(None, q_prescaled=True)
+
+
+def q_prescaled_undeclared(q, k, v, *, scale: float, causal: bool = False, alignment: str = "top_left"):
+    """Wrong: rounds q * scale to fp8 before the logits while declaring that the scale multiplies them."""
+    return _call(q, k, v, scale=scale, causal=causal, p_fp8=False, prescaled=True)
+
+
+q_prescaled_undeclared.attention_capabilities = _declare(None)
