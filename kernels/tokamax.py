@@ -467,6 +467,9 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         backward=True,
         bias_grad=xla or kind.name == "triton",
         lse=kind.lse_from is not None,
+        # pallas_mosaic_tpu.py and pallas_mosaic_tpu_vjp.py: ``q *= logits_scale`` in q's dtype
+        # before the splash kernels (whose q.k then takes it as is)
+        q_prescaled=mosaic,
         fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
         constraints=compiled_where_run(
             _constraints(kind.name)

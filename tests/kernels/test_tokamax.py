@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import pathlib
 
 import numpy as np
 import pytest
@@ -330,6 +331,19 @@ def test_absl_flags_are_parsed_before_the_first_call():
 
     absl_flags_parsed()
     assert flags.FLAGS.is_parsed()
+
+
+def test_only_mosaic_tpu_declares_q_scaled_in_its_dtype_as_its_source_does():
+    """The baseline scales q first for it (conformance/judge/baseline.py); the installed source
+    must still do so in the forward and the VJP, or the declaration is stale."""
+    declared = {impl for impl in IMPLEMENTATIONS if TokamaxAdapter(impl=impl).capabilities().q_prescaled}
+    assert declared == {"mosaic_tpu"}
+    spec = importlib.util.find_spec("tokamax")
+    if spec is None or spec.origin is None:
+        pytest.skip("tokamax is not installed")
+    package = pathlib.Path(spec.origin).parent / "_src" / "ops" / "attention"
+    for module in ("pallas_mosaic_tpu.py", "pallas_mosaic_tpu_vjp.py"):
+        assert "q *= logits_scale" in (package / module).read_text(), module
 
 
 def test_declared_shapes_answer_for_any_shape():
