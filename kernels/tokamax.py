@@ -902,18 +902,24 @@ class TokamaxAdapter:
         own dependency, for quantized inputs) only. The XLA implementations only, which run
         natively everywhere; ``inputs`` may be a skeleton (only which arrays are set matters).
 
-        Not yet mosaic_tpu, triton, mosaic_gpu and cudnn (NotImplementedError, so their repros
-        fall back to the checkout script, ``conformance.judge.repro``): the interpreter shims of
-        ``kernels/tokamax_runtime.py`` (``supported_on``, remat, the per-batch loop, hoisted
-        ``pl.program_id``) could be inlined as source, but their forward Config is the op's
-        ``bind(...).default_config`` for the case's dtype and shapes, which a skeleton does not
-        carry, and the Configs would have to be written as constructor source (layout enums)."""
+        Not mosaic_tpu, triton, mosaic_gpu or cudnn (NotImplementedError, so their repros fall
+        back to the checkout script, ``conformance.judge.repro``). The interpreter shims of
+        ``kernels/tokamax_runtime.py`` (``interpretable_op``, ``remat_optimization_off``,
+        ``generic_interpret``, ``hoisted_program_ids`` with its context variable) and
+        ``per_batch_row`` are module-level JAX-only code and could be embedded like these. What
+        stops it: their explicit forward Config is, outside a config case, the op's
+        ``bind(q, k, v, ...).default_config`` (the autotuning cache of the device kind, by dtype),
+        and ``standalone`` receives a float32 skeleton, not the case's dtype; and a Config
+        (pydantic, with splash's ``QKVLayout`` enums) would have to be written out as constructor
+        source for the script to pass it explicitly rather than recompute it on the machine where
+        it runs.
+        """
         kind = self._kind
         if kind.execution != "native" or kind.hardware != "cpu":
             raise NotImplementedError(
                 f"{self.name} has no standalone repro yet (only tokamax[impl=xla] and [impl=xla_chunked]): "
-                "its explicit default Config depends on the case's dtype and the interpreter shims are "
-                "not inlined (kernels/tokamax.py TokamaxAdapter.standalone)"
+                "the explicit forward Config it runs is the op's default for the case's dtype, which "
+                "standalone() does not receive (see TokamaxAdapter.standalone)"
             )
         api = _load_api(kind)
         forward_config, vjp_config = self._configs(api)
