@@ -726,3 +726,82 @@ def test_finite_and_shape_dtype_look_at_the_gradients_when_the_backward_pass_ran
         done = run_isolated(text, tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr[-3000:]
         assert "dbias:" in done.stdout and "dq:" in done.stdout
+
+
+# --- tokamax (kernels/tokamax.py): the XLA implementations ---------------------------------
+
+
+def _tokamax_or_skip(impl: str):
+    (subject,) = resolve_subjects(impl)
+    if not subject.availability.available:
+        pytest.skip(subject.availability.reason)
+    return subject
+
+
+TOKAMAX_PASSING = {
+    "xla-forward-lse-bias-lengths-gqa": (
+        "tokamax[impl=xla]",
+        "lse",
+        dict(q_heads=4, kv_heads=2, q_len=32, kv_len=48, head_dim=16, v_head_dim=16, causal=True,
+             bias="1h1k", q_lengths=(20,), kv_lengths=(40,)),
+    ),
+    "xla-backward-window-bias": (
+        "tokamax[impl=xla]",
+        "backward",
+        dict(q_heads=2, kv_heads=1, q_len=32, kv_len=32, head_dim=16, v_head_dim=16, window=(5, 2),
+             bias="b11k"),
+    ),
+    "xla-forward-quantized-q-and-kv": (
+        "tokamax[impl=xla]",
+        "forward",
+        dict(q_heads=2, kv_heads=2, q_len=32, kv_len=32, head_dim=16, v_head_dim=16,
+             q_storage="int8_per_head", kv_storage="float8_e5m2_per_channel"),
+    ),
+    "xla_chunked-forward-chunk-config": (
+        "tokamax[impl=xla_chunked]",
+        "forward",
+        dict(q_heads=2, kv_heads=1, q_len=48, kv_len=48, head_dim=16, v_head_dim=16, causal=True,
+             config={"q_chunk_size": 16, "kv_chunk_size": 32}),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("impl, check, fields", TOKAMAX_PASSING.values(), ids=list(TOKAMAX_PASSING))
+def test_tokamax_xla_cases_pass_standalone(tmp_path, impl, check, fields):
+    """The script needs only jax, numpy and tokamax (qwix, its dependency, for QArrays)."""
+    subject = _tokamax_or_skip(impl)
+    case = Case(impl, "float32", **fields)
+    result = record(case, check, impl)
+    assert result.verdict == "pass", result.reason
+    adapter = subject.adapter_for(case.config)
+    text = standalone.script(case, declaration(check), adapter, result.metrics, versions="jax, tokamax")
+    assert not CHECKOUT_IMPORT.search(text)
+    assert "absl_flags_parsed()" in text and "tokamax.dot_product_attention" in text
+    if "config" in fields:  # the case's chunk sizes reach the op
+        assert "op = tokamax_op(op_class, None, None, None, {'chunk_size': (16, 32)})" in text
+    if "q_storage" in fields:
+        assert "call_arrays(q, k, v, bias, mask, q_lengths, kv_lengths), 'int8_per_head', 'float8" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_same_worst(done, result)
+
+
+def test_tokamax_float16_dot_precision_finding_reproduces_standalone(tmp_path):
+    """The ledger's tokamax-cpu-float16-dot-precision: float16 raises ValueError on CPU inside
+    tokamax's own call. The recorded standalone repro raises it again (exit 1)."""
+    _tokamax_or_skip("tokamax[impl=xla]")
+    case = Case("tokamax[impl=xla]", "float16", q_heads=2, kv_heads=2, q_len=32, kv_len=32, head_dim=16,
+                v_head_dim=16)  # fmt: skip
+    result = record(case, "forward", "tokamax[impl=xla]")
+    assert result.verdict == "error" and "F16_F16_F32" in result.reason, (result.verdict, result.reason)
+    done = run_isolated(standalone_text(result), tmp_path)
+    assert done.returncode == 1 and "F16_F16_F32" in done.stderr, done.stdout + done.stderr[-3000:]
+
+
+def test_tokamax_interpreted_implementations_fall_back_to_the_checkout_script_and_say_why():
+    subject = _tokamax_or_skip("tokamax[impl=triton]")
+    case = Case("tokamax[impl=triton]", "float32", q_len=32, kv_len=32, head_dim=16, v_head_dim=16)
+    with pytest.raises(NotImplementedError, match="only tokamax.impl=xla. and .impl=xla_chunked."):
+        subject.adapter.standalone(case.skeleton(), case.spec)
+    text = script(case, declaration("forward"), "tokamax[impl=triton]", adapter=subject.adapter)
+    assert "Not standalone (writing it failed: NotImplementedError" in text
