@@ -307,6 +307,11 @@ class Capabilities:
         return self.lowers_for is not None
 
     @property
+    def gpu_lowering(self) -> bool:
+        """The call lowers to Triton kernels for CUDA: their shared memory can be estimated (``smem``)."""
+        return self.lowers_for == "cuda"
+
+    @property
     def tpu_lowering(self) -> bool:
         """The call lowers to Mosaic TPU kernels: VMEM and cost estimates exist (``vmem``, ``observable``)."""
         return self.lowers_for == "tpu"

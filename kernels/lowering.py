@@ -14,6 +14,7 @@ What the lowered module tells:
 * each kernel's grid and block shapes as traced (``TracedKernel``: the one walker of the
   pallas_calls in a call's jaxpr), kept even when the hardware rejects the call: the
   ``config_applied`` check compares them with the config the case asked for;
+* each Triton kernel's shared memory, estimated from its trace (``kernels/shared_memory.py``);
 * each TPU kernel's VMEM footprint, estimated from the pallas_call as traced for lowering:
   every VMEM block operand times its buffer count (2 unless the block spec says otherwise:
   Pallas double-buffers its pipeline), plus VMEM scratch once, each padded to the TPU tile
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kernels.base import PLATFORMS, Platform
+from kernels.shared_memory import SharedMemoryFootprint, estimate, num_stages
 
 # The custom-call targets Pallas lowers to, per platform.
 _TARGETS = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
@@ -109,6 +111,8 @@ class Lowering:
     # The pallas_calls as traced, in order; set whenever tracing succeeded (a call the
     # hardware's compiler then rejects still shows what it asked for).
     traced: tuple[TracedKernel, ...] = ()
+    # CUDA: each Triton kernel's shared memory, estimated from its trace (kernels/shared_memory.py).
+    shared_memory: tuple[SharedMemoryFootprint, ...] = ()
 
     @property
     def lowered(self) -> bool:
@@ -175,6 +179,7 @@ def lower(call: LoweringCall) -> Lowering:
         footprints,
         time.perf_counter() - start,
         traced,
+        shared_memory_footprints(trace.jaxpr) if call.platform == "cuda" else (),
     )
 
 
@@ -317,7 +322,7 @@ def _traced_kernel(eqn: Any, index: int) -> TracedKernel:
     )
     scratch = tuple((tuple(a.shape), _itemsize(a.dtype)) for a in scratch_refs if _memory_space(a) == "vmem")
     return TracedKernel(
-        _kernel_name(eqn, index),
+        kernel_name(eqn, index),
         tuple(g if isinstance(g, int) else -1 for g in mapping.grid),  # -1: a dynamic grid size
         blocks,
         scratch,
@@ -389,7 +394,7 @@ def _vmem_limit(params: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _kernel_name(eqn: Any, index: int) -> str:
+def kernel_name(eqn: Any, index: int) -> str:
     """The pallas_call's ``name=`` (``name_and_src_info`` before JAX 0.8, ``name`` after), else its
     kernel function's name (the traced kernel jaxpr's debug info), else its position."""
     params = eqn.params
@@ -417,6 +422,18 @@ def vmem_footprint(kernel: TracedKernel) -> VmemFootprint:
     )
     scratch = sum(tile_padded_bytes(shape, itemsize) for shape, itemsize in kernel.scratch)
     return VmemFootprint(kernel.name, blocks, scratch, kernel.vmem_limit)
+
+
+def shared_memory_footprints(closed_jaxpr: Any) -> tuple[SharedMemoryFootprint, ...]:
+    """Every Triton pallas_call's shared memory estimate in a traced call, in order."""
+    from kernels.jax_runtime import _iter_equations
+
+    jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+    calls = [e for e in _iter_equations(jaxpr) if e.primitive.name == "pallas_call"]
+    return tuple(
+        estimate(kernel_name(eqn, i), eqn.params["jaxpr"], num_stages(eqn.params.get("compiler_params")))
+        for i, eqn in enumerate(calls)
+    )
 
 
 def vmem_footprints(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[VmemFootprint, ...]:

@@ -282,11 +282,19 @@ MOSAIC_TPU_FULL_SINCE = (0, 0, 11)
 MOSAIC_TPU_0_0_10 = ("block_q", "block_kv", "block_kv_compute")
 
 
+def _one_layout(tunable: Tunable) -> Tunable:
+    """A tunable's places in 0.0.10, which has one layout (HEAD_DIM_MINOR) and no ``q_layout`` to
+    condition on: the places that layout holds, unconditioned."""
+    head_dim_minor = (("q_layout", "HEAD_DIM_MINOR"),)
+    places = tuple(dataclasses.replace(b, when=()) for b in tunable.blocks if b.when in ((), head_dim_minor))
+    return dataclasses.replace(tunable, blocks=places)
+
+
 def _release_kind(kind: _Kind) -> _Kind:
     """``kind`` as the installed tokamax release has it."""
     version = tokamax_version()
     if kind.name == "mosaic_tpu" and version and version < MOSAIC_TPU_FULL_SINCE:
-        params = tuple(p for p in kind.tunables.params if p.name in MOSAIC_TPU_0_0_10)
+        params = tuple(_one_layout(p) for p in kind.tunables.params if p.name in MOSAIC_TPU_0_0_10)
         return dataclasses.replace(kind, tunables=Tunables(params), lse_from=None)
     return kind
 

@@ -23,6 +23,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from conformance.plan.catalogue import Planned, pairwise_coverage, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
 from conformance.suite.check_registry import CHECKS
 from kernels.base import DTYPES
+from kernels.gpu_chips import DEFAULT_GPU_TARGETS, GPU_CHIPS, parse_gpu_targets
 from kernels.registry import UnknownSubjectError, subject_names
 from kernels.tpu_chips import DEFAULT_TPU_TARGETS, TPU_CHIPS, parse_targets
 from reports.records.environment import environment_block
@@ -128,6 +130,13 @@ def add_options(parser: pytest.Parser) -> None:
         help="TPU chips the vmem check budgets for, comma-separated: the smallest VMEM among them "
         f"counts ({', '.join(TPU_CHIPS)}). Default: %(default)s",
     )
+    group.addoption(
+        "--gpu",
+        default=",".join(DEFAULT_GPU_TARGETS),
+        metavar="GPUS",
+        help="GPUs the smem check budgets for, comma-separated: the least shared memory per block among "
+        f"them counts ({', '.join(GPU_CHIPS)}). Default: %(default)s",
+    )
     isolation.add_options(group)
     progress.add_options(group)
 
@@ -185,7 +194,9 @@ class ConformancePlugin:
         self.config = config
         self.impl: str = config.getoption("impl")
         self.profile = dataclasses.replace(
-            profiles.get(config.getoption("profile")), tpu_targets=_tpu_option(config.getoption("tpu"))
+            profiles.get(config.getoption("profile")),
+            tpu_targets=_targets_option(parse_targets, config.getoption("tpu")),
+            gpu_targets=_targets_option(parse_gpu_targets, config.getoption("gpu")),
         )
         self.seed = self._choose_seed()
         report_dir = config.getoption("report_dir")
@@ -540,9 +551,9 @@ class ConformancePlugin:
             session.exitstatus = _exit_status(results, statuses, self.strict_known, interrupted)
 
 
-def _tpu_option(text: str) -> tuple[str, ...]:
+def _targets_option(parse: Callable[[str], tuple[str, ...]], text: str) -> tuple[str, ...]:
     try:
-        return parse_targets(text)
+        return parse(text)
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from kernels.gpu_chips import DEFAULT_GPU_TARGETS
 from kernels.tpu_chips import DEFAULT_TPU_TARGETS
 
 
@@ -45,6 +46,8 @@ class Profile:
     draw_configs: bool = False
     # TPU chips the vmem check budgets for (``--tpu``; kernels/tpu_chips.py).
     tpu_targets: tuple[str, ...] = DEFAULT_TPU_TARGETS
+    # GPUs the smem check budgets for (``--gpu``; kernels/gpu_chips.py).
+    gpu_targets: tuple[str, ...] = DEFAULT_GPU_TARGETS
 
 
 PROFILES: dict[str, Profile] = {

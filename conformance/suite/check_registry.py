@@ -24,7 +24,9 @@ from typing import Any, Literal, get_args
 # What a check can need from a subject's declared capabilities. A subject that lacks one
 # gets the check as ``unsupported`` with NEED_REASONS[need]: a check that cannot observe a
 # subject never passes vacuously.
-Need = Literal["backward", "lse", "jax_runtime", "race_detection", "lowering", "tpu_lowering", "tunables"]
+Need = Literal[
+    "backward", "lse", "jax_runtime", "race_detection", "lowering", "tpu_lowering", "gpu_lowering", "tunables"
+]
 NEED_REASONS: dict[str, str] = {
     "backward": "backward pass not declared",
     "lse": "lse not exposed",
@@ -44,6 +46,10 @@ NEED_REASONS: dict[str, str] = {
     "tpu_lowering": (
         "not lowered to Mosaic TPU kernels (Capabilities.lowers_for == 'tpu'): VMEM and the "
         "cost estimate exist only there (Pallas's Triton custom call carries a name, no cost estimate)"
+    ),
+    "gpu_lowering": (
+        "not lowered to Triton kernels for CUDA (Capabilities.lowers_for == 'cuda'): shared memory is "
+        "what a Triton kernel asks of its GPU"
     ),
     "tunables": (
         "no tunables declared (Capabilities.tunables): the subject takes no config whose blocks the "
@@ -248,8 +254,17 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "observable",
         f"{_CHECKS}.hardware:observable",
         "kernel name and cost estimate",
-        14,
+        15,
         needs=("tpu_lowering",),
+        sampling="lowered_cases",
+        shrinks=False,
+    ),
+    CheckDeclaration(
+        "smem",
+        f"{_CHECKS}.hardware:smem",
+        "fits GPU shared memory",
+        14,
+        needs=("gpu_lowering",),
         sampling="lowered_cases",
         shrinks=False,
     ),
@@ -257,7 +272,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "config_applied",
         f"{_CHECKS}.config:config_applied",
         "config applied (traced blocks)",
-        15,
+        16,
         # The blocks are read from the call traced for lowering (the one lowers, vmem and
         # observable share): a subject needs tunables, and a call built for its hardware.
         needs=("tunables", "lowering"),
@@ -276,7 +291,7 @@ REPORT_ORDER: tuple[str, ...] = tuple(d.name for d in sorted(REGISTRY, key=lambd
 LABELS: dict[str, str] = {d.name: d.label for d in REGISTRY}
 # The checks that judge what the target hardware gets (they lower the call, interpreter off);
 # every other verdict of an interpreted subject is the interpreter's (reports/run_report/fidelity.py).
-HARDWARE_NEEDS: tuple[Need, ...] = ("lowering", "tpu_lowering")
+HARDWARE_NEEDS: tuple[Need, ...] = ("lowering", "tpu_lowering", "gpu_lowering")
 HARDWARE_CHECKS: tuple[str, ...] = tuple(
     d.name for d in sorted(REGISTRY, key=lambda d: d.report_rank) if set(d.needs) & set(HARDWARE_NEEDS)
 )

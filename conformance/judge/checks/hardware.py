@@ -3,6 +3,8 @@ its call with the interpreter off (``kernels/lowering.py``):
 
 ``lowers``      the call lowers for its TPU or GPU, and a case declared to raise does not;
 ``vmem``        each TPU kernel's estimated VMEM fits the smallest budget of the targeted chips;
+``smem``        each Triton kernel's estimated shared memory fits the least of the targeted GPUs
+                (what CUDA lowering never sees: Triton allocates it when it compiles on the chip);
 ``observable``  each TPU kernel carries a name and a cost estimate that profilers and XLA's
                 scheduler can use: flops near the attention's, bytes at least its inputs and outputs.
 
@@ -19,6 +21,7 @@ from conformance.judge.artifacts import SubjectError
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
 from conformance.plan.cases import Case
 from kernels import kv_storage
+from kernels.gpu_chips import GPU_CHIPS, smallest_shared_memory
 from kernels.lowering import Lowering
 from kernels.tpu_chips import TPU_CHIPS, vmem_budget
 from reference.masks import visible
@@ -116,6 +119,34 @@ def vmem(ctx: CheckContext) -> Outcome:
         f"({', '.join(targets)})",
         **details,
     )
+
+
+def smem(ctx: CheckContext) -> Outcome:
+    """Each Triton kernel's shared memory estimate (``kernels/shared_memory.py``)
+    fits the least shared memory per block among the targeted GPUs (``--gpu``): over it, Triton
+    refuses to compile the kernel on that GPU."""
+    gpu, budget = smallest_shared_memory(ctx.profile.gpu_targets)
+    problems, notes, largest = [], [], 0
+    for direction in _directions(ctx):
+        footprints = _lowered(ctx, direction).shared_memory
+        if not footprints:
+            problems.append(f"{direction}: no pallas_call traced, so no shared memory to estimate")
+        for fp in footprints:
+            largest = max(largest, fp.total)
+            if fp.total > budget:
+                problems.append(
+                    f"{direction} kernel {fp.name} needs at least {fp.total} bytes of shared memory "
+                    f"({fp.explain()}; {fp.num_stages} pipeline stages): over the {budget} bytes of one "
+                    f"{GPU_CHIPS[gpu].name} block, so Triton will not compile it there; smaller blocks or "
+                    "fewer num_stages would fit"
+                )
+            else:
+                notes.append(f"{direction} {fp.name}: {fp.total} B")
+    details = {"smem_bytes": largest, "smem_budget_bytes": budget, "gpu": gpu}
+    if problems:
+        return failed("\n".join(problems), **details)
+    fits = f"within {budget} B of shared memory ({GPU_CHIPS[gpu].name}): "
+    return passed(fits + "; ".join(notes), **details)
 
 
 def attention_flops(case: Case, inputs, direction: str) -> tuple[float, float]:
