@@ -360,3 +360,15 @@ def test_declared_shapes_answer_for_any_shape():
                 expected = ("ValueError",) if c.name.startswith("interpreter_") else ("NotImplementedError",)
                 expected = expected if c.raises else ()
                 assert c.exceptions == expected, c.name
+
+
+def test_tokamax_0_0_10_mosaic_tpu_reads_block_kv_where_its_one_layout_puts_it():
+    """0.0.10 has no q_layout to condition on: block_kv keeps the HEAD_DIM_MINOR place, unconditioned,
+    so config_applied finds it (at 0.0.10 it said no place applied to every block_kv config)."""
+    from kernels.tokamax import MOSAIC_TPU_TUNABLES, _one_layout
+
+    block_kv = _one_layout(MOSAIC_TPU_TUNABLES.get("block_kv"))
+    (place,) = block_kv.blocks
+    assert place.when == () and place.operand == "args[7]" and place.dim == -2
+    assert place.holds_under({"block_kv": 256})
+    assert _one_layout(MOSAIC_TPU_TUNABLES.get("block_q")).blocks == MOSAIC_TPU_TUNABLES.get("block_q").blocks
