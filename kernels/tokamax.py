@@ -73,7 +73,7 @@ from kernels.jax_runtime import (
 )
 from kernels.kv_storage import quantize
 from kernels.kv_storage_names import STORAGES
-from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
+from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall
 from kernels.standalone import StandaloneCall, source_of
 from kernels.tokamax_runtime import (
     DISTRIBUTION,
@@ -896,7 +896,10 @@ class TokamaxAdapter:
             raise NotImplementedError(f"{self.name} has no Pallas call to lower (Capabilities.lowers_for)")
         api = _load_api(kind)
         static = _static(inputs.shape, spec)
-        args = abstract_arrays(*_arrays(inputs))
+        # the interpreted call's own arguments, QArrays included (a quantized q must meet the lowered
+        # op as it meets the interpreted one), with shapes and dtypes only
+        concrete = call_inputs(_arrays(inputs), spec.q_storage, spec.kv_storage)
+        args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), concrete)
         with _running(kind, _execution(kind)):  # the default config as the call picks it
             op, _, _ = self._ops(api, True, static, args)
         fn, takes_dout = self._call_fn(direction, api, op, static, False, kind.lse_from is not None)

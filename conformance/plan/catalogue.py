@@ -319,7 +319,11 @@ def _for_lowering(
         if check.sampling != "lowering_cases":
             return None
         direction = "forward" if _raising(fwd) else "backward"
-        return Planned(check.name, case, "raises", f"{hit.name}: {hit.reason}", direction, caps.backward)
+        # a backward the API cannot express (a non-raising constraint) has no call to lower
+        expressible = not any(not c.raises for c in bwd)
+        return Planned(
+            check.name, case, "raises", f"{hit.name}: {hit.reason}", direction, caps.backward and expressible
+        )
     if fwd:
         return Planned(check.name, case, "unsupported", _constraint_reasons(fwd))
     return Planned(check.name, case, "run", backward=caps.backward and not bwd)

@@ -152,3 +152,19 @@ def test_tritons_interpreter_limit_binds_the_interpreter_and_not_the_lowered_bac
     )
     outcome = lowers(ctx)
     assert outcome.verdict == "pass", outcome
+
+
+def test_the_lowered_call_takes_the_quantized_inputs_the_interpreted_call_takes():
+    """A quantized case lowers with qwix QArrays, as the interpreted call runs it: Mosaic TPU meets
+    'q *= logits_scale' on one (declared, and ledgered as a TypeError), and Triton a dot of int8 q
+    and fp8 k weights; lowering plain arrays instead had passed both."""
+    inputs = make_inputs(5, b=1, hq=4, hkv=2, sq=128, sk=128, d=64)
+    plain = AttentionSpec(causal=True)
+    mixed = dataclasses.replace(plain, q_storage="int8_per_tensor", kv_storage="float8_e5m2_per_head")
+    mosaic, triton = TokamaxAdapter(impl="mosaic_tpu"), TokamaxAdapter(impl="triton")
+    assert lower(mosaic.lowering(inputs, plain, "forward")).lowered
+    refused = lower(mosaic.lowering(inputs, mixed, "forward"))
+    assert not refused.lowered and "'QArray' and 'float'" in refused.error
+    assert lower(triton.lowering(inputs, plain, "forward")).lowered
+    refused = lower(triton.lowering(inputs, mixed, "forward"))
+    assert not refused.lowered and "must have the same element type" in refused.error

@@ -63,6 +63,22 @@ def test_an_interpreter_limit_is_a_raises_item_but_the_lowered_call_is_lowered_a
         ShapeConstraint("x", "no parameter", lambda s, _: True, "api", stage="interpreter")
 
 
+def test_a_case_refused_forward_lowers_no_backward_the_api_cannot_express():
+    """tokamax's quantized inputs: the forward raises (declared), the backward has no gradient to take
+    (basis api). lowers expects the forward to fail to lower and lowers no backward at all."""
+    from kernels.base import ShapeConstraint
+
+    refused = ShapeConstraint("odd_q_raises", "raises", lambda s, _: s.q_len % 2 == 0, "raises", "forward")
+    even_q = lambda s, _: s.q_len % 2 == 0  # noqa: E731
+    no_grad = ShapeConstraint("odd_q_no_grad", "no gradient", even_q, "api", "backward")
+    case = Case("s", "float32", q_len=127, kv_len=128)
+    caps = dataclasses.replace(FULL, lowers_for="tpu", constraints=(refused, no_grad))
+    planned = catalogue.classify("lowers", case, caps)
+    assert planned.status == "raises" and planned.direction == "forward" and planned.backward is False
+    caps = dataclasses.replace(FULL, lowers_for="tpu", constraints=(refused,))
+    assert catalogue.classify("lowers", case, caps).backward is True
+
+
 def test_a_non_raising_constraint_is_unsupported_and_not_a_raises_item():
     case = Case("s", "float32", q_len=64, kv_len=128)
     assert catalogue.classify("raises", case, BLOCKED) is None
