@@ -185,9 +185,16 @@ def _config_shapes(caps: Capabilities) -> tuple[tuple[int, Case, bool], ...]:
     for most; a decode kernel (Sq pinned to 1) or one causal only at the valid lengths gets its own."""
     for family in edge_matrix.CONFIG_SHAPE_FAMILIES:
         probe = dataclasses.replace(family[0][1], dtype=caps.dtypes[0])
-        if not caps.admits(probe.skeleton(), probe.spec, probe.dtype, "forward", probe.features):
+        if _runs(caps, probe):
             return family
     return edge_matrix.CONFIG_SHAPES
+
+
+def _runs(caps: Capabilities, probe: Case) -> bool:
+    """Whether the subject runs ``probe`` forward: what only the hardware's compiler rejects (stage
+    ``"lowering"``) still runs, and is judged, in the interpreter."""
+    outside = caps.admits(probe.skeleton(), probe.spec, probe.dtype, "forward", probe.features)
+    return not [e for e in outside if e.constraint is None or e.constraint.stage != "lowering"]
 
 
 def ragged_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
@@ -205,7 +212,7 @@ def ragged_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
     runs = [
         s
         for s, probe in zip(edge_matrix.RAGGED_SHAPES, shapes, strict=True)
-        if not caps.admits(probe.skeleton(), probe.spec, caps.dtypes[0], "forward", probe.features)
+        if _runs(caps, dataclasses.replace(probe, dtype=caps.dtypes[0]))
     ]
     if not runs:
         return ()

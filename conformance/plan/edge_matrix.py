@@ -271,9 +271,23 @@ CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
 # The edge configs of a decode kernel (its constraints pin Sq to 1, so it runs none of the
 # shapes above): rows ending on a compute-block edge, after no token (a row the kernel must
 # skip, then resume at the next), inside a page, and after one token. B and Hkv are even, so
-# work split over two cores by batch or by KV head (paged_attention's megacore_mode) runs.
+# work split over two cores by batch or by KV head (paged_attention's megacore_mode) runs. Head
+# dim 128, the decode kernels' own (paged_attention lowers for a TPU at multiples of 128 only).
 DECODE_CONFIG_SHAPES: tuple[tuple[int, Case, bool], ...] = (
-    (0, _t(q_len=1, kv_len=256, batch=4, q_heads=4, kv_heads=2, kv_lengths=(256, 0, 77, 1)), True),
+    (
+        0,
+        _t(
+            q_len=1,
+            kv_len=256,
+            batch=4,
+            q_heads=4,
+            kv_heads=2,
+            head_dim=128,
+            v_head_dim=128,
+            kv_lengths=(256, 0, 77, 1),
+        ),
+        True,
+    ),
 )
 # The edge configs of a kernel that places the diagonal at each row's valid lengths only
 # (ragged paged attention): one mixed prefill/decode pack.

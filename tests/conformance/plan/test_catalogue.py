@@ -196,3 +196,19 @@ def test_config_applied_plans_the_configured_cases_and_says_why_for_a_subject_wi
     assert items["tuned"] and all(p.case.config and p.status == "run" for p in items["tuned"])
     (plain,) = items["plain"]  # one record with the reason, not silence
     assert plain.status == "unsupported" and "Capabilities.tunables" in plain.reason
+
+
+def test_a_decode_kernels_edge_configs_run_when_only_the_hardware_refuses_other_head_dims():
+    """paged_attention decodes one query (Sq = 1), causal top-left unsupported, and declares head dims
+    off multiples of 128 as refused by Mosaic only (stage lowering). Its edge configs (megacore
+    modes, pages per compute block) must ride on the decode shape and run; they had all ridden on
+    the prefill shape it cannot express, so no config of it ran at ci."""
+    from conformance.plan.subjects import resolve_subjects
+
+    (paged,) = resolve_subjects("paged_attention")
+    configured = [c for c in catalogue.cases_for(paged, profiles.get("ci"), 0) if c.config]
+    megacore = {dict(c.config).get("megacore_mode") for c in configured}
+    assert {"batch", "kv_head"} <= megacore
+    runs = [c for c in configured if catalogue.classify("forward", c, paged.capabilities).status == "run"]
+    assert {dict(c.config).get("megacore_mode") for c in runs} >= {"batch", "kv_head"}
+    assert all(c.q_len == 1 and c.head_dim == 128 for c in runs if dict(c.config).get("megacore_mode"))
