@@ -59,6 +59,7 @@ from kernels.base import (
     SubjectOutput,
     compiled_where_run,
 )
+from kernels.jax_nn_attention import jax_nn_window
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -565,15 +566,6 @@ def _running(kind: _Kind, execution: Execution) -> Iterator[None]:
 # --- the translation: pure functions of JAX arrays ----------------------------------------
 
 
-def tokamax_window(window, q_len, kv_len):
-    """Canonical ``(left, right)`` (None = unbounded) -> tokamax's ``local_window_size``."""
-    if window is None:
-        return None
-    unbounded = q_len + kv_len  # wider than any distance between a query and a key
-    left, right = window
-    return (unbounded if left is None else int(left), unbounded if right is None else int(right))
-
-
 def lse_from_residuals(residuals, lse_from):
     """``[B, H, T]`` lse from the op's residuals: (max, denominator) or (max, logsumexp)."""
     import jax.numpy as jnp
@@ -719,7 +711,8 @@ def _static(shape: AttentionShape, spec: AttentionSpec) -> _Static:
     return _Static(
         spec.resolved_scale(shape.head_dim),
         spec.causal,
-        tokamax_window(spec.window, shape.q_len, shape.kv_len),
+        # tokamax.dot_product_attention takes jax.nn's local_window_size, convention and all
+        jax_nn_window(spec.window, shape.q_len, shape.kv_len),
         softcap,
     )
 

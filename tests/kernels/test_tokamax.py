@@ -14,8 +14,9 @@ import pytest
 
 from conformance.plan.subjects import impl_names
 from kernels.base import Capabilities, ShapeConstraint
+from kernels.jax_nn_attention import jax_nn_window
 from kernels.registry import UnknownSubjectError, expand_family, resolve, resolve_many
-from kernels.tokamax import IMPLEMENTATIONS, TokamaxAdapter, tokamax_window
+from kernels.tokamax import IMPLEMENTATIONS, TokamaxAdapter
 from reference.spec import AttentionShape, AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
 
@@ -93,9 +94,9 @@ def test_the_raises_check_fails_an_exception_other_than_the_declared_one():
 
 
 def test_window_translation_is_inclusive_and_unbounded_sides_are_wider_than_any_distance():
-    assert tokamax_window(None, 8, 8) is None
-    assert tokamax_window((2, 0), 8, 8) == (2, 0)
-    assert tokamax_window((None, 3), 8, 12) == (20, 3)
+    assert jax_nn_window(None, 8, 8) is None
+    assert jax_nn_window((2, 0), 8, 8) == (2, 0)
+    assert jax_nn_window((None, 3), 8, 12) == (20, 3)
 
 
 # --- with tokamax ----------------------------------------------------------------------------
