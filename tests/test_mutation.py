@@ -47,6 +47,7 @@ SMOKE: tuple[str, ...] = (
     "causal_tl-B2-Hq2-Hkv2-Sq128-Sk256-D64",  # Sq != Sk, B > 1, several key blocks
     "causal_tl-B1-Hq1-Hkv1-Sq129-Sk129-D64",  # one key past a 128-key block
     "causal_tl-B1-Hq4-Hkv2-Sq128-Sk128-D64",  # GQA
+    "causal_tl-B1-Hq1-Hkv1-Sq128-Sk128-D128",  # the head dim of production models: the largest tiles
     "full-B1-Hq1-Hkv1-Sq128-Sk128-D64-integers",  # exact products: the smallest baseline error
     "seg3-B2",  # segment ids
     "win1.1_tl",  # window edges

@@ -331,6 +331,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "pallas_call without cost_estimate: XLA and profilers see the kernel as free",
     ),
     _m(
+        "pipelined_too_deep",
+        "lowering:PipelinedTooDeep",
+        "smem",
+        "GPU shared memory",
+        "a Triton kernel pipelines 8 stages of 32 KiB tiles: over Hopper's 227 KiB, yet it lowers",
+    ),
+    _m(
         "ignores_config",
         "lowering:IgnoresConfig",
         "config_applied",
@@ -389,6 +396,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.quantized:per_call", (*RUNS_EVERYWHERE[:5], "recompile")),
     # Right attention copied out through a Pallas TPU kernel that lowers, with a cost estimate.
     Control(f"{PACKAGE}.lowering:LoweringCopy", (*RUNS_EVERYWHERE, "lowers", "vmem", "observable")),
+    # The output through a Pallas Triton kernel (x @ I), 2 pipeline stages: lowers, fits shared memory.
+    Control(f"{PACKAGE}.lowering:TritonCopy", (*RUNS_EVERYWHERE, "lowers", "smem")),
     # The same copy with its row block set by each edge config, as the traced kernel shows.
     Control(f"{PACKAGE}.lowering:ConfiguredCopy", (*RUNS_EVERYWHERE[:5], "lowers", "config_applied")),
 )

@@ -12,6 +12,9 @@
 * ``IgnoresConfig``: the same declaration, but the kernel always runs its default 128 rows, as a
   wrapper that drops the config it is given. Every number is right; only ``config_applied``,
   reading the traced pallas_call's block shape, can tell.
+* ``TritonCopy`` (control): the output through a Pallas Triton kernel (x @ I in pipelined chunks),
+  lowered for CUDA; ``PipelinedTooDeep``: the same with 8 stages, over Hopper's shared memory. Only
+  ``smem`` can tell.
 
 The copy runs in the generic interpreter (``interpret=True``), so every JAX version runs it.
 """
@@ -170,3 +173,80 @@ class IgnoresConfig(ConfiguredCopy):
 
     def _rows(self) -> int:
         return int(BLOCK_ROWS.get("block_rows").default)  # BUG: the case's config is never read
+
+
+# --- GPU shared memory: the copy through a Pallas Triton kernel ------------------------------------
+# The output passes through ``o = x @ I`` on the GPU side: each (16-row) block of x times the
+# identity, taken in chunks of CHUNK of its rows loaded inside a loop, so Triton stages each chunk
+# in shared memory, ``num_stages`` deep. x @ I is exact, so every number stays right.
+CHUNK = 64
+TRITON_ROWS = 16
+
+
+def _through_identity(x: jax.Array, *, stages: int, interpret: bool) -> jax.Array:
+    """x ``[..., D]`` through a Triton kernel computing x @ I in chunks of ``CHUNK`` rows of I (D
+    padded to a power of two)."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
+    flat = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
+    d = max(16, 1 << (flat.shape[1] - 1).bit_length())  # Triton blocks: powers of two, at least 16
+    padded = jnp.pad(flat, ((0, -flat.shape[0] % TRITON_ROWS), (0, d - flat.shape[1])))
+    chunk = min(CHUNK, d)
+
+    def identity_matmul(x_ref, eye_ref, o_ref):
+        def step(carry, _):
+            i, acc = carry
+            part = jnp.dot(x_ref[:, pl.ds(i * chunk, chunk)], eye_ref[pl.ds(i * chunk, chunk), :])
+            return (i + 1, acc + part), None
+
+        start = (0, jnp.zeros((TRITON_ROWS, d), jnp.float32))
+        o_ref[...] = jax.lax.scan(step, start, None, length=d // chunk)[0][1]
+
+    out = pl.pallas_call(
+        identity_matmul,
+        grid=(padded.shape[0] // TRITON_ROWS,),
+        in_specs=[pl.BlockSpec((TRITON_ROWS, d), lambda i: (i, 0)), pl.BlockSpec((d, d), lambda i: (0, 0))],
+        out_specs=pl.BlockSpec((TRITON_ROWS, d), lambda i: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct(padded.shape, jnp.float32),
+        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=stages),
+        interpret=interpret,
+        name="identity_matmul",
+    )(padded, jnp.eye(d, dtype=jnp.float32))
+    return out[: flat.shape[0], : flat.shape[1]].reshape(x.shape)
+
+
+@functools.partial(jax.jit, static_argnames=("stages", "interpret", *core.STATIC))
+def _triton_forward(q, k, v, *, stages: int, interpret: bool, **static):
+    return _through_identity(core.attention(q, k, v, **static)[0], stages=stages, interpret=interpret)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TritonCopy(LoweringCopy):
+    """Right attention (float32, causal top-left, GQA) through a Triton kernel, 2 pipeline stages:
+    the identity's chunks (64 rows x D float32) take 64 KiB of shared memory at D = 128."""
+
+    STAGES: ClassVar[int] = 2
+    name: str = "mutants_triton_copy"
+    description: str = "JAX attention through a Pallas Triton kernel (x @ I in pipelined chunks)"
+
+    def capabilities(self) -> Capabilities:
+        return dataclasses.replace(super().capabilities(), lowers_for="cuda")
+
+    def _fn(self, inputs: AttentionInputs, spec: AttentionSpec, interpret: bool):
+        static = {n: v for n, v in keywords(inputs, spec).items() if n in core.STATIC}
+        return functools.partial(_triton_forward, stages=self.STAGES, interpret=interpret, **static)
+
+    def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
+        return LoweringCall(
+            "cuda", self._fn(inputs, spec, interpret=False), abstract_arrays(inputs.q, inputs.k, inputs.v)
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PipelinedTooDeep(TritonCopy):
+    """BUG: 8 pipeline stages of the identity's chunks: 256 KiB of shared memory at D = 128, over
+    Hopper's 227 KiB. Every number is right and it lowers; Triton would refuse it on the GPU."""
+
+    STAGES: ClassVar[int] = 8
+    name: str = "mutants_pipelined_too_deep"

@@ -135,7 +135,7 @@ def smem(ctx: CheckContext) -> Outcome:
             largest = max(largest, fp.total)
             if fp.total > budget:
                 problems.append(
-                    f"{direction} kernel {fp.name} needs at least {fp.total} bytes of shared memory "
+                    f"{direction} kernel {fp.name} needs about {fp.total} bytes of shared memory "
                     f"({fp.explain()}; {fp.num_stages} pipeline stages): over the {budget} bytes of one "
                     f"{GPU_CHIPS[gpu].name} block, so Triton will not compile it there; smaller blocks or "
                     "fewer num_stages would fit"
