@@ -275,7 +275,8 @@ def ledger_status(
     """Per entry, what this run saw (written to summary.json, read by report, matrix and gate):
 
     * ``reproduced``: in range, and at least one check it selects failed (now ``known``);
-    * ``no longer reproduces``: in range, checks it selects ran, and none failed as it describes;
+    * ``no longer reproduces``: in range, checks it selects ran and passed, and none failed as it
+      describes (checks that all failed as something else leave it ``not run here``: masked);
     * ``stale``: its subject ran, but its selector names no check that ran (a typo, or a case
       the plan no longer holds);
     * ``not run here``: its subject did not run, or every check it selects was unsupported, or
@@ -296,6 +297,9 @@ def ledger_status(
         selected = [r for r in results if issue.selects(r)]
         ran = [r for r in selected if r.verdict not in ("unsupported", "unavailable")]
         failing = [r for r in ran if issue.explains(r)]
+        # Evidence that it is gone: its checks passing. One failing as another defect (every call of
+        # tokamax 0.0.10's Triton raising TypeError) could not have shown this one.
+        passing = [r for r in ran if r.verdict == "pass"]
         entry: dict[str, Any] = {
             "id": issue.id,
             "subject": issue.subject,
@@ -314,12 +318,12 @@ def ledger_status(
             entry["failing_outside_range"] = sum(
                 1 for r in failing if r.verdict != "known" or r.known_issue.get("id") == issue.id
             )
-            entry["ran_outside_range"] = len(ran)  # with no failure: clean evidence (ledger sweeps)
+            entry["ran_outside_range"] = len(passing)  # with no failure: clean evidence (ledger sweeps)
         elif failing:
             status = "reproduced"
-        elif ran:
+        elif passing:
             status = "no longer reproduces"
-            entry["passing"] = len(ran)
+            entry["passing"] = len(passing)
         elif (
             issue.subject in ran_subjects
             and issue.subject in available
@@ -330,6 +334,8 @@ def ledger_status(
             status = "stale"
         else:
             status = "not run here"
+            if ran:  # every check it selects failed as another defect: it could not show
+                entry["masked"] = len(ran)
         entry["status"] = status
         statuses.append(entry)
     return statuses
