@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from kernels.target_list import parse_target_list
+
 KIB = 1024
 
 
@@ -35,14 +37,7 @@ DEFAULT_GPU_TARGETS: tuple[str, ...] = ("h100",)
 
 def parse_gpu_targets(text: str) -> tuple[str, ...]:
     """``"h100,a100"`` -> ("h100", "a100"); a one-line ValueError naming the GPUs otherwise."""
-    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in GPU_CHIPS]
-    if unknown or not names:
-        raise ValueError(
-            f"--gpu {text!r}: unknown GPU(s) {unknown or '(none given)'}; choose from "
-            f"{', '.join(GPU_CHIPS)} (comma-separated, e.g. --gpu h100,a100)"
-        )
-    return names
+    return parse_target_list(text, GPU_CHIPS, "--gpu", "GPU", "h100,a100")
 
 
 def smallest_shared_memory(targets: tuple[str, ...]) -> tuple[str, int]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from kernels.target_list import parse_target_list
+
 MIB = 1 << 20
 
 
@@ -35,14 +37,7 @@ DEFAULT_TPU_TARGETS: tuple[str, ...] = ("v5e",)
 
 def parse_targets(text: str) -> tuple[str, ...]:
     """``"v5e,v6e"`` -> ("v5e", "v6e"); a one-line ValueError naming the chips otherwise."""
-    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in TPU_CHIPS]
-    if unknown or not names:
-        raise ValueError(
-            f"--tpu {text!r}: unknown chip(s) {unknown or '(none given)'}; choose from "
-            f"{', '.join(TPU_CHIPS)} (comma-separated, e.g. --tpu v5e,v6e)"
-        )
-    return names
+    return parse_target_list(text, TPU_CHIPS, "--tpu", "chip", "v5e,v6e")
 
 
 def vmem_budget(targets: tuple[str, ...], kernel_limit: int | None) -> tuple[str, int, str]:
