@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kernels.base import PLATFORMS, Platform
-from kernels.shared_memory import SharedMemoryFootprint, estimate, num_stages
+from kernels.shared_memory import SharedMemoryFootprint, estimate, itemsize, num_stages
 
 # The custom-call targets Pallas lowers to, per platform.
 _TARGETS = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
@@ -162,7 +162,8 @@ def lower(call: LoweringCall) -> Lowering:
     try:
         with abstract_tpu(call.device_kind):
             trace = jax.jit(call.fn).trace(*call.args)
-            traced = traced_kernels(trace.jaxpr)
+            calls = pallas_calls(trace.jaxpr)  # one walk of the trace for every reader below
+            traced = traced_kernels(trace.jaxpr, calls)
             text = _lowered_text(call, trace)
     except Exception as error:  # noqa: BLE001 - the hardware's verdict is the result
         return Lowering(
@@ -179,7 +180,7 @@ def lower(call: LoweringCall) -> Lowering:
         footprints,
         time.perf_counter() - start,
         traced,
-        shared_memory_footprints(trace.jaxpr) if call.platform == "cuda" else (),
+        shared_memory_footprints(trace.jaxpr, calls) if call.platform == "cuda" else (),
     )
 
 
@@ -292,13 +293,19 @@ class TracedKernel:
 _POSITIONAL_ORIGIN = re.compile(r"(args|outputs)\[\d+\]|outputs")
 
 
-def traced_kernels(closed_jaxpr: Any) -> tuple[TracedKernel, ...]:
-    """Every pallas_call in a traced call (``jax.make_jaxpr`` or ``jit(...).trace(...).jaxpr``),
-    nested jaxprs included, in order: the one reader of what a kernel was asked to tile."""
+def pallas_calls(closed_jaxpr: Any) -> tuple[Any, ...]:
+    """Every pallas_call equation in a traced call (``jax.make_jaxpr`` or
+    ``jit(...).trace(...).jaxpr``), nested jaxprs included, in order."""
     from kernels.jax_runtime import _iter_equations
 
     jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
-    calls = [e for e in _iter_equations(jaxpr) if e.primitive.name == "pallas_call"]
+    return tuple(e for e in _iter_equations(jaxpr) if e.primitive.name == "pallas_call")
+
+
+def traced_kernels(closed_jaxpr: Any, calls: tuple[Any, ...] | None = None) -> tuple[TracedKernel, ...]:
+    """Every pallas_call in a traced call, in order (``calls``: its ``pallas_calls``, when already
+    listed): the one reader of what a kernel was asked to tile."""
+    calls = pallas_calls(closed_jaxpr) if calls is None else calls
     return tuple(_traced_kernel(eqn, index) for index, eqn in enumerate(calls))
 
 
@@ -314,13 +321,13 @@ def _traced_kernel(eqn: Any, index: int) -> TracedKernel:
             block_shape=tuple(_block_size(b) for b in m.block_shape),
             array_shape=tuple(_array_shape(m)),
             ref_shape=tuple(a.shape),
-            itemsize=_itemsize(a.dtype),
+            itemsize=itemsize(a.dtype),
             memory_space=_memory_space(a),
             buffers=_buffers(m),
         )
         for i, (m, a) in enumerate(zip(mapping.block_mappings, block_refs, strict=True))
     )
-    scratch = tuple((tuple(a.shape), _itemsize(a.dtype)) for a in scratch_refs if _memory_space(a) == "vmem")
+    scratch = tuple((tuple(a.shape), itemsize(a.dtype)) for a in scratch_refs if _memory_space(a) == "vmem")
     return TracedKernel(
         kernel_name(eqn, index),
         tuple(g if isinstance(g, int) else -1 for g in mapping.grid),  # -1: a dynamic grid size
@@ -372,15 +379,6 @@ def _memory_space(aval: Any) -> str:
     return "vmem"
 
 
-def _itemsize(dtype: Any) -> int:
-    import numpy as np
-
-    try:
-        return max(1, np.dtype(dtype).itemsize)
-    except TypeError:
-        return 4
-
-
 def _vmem_limit(params: Any) -> int | None:
     """The kernel's ``vmem_limit_bytes``: a CompilerParams field (JAX >= 0.6), else the
     ``{"mosaic": {...}}`` dict older versions take."""
@@ -424,12 +422,12 @@ def vmem_footprint(kernel: TracedKernel) -> VmemFootprint:
     return VmemFootprint(kernel.name, blocks, scratch, kernel.vmem_limit)
 
 
-def shared_memory_footprints(closed_jaxpr: Any) -> tuple[SharedMemoryFootprint, ...]:
-    """Every Triton pallas_call's shared memory estimate in a traced call, in order."""
-    from kernels.jax_runtime import _iter_equations
-
-    jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
-    calls = [e for e in _iter_equations(jaxpr) if e.primitive.name == "pallas_call"]
+def shared_memory_footprints(
+    closed_jaxpr: Any, calls: tuple[Any, ...] | None = None
+) -> tuple[SharedMemoryFootprint, ...]:
+    """Every Triton pallas_call's shared memory estimate in a traced call, in order (``calls``: its
+    ``pallas_calls``, when already listed)."""
+    calls = pallas_calls(closed_jaxpr) if calls is None else calls
     return tuple(
         estimate(kernel_name(eqn, i), eqn.params["jaxpr"], num_stages(eqn.params.get("compiler_params")))
         for i, eqn in enumerate(calls)

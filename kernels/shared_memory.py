@@ -113,7 +113,7 @@ def _walk(jaxpr: Any, sources: dict[Any, _Load], pipelined: bool, stages: int, s
         if prim in _LOADS and eqn.outvars:
             aval = eqn.outvars[0].aval
             shape = tuple(getattr(aval, "shape", ()))
-            size = math.prod(shape) * _itemsize(getattr(aval, "dtype", None))
+            size = math.prod(shape) * itemsize(getattr(aval, "dtype", None))
             env[eqn.outvars[0]] = _Load(id(eqn), shape, size, pipelined)
         elif (source := _passed_through(eqn, env)) is not None:
             env[eqn.outvars[0]] = source
@@ -166,7 +166,8 @@ def _is_var(atom: Any) -> bool:
     return not hasattr(atom, "val")  # a Literal carries .val; a Var does not
 
 
-def _itemsize(dtype: Any) -> int:
+def itemsize(dtype: Any) -> int:
+    """Bytes of one element of a traced array's dtype (4 for a JAX-only dtype NumPy cannot name)."""
     import numpy as np
 
     try:
