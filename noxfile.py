@@ -15,9 +15,12 @@
     nox -s bisect -- --impl S --case ID --good X --bad Y  # first release where a check fails (or is fixed)
     nox -s bisect -- --library tokamax --jax 0.10.2 --impl S --case ID --good 0.0.10 --bad 0.0.12
 
-The versions, and the pins each one needs, live in reports/jax_versions.py; so do
-the rules by which this file reads its own command line (a bare `conformance`
-means the newest version only; a version named on the command line is added).
+The libraries, their releases, the pins and the Python each release needs live in
+versions/table.py; reports/jax_versions.py holds the rules by which this file reads its own
+command line (a bare `conformance` means the newest version only; a version named on the
+command line is added). Each session gets the Python its releases need (jax 0.11 and tokamax
+0.0.13 on: 3.12), found on PATH, under pyenv or by uv (versions/interpreters.py); a missing one
+fails the session in one line, never a skip.
 """
 
 from __future__ import annotations
@@ -33,12 +36,47 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checkout's repor
 from benchmarks.sessions import bench_versions  # noqa: E402  (jax_versions' rules, for `bench`)
 from conformance.suite.launch import isolated_args  # noqa: E402  (worker process, per-test timeout)
 from reports import jax_versions  # noqa: E402
+from versions import interpreters  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["tests"]
+# A session whose Python is missing fails (nox's default skips it and exits 0: a false green), and
+# nox never downloads an interpreter (offline machines; versions/interpreters.py finds installed ones).
+nox.options.error_on_missing_interpreters = True
+nox.options.download_python = "never"
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 NEWEST_JAX = jax_versions.NEWEST
+# The newest JAX that runs on the oldest Python of the table: what the torch session installs (the
+# PyTorch CPU wheel on this machine kind is for Python 3.11 only).
+TORCH_JAX = max(
+    (
+        v
+        for v in jax_versions.MATRIX
+        if jax_versions.python_for(v) == jax_versions.python_for(jax_versions.MATRIX[0])
+    ),
+    key=jax_versions.version_key,
+)
+# Stdlib tools (lint, gate, merge, matrix, bisect) run on the Python that runs nox.
+TOOLS_PYTHON = sys.executable
+
+
+def python_of(jax: str, tokamax: str | None = None) -> str | bool:
+    """The interpreter path for the Python (jax, tokamax) needs; False (no environment: the session
+    then fails in one line, ``needs_python``) when this machine has none. A version that is not a
+    release number gets nox's own Python: its session then ends on ``version_problem``'s line."""
+    if jax_versions.version_problem(jax) or (tokamax and jax_versions.tokamax_problem(tokamax, jax)):
+        return TOOLS_PYTHON
+    return interpreters.find_python(jax_versions.python_for(jax, tokamax)) or False
+
+
+def needs_python(session: nox.Session, jax: str, tokamax: str | None = None) -> None:
+    """End a session whose Python is missing, in one line naming it and how to get it."""
+    if session.python is False:
+        what = f"jax {jax}" + (f" with tokamax {tokamax}" if tokamax else "")
+        session.error(interpreters.missing_python(jax_versions.python_for(jax, tokamax), what))
+
+
 CONFORMANCE_PAIRS = jax_versions.session_pairs(sys.argv[1:], os.environ)  # (jax, tokamax or None)
 BENCH_VERSIONS = bench_versions(sys.argv[1:], os.environ)
 KERNELS_VERSIONS = jax_versions.session_versions(sys.argv[1:], os.environ, session="kernels")
@@ -61,6 +99,7 @@ def install_project(
     )
     if problem:
         session.error(problem)
+    needs_python(session, jax_version, tokamax)
     requirements = [r for r in PYPROJECT["project"]["dependencies"] if not r.startswith("jax")]
     for group in groups:
         requirements += nox.project.dependency_groups(PYPROJECT, group)
@@ -92,7 +131,7 @@ def _relative(path: Path) -> str:
         return path.name
 
 
-@nox.session(python="3.11")
+@nox.session(python=TOOLS_PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff: the lint rules and the formatter, both configured in pyproject.toml."""
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
@@ -100,7 +139,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(python="3.11")
+@nox.session(python=python_of(NEWEST_JAX, jax_versions.tokamax_for(NEWEST_JAX)))
 def tests(session: nox.Session) -> None:
     """The project's own tests: reference, adapters, checks, mutants, reports."""
     install_project(session)
@@ -111,25 +150,27 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *(session.posargs or ("-m", "not slow", "-n", "2", "--dist", "loadfile")))
 
 
-@nox.session(python="3.11")
-@nox.parametrize("jax", KERNELS_VERSIONS)
+@nox.session
+@nox.parametrize(["python", "jax"], [nox.param(python_of(v), v, id=f"jax='{v}'") for v in KERNELS_VERSIONS])
 def kernels(session: nox.Session, jax: str) -> None:
     """The adapters' own tests at one JAX version: availability and unavailability (why) per subject."""
     install_project(session, jax)
     session.run("pytest", "tests/kernels", *session.posargs)
 
 
-@nox.session(python="3.11", venv_backend="virtualenv")
+@nox.session(python=python_of(TORCH_JAX), venv_backend="virtualenv")
 def torch(session: nox.Session) -> None:
-    """The adapters' tests with the optional PyTorch subject (CPU build). pip, not uv: pip honours the
-    machine's pip configuration (find-links, constraints), which is where a local CPU wheel lives."""
-    install_project(session, groups=("test", "torch"))
+    """The adapters' tests with the optional PyTorch subject (CPU build), at the newest JAX of Python
+    3.11. pip, not uv: pip honours the machine's pip configuration (find-links, constraints), which is
+    where a local CPU wheel lives."""
+    install_project(session, TORCH_JAX, groups=("test", "torch"))
     session.run("pytest", "tests/kernels", *session.posargs)
 
 
-@nox.session(python="3.11")
+@nox.session
 @nox.parametrize(
-    ["jax", "tokamax"], [nox.param(j, t, id=jax_versions.session_id(j, t)) for j, t in CONFORMANCE_PAIRS]
+    ["python", "jax", "tokamax"],
+    [nox.param(python_of(j, t), j, t, id=jax_versions.session_id(j, t)) for j, t in CONFORMANCE_PAIRS],
 )
 def conformance(session: nox.Session, jax: str, tokamax: str | None) -> None:
     """The conformance suite at one JAX version -> reports/jax-<version>/ (results.jsonl, summary.json,
@@ -154,8 +195,8 @@ def conformance(session: nox.Session, jax: str, tokamax: str | None) -> None:
     )  # -n 1, --max-worker-restart, --timeout unless given
 
 
-@nox.session(python="3.11")
-@nox.parametrize("jax", BENCH_VERSIONS)
+@nox.session
+@nox.parametrize(["python", "jax"], [nox.param(python_of(v), v, id=f"jax='{v}'") for v in BENCH_VERSIONS])
 def bench(session: nox.Session, jax: str) -> None:
     """Subject benchmarks at one JAX version -> reports/jax-<version>/benchmarks.json (pytest-benchmark
     JSON; the gate reads it). Interpreted kernels get the short `interpret` shape list (benchmarks/)."""
@@ -174,7 +215,7 @@ def bench(session: nox.Session, jax: str) -> None:
     )
 
 
-@nox.session(python="3.11")
+@nox.session(python=python_of(NEWEST_JAX, jax_versions.tokamax_for(NEWEST_JAX)))
 def perf(session: nox.Session) -> None:
     """The suite's own speed: cold and warm `--impl all` ci runs, the time split (subject,
     reference, baseline, harness) and the reference's GFLOP/s ratio, as a table. 10-20 minutes.
@@ -184,14 +225,14 @@ def perf(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.suite_speed", "--out", str(out), *session.posargs)
 
 
-@nox.session(python="3.11")
+@nox.session(python=TOOLS_PYTHON)
 def matrix(session: nox.Session) -> None:
     """One report over every reports/jax-*/ present: subject x version, ratio drift -> reports/matrix/."""
     session.install(*[r for r in PYPROJECT["project"]["dependencies"] if r.startswith("matplotlib")])
     session.run("python", "-m", "reports", "matrix", "reports", *session.posargs)
 
 
-@nox.session(python="3.11")
+@nox.session(python=TOOLS_PYTHON)
 def gate(session: nox.Session) -> None:
     """Upgrade verdict: `nox -s gate -- BASE CANDIDATE [--ratio-drift 0.5 ...]` (stdlib only, no installs)."""
     if len([a for a in session.posargs if not a.startswith("-")]) < 2:
@@ -199,7 +240,7 @@ def gate(session: nox.Session) -> None:
     session.run("python", "-m", "reports", "gate", *session.posargs)
 
 
-@nox.session(python="3.11")
+@nox.session(python=TOOLS_PYTHON)
 def merge(session: nox.Session) -> None:
     """One folder from the shards of a `--shard K/N` run: `nox -s merge -- OUT IN1 IN2 ...` (stdlib only,
     no installs); it renders, gates and joins the matrix like an unsharded run's folder."""
@@ -208,7 +249,7 @@ def merge(session: nox.Session) -> None:
     session.run("python", "-m", "reports", "merge", "--no-plots", *session.posargs)
 
 
-@nox.session(python="3.11")
+@nox.session(python=TOOLS_PYTHON)
 def bisect(session: nox.Session) -> None:
     """First JAX release where one check of one case starts (or stops) failing:
     `nox -s bisect -- --impl SUBJECT --case CASE_ID [--check forward] --good X --bad Y

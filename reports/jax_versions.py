@@ -26,61 +26,25 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from versions import table
+
 if TYPE_CHECKING:
     from packaging.version import Version
 
-# Every version the matrix runs, oldest first; the last one is what a bare
-# `nox -s conformance` (and `nox -s tests`) installs: the newest release at the
-# time of writing.
-MATRIX: tuple[str, ...] = ("0.4.35", "0.4.38", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
-NEWEST = MATRIX[-1]
+# The matrix, the pins and the tokamax releases are rows of versions/table.py (THE table); the
+# names below are that table's, kept for the modules and tests that read them.
+MATRIX: tuple[str, ...] = table.JAX.matrix
+NEWEST = table.JAX.newest
 SESSION = "conformance"
-
-# THE table of pins that JAX versions need beyond pyproject.toml. Rows are
-# (first jax version, last jax version, requirements, why); the first row whose
-# range holds the version applies. `jaxlib` is never pinned here: every jax
-# release requires `jaxlib<=its own version`, so the resolver picks the right one
-# even for 0.4.37 and 0.5.2, which have no jaxlib of the same number.
-PINS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
-    (
-        "0.4.31",
-        "999",
-        ("numpy>=1.26,<3", "ml_dtypes>=0.4", "scipy>=1.10"),
-        "checked here: 0.4.35 to 0.10.2 import and run Pallas with numpy 2.4, ml_dtypes 0.7, scipy 1.17",
-    ),
-    (
-        "0.4.0",
-        "0.4.30",
-        ("numpy>=1.24,<2", "ml_dtypes>=0.2,<0.5", "scipy>=1.10,<1.15"),
-        "jaxlib before 0.4.31 is built against NumPy 1.x (jax <= 0.4.23 breaks on numpy 2)",
-    ),
+PINS: tuple[tuple[str, str, tuple[str, ...], str], ...] = tuple(
+    (p.first, p.last, p.requirements, p.why) for p in table.JAX.pins
 )
-# Pallas imports absl on several versions without declaring it.
-ALWAYS: tuple[str, ...] = ("absl-py>=1",)
-
-# THE tokamax table: every release the package index offers, newest first, with the oldest JAX
-# it requires (its package metadata; none has an upper bound on jax) and what else it pulls in.
-# An upgrade of jax and tokamax is one decision: `conformance(jax='X', tokamax='Y')` is refused in
-# one line when Y needs a newer X (`tokamax_problem`).
-TOKAMAX_RELEASES: tuple[tuple[str, str, str], ...] = (
-    ("0.0.12", "0.9.2", ""),
-    ("0.0.11", "0.9.1", "TPU backward in its own module, with layout and scheduler fields"),
-    ("0.0.10", "0.8.2", "Mosaic TPU attention registered; tensorflow dropped"),
-    ("0.0.9", "0.8.2", "pulls tensorflow; module renames (pallas_triton.py)"),
-    ("0.0.8", "0.8.1", "pulls tensorflow"),
-    ("0.0.7", "0.8.1", "pulls tensorflow; qwix QArray"),
-    ("0.0.6", "0.8.0", "pulls tensorflow and qwix"),
-    ("0.0.5", "0.8.0", "pulls tensorflow and qwix"),
-    ("0.0.4", "0.8.0", "pulls tensorflow"),
-    ("0.0.3", "0.8.0", "pulls tensorflow"),
-    ("0.0.2", "0.7.2", "pulls tensorflow, jax-triton and the cuda12/tpu extras"),
-    ("0.0.1", "0.7.2", "pulls tensorflow, torch_xla, jax-triton and the cuda12/tpu extras"),
+ALWAYS: tuple[str, ...] = table.JAX.always
+# Newest first, as (release, oldest jax, note).
+TOKAMAX_RELEASES: tuple[tuple[str, str, str], ...] = tuple(
+    (r.version, dict(r.needs)["jax"], r.note) for r in reversed(table.TOKAMAX.releases)
 )
-# The releases the suite covers (kernels/tokamax.py reads 0.0.10 on: Mosaic TPU attention), oldest
-# first: the tokamax matrix, the default sweep and the default install. Older ones run when named
-# (`conformance(jax='0.8.3', tokamax='0.0.9')`). The newest is the pyproject.toml `tokamax` group's
-# pin (a test holds them equal).
-TOKAMAX_MATRIX: tuple[str, ...] = ("0.0.10", "0.0.11", "0.0.12")
+TOKAMAX_MATRIX: tuple[str, ...] = table.TOKAMAX.matrix
 TOKAMAX_NEEDS_JAX: tuple[tuple[str, str], ...] = tuple(
     (release, needs) for release, needs, _ in TOKAMAX_RELEASES if release in TOKAMAX_MATRIX
 )  # newest first, as TOKAMAX_RELEASES
@@ -163,7 +127,7 @@ def version_problem(version: str) -> str | None:
         )
     if pins_for(version) is None:
         return (
-            f"jax {version} is older than any row of the pins table in reports/jax_versions.py; "
+            f"jax {version} is older than any row of the jax pins in versions/table.py; "
             f"use {MATRIX[0]} or newer, or add a row with the pins it needs"
         )
     return None
@@ -187,10 +151,28 @@ def requirements_for(version: str) -> tuple[str, ...]:
 
 
 def tokamax_for(jax_version: str) -> str | None:
-    """The newest tokamax release (``TOKAMAX_NEEDS_JAX``) that installs with ``jax_version``, or
-    None when every one needs a newer JAX: the tokamax subjects are then unavailable (they say so)."""
+    """The newest tokamax release of the matrix that installs with ``jax_version`` under that JAX's own
+    Python (``python_for``): jax 0.10.2 (Python 3.11) gets 0.0.12, not 0.0.15, which would move the
+    whole run to Python 3.12. None when every one needs a newer JAX: the tokamax subjects are then
+    unavailable (they say so)."""
     jax = version_key(jax_version)
-    return next((t for t, needs in TOKAMAX_NEEDS_JAX if jax >= version_key(needs)), None)
+    python = table.JAX.python_for(jax_version)
+    return next(
+        (
+            t
+            for t, needs in TOKAMAX_NEEDS_JAX
+            if jax >= version_key(needs)
+            and table.release_number(table.TOKAMAX.python_for(t)) <= table.release_number(python)
+        ),
+        None,
+    )
+
+
+def python_for(jax: str, tokamax: str | None = None) -> str:
+    """The Python a run of (jax, tokamax) needs: the newest that either release needs (the table's
+    ``pythons`` rows: jax 0.11.0 and tokamax 0.0.13 on need 3.12)."""
+    needed = [table.JAX.python_for(jax), *([table.TOKAMAX.python_for(tokamax)] if tokamax else [])]
+    return max(needed, key=table.release_number)
 
 
 def tokamax_requirements(jax_version: str) -> tuple[str, ...]:
@@ -227,15 +209,26 @@ def session_pairs(
     return tuple(dict.fromkeys([*plain, *named]))
 
 
+def run_key(jax: str, tokamax: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The ordered ``(library, version)`` tuple a run is keyed by: jax, then each companion installed."""
+    return tuple((name, v) for name, v in (("jax", jax), ("tokamax", tokamax)) if v is not None)
+
+
 def session_id(jax: str, tokamax: str | None) -> str:
     """nox's id of one parameter pair: ``jax='X'`` (as nox names a one-parameter session, so the
     environment folders and every documented command keep their names) or ``jax='X', tokamax='Y'``."""
-    return f"jax='{jax}'" if tokamax is None else f"jax='{jax}', tokamax='{tokamax}'"
+    return ", ".join(f"{name}='{v}'" for name, v in run_key(jax, tokamax))
+
+
+def folder_name(key: tuple[tuple[str, str], ...]) -> str:
+    """``jax-X`` or ``jax-X-tokamax-Y``: each library's folder token and version, in table order."""
+    tokens = {library.name: library.folder_token for library in table.LIBRARIES}
+    return "-".join(f"{tokens[name]}-{v}" for name, v in key)
 
 
 def report_folder(jax: str, tokamax: str | None) -> str:
     """``reports/jax-X`` or, with a tokamax release named, ``reports/jax-X-tokamax-Y``."""
-    return f"reports/jax-{jax}" if tokamax is None else f"reports/jax-{jax}-tokamax-{tokamax}"
+    return f"reports/{folder_name(run_key(jax, tokamax))}"
 
 
 def tokamax_needs(tokamax: str) -> str | None:
@@ -248,7 +241,7 @@ def tokamax_problem(tokamax: str, jax: str) -> str | None:
     needs = tokamax_needs(tokamax)
     if needs is None:
         return (
-            f"tokamax {tokamax!r} is not a release in reports/jax_versions.py TOKAMAX_RELEASES; name one of "
+            f"tokamax {tokamax!r} is not a release in versions/table.py; name one of "
             f"{', '.join(r for r, _, _ in TOKAMAX_RELEASES)} (the suite covers {', '.join(TOKAMAX_MATRIX)})"
         )
     if _VERSION.match(jax) and version_key(jax) < version_key(needs):
@@ -277,5 +270,5 @@ def install_failure(version: str, installer_output: str) -> str:
         )
     return (
         f"jax {version} cannot be installed: {cause} Fix: adjust that version's row in "
-        "reports/jax_versions.py PINS, or pick another version; rerun with -v for the installer's output"
+        "versions/table.py's jax pins, or pick another version; rerun with -v for the installer's output"
     )

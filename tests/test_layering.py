@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first; a module may import its own layer and any layer before it. A module
 # belongs to the longest prefix listed here. Kept in step with docs/architecture.md.
 LAYERS: tuple[str, ...] = (
+    "versions",
     "reference",
     "kernels",
     "conformance.suite",
@@ -38,6 +39,7 @@ LAYERS: tuple[str, ...] = (
     "scripts",
 )
 SOURCES: tuple[str, ...] = (
+    "versions",
     "reference",
     "kernels",
     "reports",

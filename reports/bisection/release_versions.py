@@ -13,7 +13,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from reports import jax_versions
+from versions import table
 
+NEWEST_PYTHON = max(
+    (python for library in table.LIBRARIES for _, python in library.pythons), key=table.release_number
+)
 _AVAILABLE = re.compile(r"^\s*Available versions:\s*(?P<versions>.*)$", re.MULTILINE)
 _RELEASE = re.compile(r"^\d+(\.\d+){1,3}$")  # final releases only: no rc, dev or post
 
@@ -54,8 +58,10 @@ def parse_offline(text: str) -> list[str]:
 def index_versions(
     package: str = "jax", run: Callable[..., subprocess.CompletedProcess] = subprocess.run
 ) -> list[str]:
-    """The package's final releases on the configured index, oldest first (``pip index versions``)."""
-    command = [sys.executable, "-m", "pip", "index", "versions", package]
+    """The package's final releases on the configured index, oldest first (``pip index versions``),
+    as the newest Python of the version table sees them: pip lists only the releases the given
+    Python installs, and jax 0.11 or tokamax 0.0.13 on need 3.12, whatever runs the bisection."""
+    command = [sys.executable, "-m", "pip", "index", "versions", package, "--python-version", NEWEST_PYTHON]
     try:
         done = run(command, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:

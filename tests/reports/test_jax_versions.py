@@ -12,14 +12,14 @@ import pytest
 
 from reports import jax_versions as jv
 
-REQUIRED = ("0.4.35", "0.4.38", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
+REQUIRED = ("0.4.35", "0.4.38", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2", "0.11.2", "0.12.0.1")
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_matrix_holds_the_required_versions_in_release_order():
     assert set(REQUIRED) <= set(jv.MATRIX)
     assert list(jv.MATRIX) == jv.sort_versions(list(jv.MATRIX))
-    assert jv.NEWEST == jv.MATRIX[-1] == "0.10.2"
+    assert jv.NEWEST == jv.MATRIX[-1] == "0.12.0.1"
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ def test_version_problems_name_the_fix():
     assert jv.version_problem("0.4.38") is None
     assert jv.version_problem("0.4.30") is None  # older, with its own pins
     latest = jv.version_problem("latest")
-    assert "'latest' is not a release number" in latest and "conformance(jax='0.10.2')" in latest
+    assert "'latest' is not a release number" in latest and f"conformance(jax='{jv.NEWEST}')" in latest
     assert "older than any row" in jv.version_problem("0.3.25")
     assert all("\n" not in (jv.version_problem(v) or "") for v in ("latest", "0.3.25", "1.x"))
 
@@ -232,6 +232,9 @@ def test_the_gate_imports_without_site_packages():
 def test_tokamax_table_gives_the_newest_release_each_jax_takes_and_its_newest_is_the_pyproject_pin():
     import tomllib
 
+    assert jv.tokamax_for("0.12.0.1") == "0.0.17"
+    assert jv.tokamax_for("0.11.0") == "0.0.16"  # 0.0.17 needs jax >= 0.11.1
+    # 0.0.15 installs with jax 0.10.2 but needs Python 3.12: 0.10.2's run stays on 3.11 with 0.0.12
     assert jv.tokamax_for("0.10.2") == "0.0.12"
     assert jv.tokamax_for("0.9.1") == "0.0.11"
     assert jv.tokamax_for("0.8.3") == "0.0.10"
@@ -252,7 +255,8 @@ def test_a_tokamax_release_is_a_second_parameter_of_conformance_only_where_named
     assert jv.report_folder("0.9.2", "0.0.11") == "reports/jax-0.9.2-tokamax-0.0.11"
     assert jv.tokamax_problem("0.0.11", "0.9.2") is None
     assert "needs jax >= 0.9.1" in jv.tokamax_problem("0.0.11", "0.8.3")
-    assert "not a release in reports/jax_versions.py" in jv.tokamax_problem("0.0.13", "0.10.2")
+    assert "not a release in versions/table.py" in jv.tokamax_problem("0.0.99", "0.10.2")
+    assert "needs jax >= 0.11.0, not 0.10.2" in jv.tokamax_problem("0.0.13", "0.10.2")
     assert jv.tokamax_problem("0.0.3", "0.10.2") is None  # older than the matrix: runs when named
 
 
@@ -273,14 +277,16 @@ def test_a_pair_that_breaks_the_tokamax_table_is_refused_in_one_line_naming_the_
     assert fixed == (needs, tokamax) and jv.tokamax_problem(*reversed(fixed)) is None
 
 
-def test_the_tokamax_table_covers_every_release_and_the_matrix_is_its_newest_three():
+def test_the_tokamax_table_covers_every_release_and_the_matrix_is_every_one_from_0_0_10():
     releases = [r for r, _, _ in jv.TOKAMAX_RELEASES]
-    assert releases == [f"0.0.{n}" for n in range(12, 0, -1)]  # every release the index offers
-    assert jv.TOKAMAX_MATRIX == ("0.0.10", "0.0.11", "0.0.12")
+    assert releases == [f"0.0.{n}" for n in range(17, 0, -1)]  # every release the index offers
+    assert jv.TOKAMAX_MATRIX == tuple(f"0.0.{n}" for n in range(10, 18))
     assert [r for r, _ in jv.TOKAMAX_NEEDS_JAX] == list(reversed(jv.TOKAMAX_MATRIX))
-    # a newer release never needs an older jax than the one before it
-    needs = [jv.parse_version(n) for _, n, _ in jv.TOKAMAX_RELEASES]
+    # a newer release never needs an older jax than the one before it, but for 0.0.15 (its metadata
+    # asks for jax >= 0.10.2 between two releases that ask for 0.11.0)
+    needs = [jv.parse_version(n) for r, n, _ in jv.TOKAMAX_RELEASES if r != "0.0.15"]
     assert needs == sorted(needs, reverse=True)
+    assert jv.tokamax_needs("0.0.15") == "0.10.2"
     # every release before 0.0.10 pulls tensorflow (named in its row, so a reader knows the cost)
     assert all("tensorflow" in note for r, _, note in jv.TOKAMAX_RELEASES if r not in jv.TOKAMAX_MATRIX)
     assert jv.tokamax_problem("0.0.9", "0.8.1") is not None and jv.tokamax_problem("0.0.9", "0.8.2") is None
