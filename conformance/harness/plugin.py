@@ -51,6 +51,7 @@ from reports.records.results_file import (
     read_results,
 )
 from reports.run_report.grid import not_checked_reasons, nothing_checked
+from versions import table
 
 PLUGIN_NAME = "conformance-suite"
 DISK_FULL_MARGIN_BYTES = 1 << 20  # summary.json, report.md and its plots on top of the records
@@ -204,7 +205,11 @@ class ConformancePlugin:
         self.resume: bool = config.getoption("resume")
         self.shrink = not config.getoption("no_shrink")
         self.jax_version = _installed_jax()
-        self.tokamax_version = _installed("tokamax")  # a ledger entry's tokamax range holds only with one
+        # Every library of the version table, None where not installed: a ledger entry's tokamax range
+        # holds only with one.
+        self.versions = {table.PRIMARY.name: self.jax_version} | {
+            library.name: _installed(library.distribution) for library in table.COMPANIONS
+        }
         self.strict_known: bool = config.getoption("strict_known")
         self.shard = _shard_option(config.getoption("shard"))
         if self.shard is not None and not self.resume:
@@ -284,7 +289,7 @@ class ConformancePlugin:
 
     def classify_known(self, result: CaseResult) -> CaseResult:
         """A failure the ledger explains becomes ``known`` (its record otherwise unchanged)."""
-        return self.ledger.apply(result, self.jax_version, self.tokamax_version)
+        return self.ledger.apply(result, self.versions)
 
     @property
     def runner(self) -> Runner:
@@ -530,10 +535,9 @@ class ConformancePlugin:
         statuses = known_issues.ledger_status(
             self.ledger,
             results,
-            self.jax_version,
+            self.versions,
             [s.name for s in self.subjects],
             narrowed=self._narrowed(),
-            tokamax_version=self.tokamax_version,
         )
         for status in statuses:  # summaries get pasted into reviews: no absolute paths
             status["source"] = _display(Path(status["source"]), self.config.rootpath)

@@ -21,7 +21,7 @@ import dataclasses
 import fnmatch
 import re
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +29,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from reports.records.results_file import CaseResult
+from versions import table
+
+# A run's libraries: {"jax": "0.12.0.1", "tokamax": "0.0.17"}; None (or absent) where not installed.
+Versions = Mapping[str, str | None]
+# One range key per library of the version table (versions/table.py): a new library axis is a key.
+RANGE_KEYS: tuple[str, ...] = tuple(library.name for library in table.LIBRARIES)
 
 BUILTIN_LEDGER = Path(__file__).resolve().parents[2] / "kernels" / "known_issues.toml"
 FAILING = ("fail", "error")
@@ -41,8 +47,7 @@ _KEYS = {
     "features",
     "input_kind",
     "dtype",
-    "jax",
-    "tokamax",
+    *RANGE_KEYS,
     "reason",
     "execution",
     "bisection",
@@ -64,10 +69,10 @@ class KnownIssue:
 
     cases: case-id globs (``fnmatch``), any of which may match; empty matches every case.
     features: grid features (``CaseResult.features``) that must all be present.
-    jax: a PEP 440 specifier of the JAX versions where it reproduces; empty = any.
-    tokamax: a PEP 440 specifier of the tokamax releases where it reproduces; empty = any (tokamax
-    installed or not). An entry applies only where both ranges hold: a tokamax range never holds on
-    a run without tokamax.
+    ranges: per library of the version table (``jax``, ``tokamax``: the TOML keys), a PEP 440
+    specifier of its releases where the defect reproduces; a library not named (or empty) = any,
+    installed or not. An entry applies only where every range holds: a tokamax range never holds
+    on a run without tokamax.
     reason: a regular expression the failure's reason must contain (e.g. the compiler's error), so
     an entry for one error never explains another on the same cases.
     execution: "native" or "interpret" (``Availability.execution``): a defect of the compiled
@@ -84,8 +89,7 @@ class KnownIssue:
     features: tuple[str, ...] = ()
     input_kind: str | None = None
     dtype: str | None = None
-    jax: str = ""
-    tokamax: str = ""
+    ranges: tuple[tuple[str, str], ...] = ()
     reason: str | None = None
     execution: str | None = None
     # The release sweep behind ``jax`` (reports/ledger/release_sweep.py): span, reproduces, clean; or
@@ -121,10 +125,22 @@ class KnownIssue:
             and (self.reason is None or re.search(self.reason, result.reason) is not None)
         )
 
-    def in_range(self, jax_version: str | None, tokamax_version: str | None = None) -> bool:
-        """Whether this run's libraries lie inside the entry's ranges: its jax range and its tokamax
-        range both (an empty range holds for any version, and for none installed)."""
-        return _holds(self.jax, jax_version) and _holds(self.tokamax, tokamax_version)
+    def range_of(self, library: str) -> str:
+        """The entry's specifier for one library; ``""`` (any) when it names none."""
+        return dict(self.ranges).get(library, "")
+
+    @property
+    def jax(self) -> str:
+        return self.range_of("jax")
+
+    @property
+    def tokamax(self) -> str:
+        return self.range_of("tokamax")
+
+    def in_range(self, versions: Versions) -> bool:
+        """Whether this run's libraries (``{"jax": "0.10.2", "tokamax": None}``) lie inside every range
+        of the entry (an empty range holds for any version, and for none installed)."""
+        return all(_holds(spec, versions.get(library)) for library, spec in self.ranges)
 
     def as_record(self) -> dict[str, str]:
         """What a ``known`` record carries (``CaseResult.known_issue``)."""
@@ -136,21 +152,15 @@ class Ledger:
     issues: tuple[KnownIssue, ...] = ()
     files: tuple[str, ...] = ()
 
-    def match(
-        self, result: CaseResult, jax_version: str | None, tokamax_version: str | None = None
-    ) -> KnownIssue | None:
-        """The first in-range entry (jax and tokamax) that explains this failing result, else None."""
+    def match(self, result: CaseResult, versions: Versions) -> KnownIssue | None:
+        """The first entry in range of this run's libraries that explains this failing result, else None."""
         if result.verdict not in FAILING:
             return None
-        return next(
-            (i for i in self.issues if i.in_range(jax_version, tokamax_version) and i.explains(result)), None
-        )
+        return next((i for i in self.issues if i.in_range(versions) and i.explains(result)), None)
 
-    def apply(
-        self, result: CaseResult, jax_version: str | None, tokamax_version: str | None = None
-    ) -> CaseResult:
+    def apply(self, result: CaseResult, versions: Versions) -> CaseResult:
         """The record with verdict ``known`` when an entry explains it; otherwise unchanged."""
-        issue = self.match(result, jax_version, tokamax_version)
+        issue = self.match(result, versions)
         if issue is None:
             return result
         return dataclasses.replace(result, verdict="known", known_issue=issue.as_record())
@@ -214,8 +224,8 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         )
     if raw.get("execution", "native") not in EXECUTIONS:
         raise LedgerError(f"{where}: execution = {raw['execution']!r}; write one of {', '.join(EXECUTIONS)}")
-    for key in ("id", "subject", "link", "summary", "jax", "tokamax", "dtype", "input_kind", "reason"):
-        if key in raw and not (isinstance(raw[key], str) and (raw[key].strip() or key in ("jax", "tokamax"))):
+    for key in ("id", "subject", "link", "summary", *RANGE_KEYS, "dtype", "input_kind", "reason"):
+        if key in raw and not (isinstance(raw[key], str) and (raw[key].strip() or key in RANGE_KEYS)):
             raise LedgerError(f"{where}: {key} must be a non-empty string")
     for key in ("checks", "cases", "features"):
         if key in raw and not (isinstance(raw[key], list) and all(isinstance(v, str) for v in raw[key])):
@@ -230,11 +240,12 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
     bad = sorted(set(raw["checks"]) - checks)
     if bad or not raw["checks"]:
         raise LedgerError(f"{where}: unknown check(s) {bad or '(none given)'}; checks are {sorted(checks)}")
-    jax, tokamax = raw.get("jax", "").strip(), raw.get("tokamax", "").strip()
-    for key, value, example in (("jax", jax, ">=0.4.35,<0.6.2"), ("tokamax", tokamax, ">=0.0.10,<0.0.12")):
+    ranges = tuple((key, raw[key].strip()) for key in RANGE_KEYS if raw.get(key, "").strip())
+    for key, value in ranges:
         try:
             SpecifierSet(value)
         except InvalidSpecifier:
+            example = f">={table.library(key).matrix[0]},<{table.library(key).newest}"
             raise LedgerError(
                 f'{where}: {key} = {value!r} is not a PEP 440 specifier; write e.g. "{example}"'
             ) from None
@@ -254,8 +265,7 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         features=tuple(raw.get("features", ())),
         input_kind=raw.get("input_kind"),
         dtype=raw.get("dtype"),
-        jax=jax,
-        tokamax=tokamax,
+        ranges=ranges,
         reason=raw.get("reason"),
         execution=raw.get("execution"),
         bisection=raw.get("bisection"),
@@ -266,11 +276,10 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
 def ledger_status(
     ledger: Ledger,
     results: Iterable[CaseResult],
-    jax_version: str | None,
+    versions: Versions,
     subjects_run: Iterable[str],
     *,
     narrowed: bool = False,
-    tokamax_version: str | None = None,
 ) -> list[dict[str, Any]]:
     """Per entry, what this run saw (written to summary.json, read by report, matrix and gate):
 
@@ -281,8 +290,8 @@ def ledger_status(
       the plan no longer holds);
     * ``not run here``: its subject did not run, or every check it selects was unsupported, or
       the run was ``narrowed`` (``-k``, ``-m``, ``--deselect``) so its checks may just be left out;
-    * ``out of range``: this JAX (or tokamax: ``tokamax_version``, None when it is not installed) is
-      outside its specifier; ``failing_outside_range`` counts the
+    * ``out of range``: one of this run's ``versions`` (None: not installed) is outside the entry's
+      range for that library; ``failing_outside_range`` counts the
       failures its selector would have explained, so a wrong range shows.
     """
     results = list(results)
@@ -304,14 +313,13 @@ def ledger_status(
             "id": issue.id,
             "subject": issue.subject,
             "checks": list(issue.checks),
-            "jax": issue.jax,
-            "tokamax": issue.tokamax,
+            **{library: issue.range_of(library) for library in RANGE_KEYS},
             "link": issue.link,
             "summary": issue.summary,
             "source": issue.source,
             "matched": sorted(f"{r.check}[{r.case.case_id}]" for r in failing),
         }
-        if not issue.in_range(jax_version, tokamax_version):
+        if not issue.in_range(versions):
             status: Status = "out of range"
             entry["matched"] = []
             # Failures another (in-range) entry explains are no evidence against this one's range.

@@ -32,6 +32,7 @@ from conformance.suite.launch import isolated_args
 from reports import jax_versions
 from reports.bisection.search import Install, Observation
 from reports.records.results_file import ResultsFileError, read_results, write_text_atomic
+from versions import table
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 INSTALL_TIMEOUT_S = 3600
@@ -50,7 +51,7 @@ def env_python(envdir: Path, version: str, tokamax: str | None = None) -> Path:
     return envdir / env_name(version, tokamax) / "bin" / "python"
 
 
-LIBRARIES = ("jax", "tokamax")
+LIBRARIES = tuple(library.name for library in table.LIBRARIES)
 
 
 @dataclasses.dataclass(frozen=True)

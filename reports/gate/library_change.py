@@ -10,21 +10,32 @@ from __future__ import annotations
 import dataclasses
 
 from reports.records.run_folder import Run
+from versions import table
 
-LIBRARIES = ("jax", "tokamax")
+LIBRARIES = tuple(library.name for library in table.LIBRARIES)
 
 
 @dataclasses.dataclass(frozen=True)
 class LibraryChange:
-    """The versions of each library on both sides, ``(base, candidate)``; None: not installed."""
+    """Each library of the version table, ``(base, candidate)``; None: not installed."""
 
-    jax: tuple[str, str]
-    tokamax: tuple[str | None, str | None]
+    versions: tuple[tuple[str, tuple[str | None, str | None]], ...]
+
+    def of(self, name: str) -> tuple[str | None, str | None]:
+        return dict(self.versions)[name]
+
+    @property
+    def jax(self) -> tuple[str | None, str | None]:
+        return self.of("jax")
+
+    @property
+    def tokamax(self) -> tuple[str | None, str | None]:
+        return self.of("tokamax")
 
     @property
     def changed(self) -> tuple[str, ...]:
-        """The libraries whose version differs, in ``LIBRARIES`` order: ``()`` when neither does."""
-        return tuple(name for name in LIBRARIES if len(set(getattr(self, name))) == 2)
+        """The libraries whose version differs, in table order: ``()`` when none does."""
+        return tuple(name for name, pair in self.versions if len(set(pair)) == 2)
 
     def words(self) -> str:
         """``jax changed``, ``tokamax changed``, ``jax and tokamax changed`` or ``no library changed``."""
@@ -33,11 +44,11 @@ class LibraryChange:
         return f"{' and '.join(self.changed)} changed"
 
     def line(self) -> str:
-        """Both libraries, base to candidate, for the gate's Markdown:
-        ``jax 0.9.2 → 0.10.2 · tokamax 0.0.11 → 0.0.12 (jax and tokamax changed)``."""
+        """Every library, base to candidate, for the gate's Markdown:
+        ``jax 0.10.2 → 0.12.0.1 · tokamax 0.0.12 → 0.0.17 (jax and tokamax changed)``."""
         parts = []
-        for name in LIBRARIES:
-            base, candidate = (_word(v) for v in getattr(self, name))
+        for name, pair in self.versions:
+            base, candidate = (_word(v) for v in pair)
             parts.append(
                 f"{name} {base} → {candidate}" if base != candidate else f"{name} {base} (unchanged)"
             )
@@ -50,7 +61,5 @@ def _word(version: str | None) -> str:
 
 def library_change(base: Run, candidate: Run) -> LibraryChange:
     """What moved between the two runs' recorded library versions."""
-    return LibraryChange(
-        jax=(base.jax_version, candidate.jax_version),
-        tokamax=(base.tokamax_version, candidate.tokamax_version),
-    )
+    before, after = base.library_versions, candidate.library_versions
+    return LibraryChange(tuple((name, (before[name], after[name])) for name in LIBRARIES))

@@ -19,9 +19,10 @@ import tomllib
 from collections.abc import Iterable
 
 from reports import jax_versions
+from versions import table
 
 _HEADER = re.compile(r"^\s*\[\[?[^\]]+\]\]?\s*(#.*)?$")
-RANGE_KEYS = ("jax", "tokamax")  # the libraries an entry has a version range of
+RANGE_KEYS = tuple(library.name for library in table.LIBRARIES)  # an entry's range keys: one per library
 _CLAUSE = re.compile(r"^\s*(?P<op>~=|===|==|!=|<=|>=|<|>)\s*(?P<version>\S+)\s*$")
 
 

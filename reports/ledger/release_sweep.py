@@ -28,20 +28,16 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from reports import jax_versions
+from versions import table
 
-# Every final JAX release from the oldest the suite supports to the newest it was swept at
-# (pip's index, 2026-12-04): the span a built-in entry's sweep covers.
-SWEPT_RELEASES: tuple[str, ...] = (
-    "0.4.35", "0.4.36", "0.4.37", "0.4.38", "0.5.0", "0.5.1", "0.5.2", "0.5.3", "0.6.0",
-    "0.6.1", "0.6.2", "0.7.0", "0.7.1", "0.7.2", "0.8.0", "0.8.1", "0.8.2", "0.8.3", "0.9.0",
-    "0.9.0.1", "0.9.1", "0.9.2", "0.10.0", "0.10.1", "0.10.2",
-)  # fmt: skip
-# Every tokamax release, oldest first (reports/jax_versions.py's table): a tokamax sweep's span lies
-# inside it. A range open below starts at the oldest release the suite covers.
-TOKAMAX_SWEPT_RELEASES: tuple[str, ...] = tuple(reversed([r for r, _, _ in jax_versions.TOKAMAX_RELEASES]))
-SWEEPS = {"jax": SWEPT_RELEASES, "tokamax": TOKAMAX_SWEPT_RELEASES}
-OLDEST = {"jax": SWEPT_RELEASES[0], "tokamax": jax_versions.TOKAMAX_MATRIX[0]}
+# Every final release of each library, oldest first (versions/table.py): the span a built-in entry's
+# sweep covers lies inside it. A range open below starts at the oldest release the matrix covers.
+SWEEPS: dict[str, tuple[str, ...]] = {
+    library.name: tuple(r.version for r in library.releases) for library in table.LIBRARIES
+}
+SWEPT_RELEASES: tuple[str, ...] = SWEEPS["jax"]
+TOKAMAX_SWEPT_RELEASES: tuple[str, ...] = SWEEPS["tokamax"]
+OLDEST = {library.name: library.matrix[0] for library in table.LIBRARIES}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,11 +12,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-LIBRARIES = ("jax", "jaxlib", "tokamax", "numpy", "ml_dtypes", "scipy", "hypothesis", "pytest", "torch")
-# The kernel library versioned beside JAX (the library axis: a run is keyed by (jax, tokamax)). The
-# environment block names its version explicitly, None when it is not installed, so a folder says
-# "no tokamax" rather than leaving the reader to infer it from a missing key.
-SECOND_LIBRARY = "tokamax"
+from versions import table
+
+# The companions of the version table (tokamax): a run is keyed by (jax, *companions). The environment
+# block names each one's version explicitly, None when it is not installed, so a folder says "no
+# tokamax" rather than leaving the reader to infer it from a missing key.
+COMPANIONS: tuple[str, ...] = tuple(library.distribution for library in table.COMPANIONS)
+LIBRARIES = ("jax", "jaxlib", *COMPANIONS, "numpy", "ml_dtypes", "scipy", "hypothesis", "pytest", "torch")
 
 
 def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
@@ -71,7 +73,7 @@ def environment_block() -> dict[str, Any]:
         "platform": f"{platform.system()} {platform.machine()}",
         "processor": platform.processor() or platform.machine(),
         "libraries": libraries,
-        SECOND_LIBRARY: libraries.get(SECOND_LIBRARY),
+        **{name: libraries.get(name) for name in COMPANIONS},
         **backend(),
         "git_revision": git_revision(),
     }
@@ -82,7 +84,7 @@ def one_line(env: dict[str, Any]) -> str:
     libs = env.get("libraries", {})
     parts = [f"Python {env.get('python', '?')}"]
     parts += [
-        f"{name} {libs[name]}" for name in ("jax", "jaxlib", "tokamax", "numpy", "torch") if name in libs
+        f"{name} {libs[name]}" for name in ("jax", "jaxlib", *COMPANIONS, "numpy", "torch") if name in libs
     ]
     parts.append(f"{env.get('backend', '?')} ({env.get('device_kind', '?')})")
     parts.append(f"rev {env.get('git_revision', '?')}")

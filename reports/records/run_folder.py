@@ -9,10 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from reports.records.results_file import CaseResult, ResultsFile, read_results, read_summary
+from versions import table
 
-# reports/jax-X (jax alone) or reports/jax-X-tokamax-Y (jax_versions.report_folder): the versions a
-# folder's name gives when its records do not (a run killed before its header was complete).
-_FOLDER_VERSION = re.compile(r"^jax-(?P<version>.+?)(?:-tokamax-(?P<tokamax>[^-]+))?$")
+# reports/jax-X (jax alone) or reports/jax-X-tokamax-Y (jax_versions.folder_name: each library of the
+# version table, its token then its version): the versions a folder's name gives when its records do
+# not (a run killed before its header was complete).
+_FOLDER_VERSION = re.compile(
+    rf"^{table.PRIMARY.folder_token}-(?P<{table.PRIMARY.name}>.+?)"
+    + "".join(rf"(?:-{c.folder_token}-(?P<{c.name}>[^-]+))?" for c in table.COMPANIONS)
+    + "$"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,28 +53,39 @@ class Run:
         if self.results_file.header.get("jax_version"):
             return str(self.results_file.header["jax_version"])
         match = _FOLDER_VERSION.match(self.folder.name)
-        return match.group("version") if match else "unknown"
+        return match.group(table.PRIMARY.name) if match else "unknown"
+
+    def companion_version(self, name: str) -> str | None:
+        """The version of one companion library of the table (tokamax) that ran, None when it was not
+        installed: the environment's explicit key (None included), else its library list, else the
+        folder name (``jax-X-tokamax-Y``). A folder written before it was recorded reads as None
+        unless its name says otherwise."""
+        env = self.environment
+        if name in env:
+            return None if env[name] is None else str(env[name])
+        libraries = env.get("libraries")
+        if isinstance(libraries, dict) and libraries.get(name):
+            return str(libraries[name])
+        match = _FOLDER_VERSION.match(self.folder.name)
+        return match.group(name) if match else None
 
     @property
     def tokamax_version(self) -> str | None:
-        """The tokamax version that ran, None when it was not installed: the environment's explicit
-        ``tokamax`` (None included), else its library list, else a ``jax-X-tokamax-Y`` folder name.
-        A folder written before tokamax was recorded reads as None unless its name says otherwise."""
-        env = self.environment
-        if "tokamax" in env:
-            return None if env["tokamax"] is None else str(env["tokamax"])
-        libraries = env.get("libraries")
-        if isinstance(libraries, dict) and libraries.get("tokamax"):
-            return str(libraries["tokamax"])
-        match = _FOLDER_VERSION.match(self.folder.name)
-        return match.group("tokamax") if match else None
+        return self.companion_version("tokamax")
+
+    @property
+    def library_versions(self) -> dict[str, str | None]:
+        """Every library of the version table: ``{"jax": "0.12.0.1", "tokamax": "0.0.17"}``."""
+        return {table.PRIMARY.name: self.jax_version} | {
+            c.name: self.companion_version(c.name) for c in table.COMPANIONS
+        }
 
     @property
     def versions(self) -> str:
-        """The library pair that ran, as a column is labelled: ``0.10.2 + tokamax 0.0.12``, or
-        ``0.10.2`` without tokamax."""
-        tokamax = self.tokamax_version
-        return self.jax_version if tokamax is None else f"{self.jax_version} + tokamax {tokamax}"
+        """The libraries that ran, as a column is labelled: ``0.10.2 + tokamax 0.0.12``, or ``0.10.2``
+        without a companion."""
+        companions = [f"{n} {v}" for n, v in self.library_versions.items() if n != table.PRIMARY.name and v]
+        return " + ".join([self.jax_version, *companions])
 
     @property
     def label(self) -> str:

@@ -35,6 +35,7 @@ from reports.records.results_file import (
     write_json_atomic,
     write_text_atomic,
 )
+from versions import table
 
 # What makes two folders shards of one run, read from each results header.
 RUN_IDENTITY = (
@@ -42,8 +43,7 @@ RUN_IDENTITY = (
     ("hypothesis_seed", "--hypothesis-seed"),
     ("impl", "--impl"),
     ("subjects", "subjects"),
-    ("jax", "JAX version"),
-    ("tokamax", "tokamax version"),
+    *((library.name, f"{library.name} version") for library in table.LIBRARIES),
     ("git_revision", "suite revision"),
 )
 # A known issue's combined status: the first that any shard reports wins (see _combine_status).
@@ -88,8 +88,10 @@ def _identity(header: dict[str, Any]) -> dict[str, Any]:
         "hypothesis_seed": header.get("hypothesis_seed"),
         "impl": header.get("impl"),
         "subjects": header.get("subjects"),
-        "jax": (env.get("libraries") or {}).get("jax"),
-        "tokamax": (env.get("libraries") or {}).get("tokamax"),
+        **{
+            library.name: (env.get("libraries") or {}).get(library.distribution)
+            for library in table.LIBRARIES
+        },
         "git_revision": env.get("git_revision"),
     }
 

@@ -64,7 +64,9 @@ def test_index_versions_asks_pip_and_reads_its_answer():
         return subprocess.CompletedProcess(command, 0, PIP_OUTPUT, "")
 
     assert index_versions("jax", run=run)[-1] == "0.10.2"
-    assert seen[0][-4:] == ["pip", "index", "versions", "jax"]
+    assert seen[0][-6:-2] == ["pip", "index", "versions", "jax"]
+    # as the newest Python of the version table sees the index: jax 0.11 on is listed from 3.11 too
+    assert seen[0][-2:] == ["--python-version", "3.12"]
 
 
 def test_index_versions_failure_is_one_line():

@@ -74,6 +74,6 @@ def test_a_folder_without_tokamax_reads_as_not_installed(tmp_path, capsys):
 
 
 def test_the_same_pair_changes_no_library():
-    change = LibraryChange(jax=("0.10.2", "0.10.2"), tokamax=(None, None))
+    change = LibraryChange((("jax", ("0.10.2", "0.10.2")), ("tokamax", (None, None))))
     assert change.changed == () and change.words() == "no library changed"
     assert change.line() == "jax 0.10.2 (unchanged) · tokamax not installed (unchanged) (no library changed)"

@@ -34,8 +34,8 @@ def test_the_builtin_ledger_is_valid_for_every_builtin_subject_and_check():
 
 def test_an_entry_matches_only_failures_inside_every_part_of_its_selector(tmp_path):
     ledger = load(tmp_path, GOOD)
-    assert ledger.apply(failing(), "0.8.3").verdict == "known"
-    assert ledger.apply(failing(verdict="error"), "0.4.35").known_issue["id"] == "nan-segments"
+    assert ledger.apply(failing(), {"jax": "0.8.3"}).verdict == "known"
+    assert ledger.apply(failing(verdict="error"), {"jax": "0.4.35"}).known_issue["id"] == "nan-segments"
     outside = [
         (failing(), "0.9.2"),  # version range
         (failing(), None),  # no JAX installed: a ranged entry cannot apply
@@ -48,7 +48,7 @@ def test_an_entry_matches_only_failures_inside_every_part_of_its_selector(tmp_pa
         (failing(verdict="unsupported"), "0.8.3"),
     ]
     for record, version in outside:
-        assert ledger.apply(record, version) is record
+        assert ledger.apply(record, {"jax": version}) is record
 
 
 @pytest.mark.parametrize(
@@ -92,13 +92,13 @@ def test_a_missing_ledger_file_names_the_fix(tmp_path):
 
 def test_statuses_reproduced_fixed_stale_not_run_and_out_of_range(tmp_path):
     ledger = load(tmp_path, GOOD)
-    known = ledger.apply(failing(), "0.8.3")
+    known = ledger.apply(failing(), {"jax": "0.8.3"})
     passing = failing(verdict="pass")
     unrelated = result("tpu_flash", case_id="tpu_flash-float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64")
     xla_only = result("xla", case_id="xla-float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64")
 
     def status(results, version="0.8.3", subjects=("tpu_flash",)):
-        (entry,) = ledger_status(ledger, results, version, subjects)
+        (entry,) = ledger_status(ledger, results, {"jax": version}, subjects)
         return entry
 
     assert status([known, unrelated])["status"] == "reproduced"
@@ -152,13 +152,13 @@ def test_a_reason_pattern_keeps_an_entry_to_its_own_error(tmp_path):
         failing(verdict="error"), reason="UNIMPLEMENTED: DotThunk::Execute: BF16"
     )
     other_error = dataclasses.replace(failing(verdict="error"), reason="ValueError: block sizes")
-    assert ledger.apply(compile_error, "0.8.3").verdict == "known"
-    assert ledger.apply(other_error, "0.8.3") is other_error
+    assert ledger.apply(compile_error, {"jax": "0.8.3"}).verdict == "known"
+    assert ledger.apply(other_error, {"jax": "0.8.3"}) is other_error
     # another error on its check: the entry's own could not have shown (masked), so it is not "fixed"
-    (status,) = ledger_status(ledger, [other_error], "0.8.3", ["tpu_flash"])
+    (status,) = ledger_status(ledger, [other_error], {"jax": "0.8.3"}, ["tpu_flash"])
     assert status["status"] == "not run here" and status["masked"] == 1
     passing = failing(verdict="pass")
-    (status,) = ledger_status(ledger, [other_error, passing], "0.8.3", ["tpu_flash"])
+    (status,) = ledger_status(ledger, [other_error, passing], {"jax": "0.8.3"}, ["tpu_flash"])
     assert status["status"] == "no longer reproduces" and status["passing"] == 1
     with pytest.raises(LedgerError, match="reason is not a regular expression"):
         load(tmp_path, GOOD.replace('dtype = "float32"', 'dtype = "float32"\nreason = "(unclosed"'))
@@ -167,9 +167,9 @@ def test_a_reason_pattern_keeps_an_entry_to_its_own_error(tmp_path):
 def test_a_failure_another_entry_explains_is_no_evidence_against_a_range(tmp_path):
     second = GOOD.replace('id = "nan-segments"', 'id = "older"').replace('">=0.4.35,<0.9"', '"<0.5"')
     ledger = load(tmp_path, GOOD + second)
-    known = ledger.apply(failing(), "0.8.3")
+    known = ledger.apply(failing(), {"jax": "0.8.3"})
     assert known.known_issue["id"] == "nan-segments"
-    statuses = {s["id"]: s for s in ledger_status(ledger, [known], "0.8.3", ["tpu_flash"])}
+    statuses = {s["id"]: s for s in ledger_status(ledger, [known], {"jax": "0.8.3"}, ["tpu_flash"])}
     assert statuses["older"]["status"] == "out of range" and statuses["older"]["failing_outside_range"] == 0
 
 
@@ -183,9 +183,9 @@ def test_an_entry_on_a_kernel_covers_its_interpreter_variants_and_not_other_subj
             record, case=dataclasses.replace(record.case, subject=subject, case_id=case_id)
         )
 
-    assert ledger.apply(as_subject(failing(), variant), "0.8.3").verdict == "known"
-    assert ledger.apply(as_subject(failing(), "tpu_flash_v2"), "0.8.3").verdict == "fail"
-    statuses = ledger_status(ledger, [as_subject(failing(), variant)], "0.8.3", [variant])
+    assert ledger.apply(as_subject(failing(), variant), {"jax": "0.8.3"}).verdict == "known"
+    assert ledger.apply(as_subject(failing(), "tpu_flash_v2"), {"jax": "0.8.3"}).verdict == "fail"
+    statuses = ledger_status(ledger, [as_subject(failing(), variant)], {"jax": "0.8.3"}, [variant])
     assert statuses[0]["status"] == "reproduced"
 
 
@@ -201,10 +201,10 @@ def test_an_entry_on_a_variant_covers_only_that_variant(tmp_path):
             record, case=dataclasses.replace(record.case, subject=subject, case_id=case_id)
         )
 
-    assert ledger.apply(as_subject(failing(), variant), "0.8.3").verdict == "known"
-    assert ledger.apply(failing(), "0.8.3").verdict == "fail"
+    assert ledger.apply(as_subject(failing(), variant), {"jax": "0.8.3"}).verdict == "known"
+    assert ledger.apply(failing(), {"jax": "0.8.3"}).verdict == "fail"
     passing = dataclasses.replace(failing(), verdict="pass")
-    assert ledger_status(ledger, [passing], "0.8.3", ["tpu_flash"])[0]["status"] == "not run here"
+    assert ledger_status(ledger, [passing], {"jax": "0.8.3"}, ["tpu_flash"])[0]["status"] == "not run here"
     with pytest.raises(LedgerError, match=r"unknown subject 'flash\[interpreter=tpu\]'.*NAME\[key=value\]"):
         load(tmp_path, GOOD.replace('subject = "tpu_flash"', 'subject = "flash[interpreter=tpu]"'))
 
@@ -213,9 +213,10 @@ def test_an_entry_is_not_stale_when_the_user_narrowed_the_run(tmp_path):
     # `-k recompile` leaves the entry's checks out: that is not a typo in its selector.
     ledger = load(tmp_path, GOOD)
     other = dataclasses.replace(failing(check="recompile"), verdict="pass")
-    assert ledger_status(ledger, [other], "0.8.3", ["tpu_flash"])[0]["status"] == "stale"
+    assert ledger_status(ledger, [other], {"jax": "0.8.3"}, ["tpu_flash"])[0]["status"] == "stale"
     assert (
-        ledger_status(ledger, [other], "0.8.3", ["tpu_flash"], narrowed=True)[0]["status"] == "not run here"
+        ledger_status(ledger, [other], {"jax": "0.8.3"}, ["tpu_flash"], narrowed=True)[0]["status"]
+        == "not run here"
     )
 
 
@@ -228,12 +229,14 @@ def test_an_entry_for_the_compiled_kernel_explains_native_failures_only(tmp_path
         return dataclasses.replace(record, availability={"available": True, "execution": execution})
 
     native, interpreted = ran(failing(), "native"), ran(failing(), "interpret")
-    assert ledger.apply(native, "0.8.3").verdict == "known"
-    assert ledger.apply(interpreted, "0.8.3").verdict == "fail"
+    assert ledger.apply(native, {"jax": "0.8.3"}).verdict == "known"
+    assert ledger.apply(interpreted, {"jax": "0.8.3"}).verdict == "fail"
     passing_in_interpreter = ran(failing(verdict="pass"), "interpret")
-    (entry,) = ledger_status(ledger, [passing_in_interpreter], "0.8.3", ["tpu_flash"])
+    (entry,) = ledger_status(ledger, [passing_in_interpreter], {"jax": "0.8.3"}, ["tpu_flash"])
     assert entry["status"] == "not run here"
-    (entry,) = ledger_status(ledger, [ran(failing(verdict="pass"), "native")], "0.8.3", ["tpu_flash"])
+    (entry,) = ledger_status(
+        ledger, [ran(failing(verdict="pass"), "native")], {"jax": "0.8.3"}, ["tpu_flash"]
+    )
     assert entry["status"] == "no longer reproduces"
 
 

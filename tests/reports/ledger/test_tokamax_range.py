@@ -37,9 +37,9 @@ summary = "wrong rows"
 )
 def test_an_entry_applies_only_where_both_ranges_hold(tmp_path, jax, tokamax, applies):
     ledger = load(tmp_path, ENTRY)
-    record = ledger.apply(failing(), jax, tokamax)
+    record = ledger.apply(failing(), {"jax": jax, "tokamax": tokamax})
     assert (record.verdict == "known") is applies
-    (status,) = ledger_status(ledger, [record], jax, ["tpu_flash"], tokamax_version=tokamax)
+    (status,) = ledger_status(ledger, [record], {"jax": jax, "tokamax": tokamax}, ["tpu_flash"])
     assert status["tokamax"] == ">=0.0.10,<0.0.12"
     assert status["status"] == ("reproduced" if applies else "out of range")
     if not applies:
@@ -50,7 +50,7 @@ def test_an_entry_without_a_tokamax_range_holds_with_or_without_tokamax(tmp_path
     ledger = load(tmp_path, ENTRY.replace('tokamax = ">=0.0.10,<0.0.12"\n', ""))
     assert ledger.issues[0].tokamax == ""
     for tokamax in (None, "0.0.12"):
-        assert ledger.apply(failing(), "0.10.2", tokamax).verdict == "known"
+        assert ledger.apply(failing(), {"jax": "0.10.2", "tokamax": tokamax}).verdict == "known"
 
 
 def test_a_bad_tokamax_range_is_refused_in_one_line(tmp_path):

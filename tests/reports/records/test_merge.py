@@ -97,7 +97,7 @@ def test_shards_merge_into_one_complete_folder_that_renders(tmp_path):
         ({"profile": "dev"}, "--profile"),
         ({"hypothesis_seed": 7}, "--hypothesis-seed"),
         ({"impl": "xla"}, "--impl"),
-        ({"jax": "0.9.2"}, "JAX version"),
+        ({"jax": "0.9.2"}, "jax version"),
         ({"git_revision": "def456"}, "suite revision"),
     ],
 )
