@@ -632,7 +632,8 @@ def unsupported_summary(results: tuple[CaseResult, ...]) -> str | None:
 
 def subject_lines(run: Run) -> list[str]:
     """One line per subject: what passed, failed, is known, unsupported or unavailable, and how
-    it ran; a subject none of whose checks ran says why. Under it, each distinct warning it raised."""
+    it ran; a subject none of whose checks ran says why. Under it, why the checks that were
+    unavailable to it did not run, and each distinct warning it raised."""
     by_subject: dict[str, list[CaseResult]] = {}
     for result in run.results:
         by_subject.setdefault(result.case.subject, []).append(result)
@@ -670,6 +671,11 @@ def subject_lines(run: Run) -> list[str]:
                 f"its calls: the declaration contradicts what was observed; {', '.join(contradicted)} ran "
                 "their JAX-side parts anyway. Set `jax_runtime=True`."
             )
+        # Partly unavailable (it only lowers here, say): why the rest did not run, once per reason.
+        for reason in dict.fromkeys(
+            r.reason or "no reason given" for r in mine if r.verdict == "unavailable"
+        ):
+            lines.append(f"  - {md.STATUS_ICON['unavailable']} unavailable: {md.truncate(reason, 300)}")
         lines += warning_lines(warned.get(subject, ()))
     return lines
 

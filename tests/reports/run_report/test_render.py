@@ -371,3 +371,17 @@ def test_each_distinct_warning_of_a_subject_shows_once_under_its_line(tmp_path):
         "- 🚫 **gpu_triton** — not checked: unavailable: needs a CUDA GPU; none here",
     ]
     assert lines[at + 4 : at + 6] == ["  - ⚠️ UserWarning: no CUDA here", "- ✅ **xla** — 26 passed"]
+
+
+def test_a_subject_that_only_lowers_here_says_why_the_rest_is_unavailable(tmp_path):
+    reason = "needs a TPU here: a probe call under TPU interpret mode failed: AttributeError: x"
+    extra = [
+        result("flash", check, "unavailable", ratio=None, features=(), reason=reason, case_id=f"c-{check}")
+        for check in ("forward", "backward")
+    ]
+    lines = _render(tmp_path, standard_results(extra=extra)).splitlines()
+    at = lines.index("- ✅ **flash** — 26 passed · ➖ 1 unsupported · 🚫 2 unavailable")
+    assert lines[at + 1 : at + 3] == [
+        f"  - 🚫 unavailable: {reason}",
+        "- 🚫 **gpu_triton** — not checked: unavailable: needs a CUDA GPU; none here",
+    ]
