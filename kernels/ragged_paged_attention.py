@@ -34,6 +34,7 @@ Translation from canonical semantics (``docs/semantics.md``), in pure functions 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 from typing import Any, ClassVar
@@ -48,7 +49,6 @@ from kernels.jax_runtime import (
     CompiledCache,
     array_key,
     installed_jax_versions,
-    jax_version,
     to_jax,
 )
 from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
@@ -58,6 +58,7 @@ from kernels.tpu_interpret import (
     choose_execution,
     pallas_ran,
     pallas_tpu_availability,
+    probe_failure,
     race_detection_declared,
 )
 from kernels.tunables import BlockDim, Config, Tunable, Tunables
@@ -78,14 +79,15 @@ SPARE_TOKENS = 3  # garbage query tokens after the last sequence (a padded token
 # * The block sizes default through ``get_tuned_block_sizes``, which raises off a TPU (TPU
 #   version < 4); off a TPU the adapter passes that function's own untuned default
 #   explicitly: ``(min(pages_per_seq, 128), min(tokens, 32))``.
-# * On CPU the kernel needs TPU interpret mode (DMAs, semaphores; JAX >= 0.7.0), and through
-#   INTERPRETER_GAP_THROUGH no released interpreter runs it: the kernel reshapes the VMEM ref
-#   a DMA filled (``cur_async_copy_kv.wait().reshape(...)``), and TPU interpret mode resolves
-#   only indexer transforms (``interpret ... to_range``: "'RefReshaper' object has no attribute
-#   'indices'" at 0.7.2/0.8.3, "'ReshapeTransform' ..." at 0.9.2/0.10.2). The generic
-#   interpreter (``interpret=True``) fails too (its store discharge gets ``TypedInt`` indices).
-#   Newer versions are tried; ``tests/kernels/test_ragged_paged_attention.py`` re-checks the gap.
-INTERPRETER_GAP_THROUGH = (0, 10, 2)
+# * On CPU the kernel needs TPU interpret mode (DMAs, semaphores; JAX >= 0.7.0), and no release
+#   seen so far runs it there: the kernel reshapes the VMEM ref a DMA filled
+#   (``cur_async_copy_kv.wait().reshape(...)``), and TPU interpret mode resolves only indexer
+#   transforms (``interpret ... to_range``: "'RefReshaper' object has no attribute 'indices'" at
+#   0.7.2/0.8.3, "'ReshapeTransform' ..." at 0.9.2 through 0.12.0.1). The generic interpreter
+#   (``interpret=True``) fails too (its store discharge gets ``TypedInt`` indices). No version
+#   bound says so: ``availability()`` makes one tiny call under TPU interpret mode per process
+#   (``interpreter_failure``), so a release whose interpreter runs it makes the subject available.
+#   ``tests/kernels/test_ragged_paged_attention.py`` checks that verdict against a direct call.
 DEFAULT_KV_PAGES_PER_BLOCK, DEFAULT_QUERIES_PER_BLOCK = 128, 32
 
 TUNABLES = Tunables(
@@ -296,18 +298,19 @@ class RaggedPagedAttentionAdapter:
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
     def availability(self) -> Availability:
-        execution = choose_execution("tpu")
-        if execution.mode == "tpu" and jax_version() <= INTERPRETER_GAP_THROUGH:
-            return Availability(
-                False,
-                "ragged_paged_attention needs a TPU here: Pallas TPU interpret mode cannot run it on "
-                f"JAX <= {'.'.join(map(str, INTERPRETER_GAP_THROUGH))} (the kernel reshapes a DMA'd "
-                "VMEM ref, and the interpreter resolves only indexer transforms); JAX < 0.7.0 has no "
-                "TPU interpret mode at all",
-                installed_jax_versions(),
-                lowerable=_lowerable(),
-            )
-        return pallas_tpu_availability("tpu", MODULE, lambda execution: _load())
+        """Native on a TPU; elsewhere available only if TPU interpret mode runs the kernel, as
+        observed once per process (``interpreter_failure``). Unavailable, it still lowers."""
+        found = pallas_tpu_availability("tpu", MODULE, lambda execution: _load(), fix=NEEDS_A_TPU)
+        if found.available and found.execution == "interpret":
+            failure = interpreter_failure()
+            if failure is not None:
+                found = Availability(
+                    False,
+                    f"{NEEDS_A_TPU}: a probe call of the kernel under Pallas TPU interpret mode failed "
+                    f"on this JAX: {failure}",
+                    installed_jax_versions(),
+                )
+        return found if found.available else dataclasses.replace(found, lowerable=_lowerable())
 
     def configured(self, config: Config) -> RaggedPagedAttentionAdapter:
         return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
@@ -360,6 +363,24 @@ class RaggedPagedAttentionAdapter:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         raise NotImplementedError("ragged_paged_attention is an inference kernel: it has no backward pass")
+
+
+NEEDS_A_TPU = "ragged_paged_attention needs a TPU here"
+
+
+def probe_case() -> tuple[AttentionInputs, AttentionSpec]:
+    """The smallest case the kernel takes: one decode token over one page, D=128 (its tiling)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 1, 128)).astype(np.float32) for _ in range(3))
+    return AttentionInputs(q=q, k=k, v=v), AttentionSpec(causal=True, alignment="bottom_right_valid")
+
+
+@functools.cache
+def interpreter_failure() -> str | None:
+    """Why TPU interpret mode cannot run the kernel on this JAX, in one line, or None when it can:
+    observed by the adapter's own call on ``probe_case`` (a few seconds, hence once per process)."""
+    inputs, spec = probe_case()
+    return probe_failure(lambda: RaggedPagedAttentionAdapter().forward(inputs, spec))
 
 
 def _lowerable() -> bool:

@@ -27,6 +27,10 @@ from here: ``pallas_tpu_availability`` (the execution, TPU interpret mode's pres
 the kernel module's import) and ``pallas_ran`` (the "ran" string: pallas_calls traced,
 and how they ran).
 
+A kernel that TPU interpret mode may or may not run (its gap is a fact of each release, not
+a version range we can know ahead) is decided by observation: ``probe_failure(call)`` runs a tiny
+call and says in one line why it failed, or None.
+
 Race detection (the ``races`` check) lives here too: ``detect_races(call)`` runs a call with
 TPU interpret mode's happens-before race detector on and two simulated cores, and reads what
 it found. An adapter whose kernels run inside ``TpuExecution.context()`` declares
@@ -42,6 +46,7 @@ import functools
 import importlib
 import importlib.util
 import io
+import logging
 import re
 import sys
 import types
@@ -157,6 +162,46 @@ def pallas_ran(fn: Any, args: tuple, execution: TpuExecution, fallback: str) -> 
     if n == 0:
         return f"no pallas_call traced: {fallback} ({execution.description})"
     return f"pallas_call x{n} ({execution.description})"
+
+
+# --- observing whether the interpreter runs a kernel --------------------------------------
+
+# The logger through which JAX's io_callback reports an exception raised inside the TPU
+# interpreter (with its traceback, at ERROR) before the call itself raises.
+_CALLBACK_LOGGER = "jax._src.callback"
+FAILURE_LINE_CHARS = 300  # a reason stays one readable line
+
+
+def probe_failure(call: Callable[[], object]) -> str | None:
+    """Run ``call`` (a tiny kernel call the caller makes inside ``TpuExecution.context()``) and
+    return None when it ran, else one line naming why not (``failure_line``). The interpreter's
+    own log of the failure is held back: the failure is expected, and the line says it all."""
+    logger = logging.getLogger(_CALLBACK_LOGGER)
+    logger.addFilter(_drop)
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 - any failure is the observation
+        return failure_line(error)
+    finally:
+        logger.removeFilter(_drop)
+    return None
+
+
+def _drop(record: logging.LogRecord) -> bool:
+    return False
+
+
+def failure_line(error: BaseException) -> str:
+    """One line for ``error``. An exception raised inside the interpreter's callback reaches the
+    caller as a runtime error whose message holds that callback's traceback; its last line names
+    the real cause (``AttributeError: 'ReshapeTransform' object has no attribute 'indices'``)."""
+    text = str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and "Traceback (most recent call last)" in text:
+        line = f"{lines[-1]} (raised in the interpreter's callback; {type(error).__name__})"
+    else:
+        line = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    return line if len(line) <= FAILURE_LINE_CHARS else line[: FAILURE_LINE_CHARS - 1] + "…"
 
 
 def interpreted_copy(module_name: str) -> types.ModuleType:

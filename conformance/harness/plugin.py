@@ -44,6 +44,7 @@ from reports.records.environment import environment_block
 from reports.records.folder_lock import FolderBusyError, FolderLock
 from reports.records.results_file import (
     SCHEMA_VERSION,
+    WARNINGS,
     CaseResult,
     DiskFullError,
     ResultsFileError,
@@ -692,6 +693,7 @@ def _subject_summary(subject: Subject) -> dict[str, Any]:
         "execution": subject.availability.execution,
         "execution_detail": subject.availability.execution_detail,
         "versions": dict(subject.availability.versions),
+        WARNINGS: list(subject.warnings),  # raised while it was resolved (its module's import)
     }
 
 

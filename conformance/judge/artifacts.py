@@ -25,6 +25,7 @@ import numpy as np
 from conformance.judge import baseline as plain
 from conformance.judge import inputs as case_inputs
 from conformance.judge.baseline import BaselineGrads, BaselineOutput, Numerics
+from conformance.plan import subject_warnings
 from conformance.plan.cases import Case
 from kernels import features
 from kernels.base import Adapter, SubjectGrads, SubjectOutput
@@ -46,12 +47,14 @@ class SubjectError(Exception):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Call:
-    """One subject call: its value (or the exception), wall time, and which inputs it changed."""
+    """One subject call: its value (or the exception), wall time, which inputs it changed, and
+    the warnings it raised (``subject_warnings.line``: ``"DeprecationWarning: ..."``, each once)."""
 
     value: Any
     error: BaseException | None
     seconds: float
     mutated: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
 
     def get(self, call: str) -> Any:
         if self.error is not None:
@@ -82,30 +85,33 @@ def changed_fields(before: AttentionInputs, after: AttentionInputs) -> tuple[str
     return tuple(changed)
 
 
-def timed_call(fn: Callable[[], Any]) -> tuple[Any, BaseException | None, float]:
+def timed_call(fn: Callable[[], Any]) -> tuple[Any, BaseException | None, float, tuple[str, ...]]:
+    """(value, exception, seconds, warnings) of ``fn()``; its warnings are captured and passed on."""
+    warned: list[str] = []
     start = time.perf_counter()
     try:
-        value, error = fn(), None
+        with subject_warnings.capturing(warned):
+            value, error = fn(), None
     except Exception as exc:  # noqa: BLE001 - the subject's exception is the result
         value, error = None, exc
-    return value, error, time.perf_counter() - start
+    return value, error, time.perf_counter() - start, tuple(warned)
 
 
 def call_forward(adapter: Adapter, case: Case, inputs: AttentionInputs) -> Call:
     """``adapter.forward`` on a private copy of ``inputs``; records any mutation of it."""
     mine = copy_inputs(inputs)
-    value, error, seconds = timed_call(lambda: adapter.forward(mine, case.spec))
-    return Call(value, error, seconds, changed_fields(inputs, mine))
+    value, error, seconds, warned = timed_call(lambda: adapter.forward(mine, case.spec))
+    return Call(value, error, seconds, changed_fields(inputs, mine), warned)
 
 
 def call_gradients(adapter: Adapter, case: Case, inputs: AttentionInputs, dout: np.ndarray) -> Call:
     """``adapter.gradients`` on private copies of ``inputs`` and ``dout``."""
     mine, my_dout = copy_inputs(inputs), np.array(dout, copy=True)
-    value, error, seconds = timed_call(lambda: adapter.gradients(mine, case.spec, my_dout))
+    value, error, seconds, warned = timed_call(lambda: adapter.gradients(mine, case.spec, my_dout))
     mutated = changed_fields(inputs, mine)
     if my_dout.tobytes() != np.asarray(dout).tobytes():
         mutated += ("dout",)
-    return Call(value, error, seconds, mutated)
+    return Call(value, error, seconds, mutated, warned)
 
 
 class Oracle:
@@ -215,6 +221,11 @@ class SubjectRun:
     @property
     def gradients(self) -> SubjectGrads:
         return self.gradients_call.get("gradients")
+
+    def warnings(self) -> tuple[str, ...]:
+        """What the forward and gradients calls made so far raised, each once."""
+        calls = (self.__dict__.get(name) for name in ("forward_call", "gradients_call"))
+        return subject_warnings.distinct(w for call in calls if call is not None for w in call.warnings)
 
     def timings(self) -> dict[str, float]:
         out = dict(self.oracle.timings)

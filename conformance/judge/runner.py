@@ -14,12 +14,13 @@ import time
 from conformance.judge import repro
 from conformance.judge.artifacts import ArtifactStore, SubjectError
 from conformance.judge.checks.base import CheckContext, Outcome
+from conformance.plan import subject_warnings
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned, classify
 from conformance.plan.profiles import Profile, get
 from conformance.plan.subjects import Subject, resolve_subjects
 from conformance.suite.check_registry import declaration
-from reports.records.results_file import CaseDescription, CaseResult
+from reports.records.results_file import WARNINGS, CaseDescription, CaseResult
 from reports.run_report.grouping import MINIMAL_CASE_KEY
 
 
@@ -35,11 +36,16 @@ def case_description(case: Case) -> CaseDescription:
     )
 
 
-def _availability(subject: Subject, ran: str = "") -> dict[str, object]:
+def _availability(subject: Subject, ran: str = "", warned: tuple[str, ...] = ()) -> dict[str, object]:
+    """The record's subject block: its availability, what ran, and every distinct warning it raised
+    (``warnings``: while resolved, then in this case's calls; absent when none)."""
     block = dataclasses.asdict(subject.availability)
     block["versions"] = dict(subject.availability.versions)
     if ran:
         block["ran"] = ran
+    warnings = subject_warnings.distinct((*subject.warnings, *warned))
+    if warnings:
+        block[WARNINGS] = list(warnings)
     return block
 
 
@@ -92,11 +98,14 @@ class Runner:
         start = time.perf_counter()
         verdict, result = self.outcome(planned)
         elapsed = time.perf_counter() - start
+        run = self.store.run(case, subject.adapter_for(case.config))
         if verdict == "unsupported":  # found at run time: nothing observable (e.g. nothing compiled)
             return CaseResult(
-                verdict=verdict, reason=result.reason, availability=_availability(subject), **base
+                verdict=verdict,
+                reason=result.reason,
+                availability=_availability(subject, warned=run.warnings()),
+                **base,
             )
-        run = self.store.run(case, subject.adapter_for(case.config))
         timings = {**run.timings(), "check_s": elapsed}
         forward = run.__dict__.get("forward_call")
         ran = getattr(forward.value, "ran", "") if forward is not None and forward.value is not None else ""
@@ -121,7 +130,7 @@ class Runner:
             timings=timings,
             details=details,
             observed=observed,
-            availability=_availability(subject, ran),
+            availability=_availability(subject, ran, run.warnings()),
             repro="" if verdict == "pass" else self._repro(planned, subject, metrics, reason, minimal),
             **base,
         )

@@ -2,13 +2,15 @@
 
 Resolution itself is ``kernels.registry``'s job; this module asks each adapter once
 for its availability and capabilities, so the rest of the suite never calls them
-again (and a subject whose ``capabilities()`` raises is reported, not fatal).
+again (and a subject whose ``capabilities()`` raises is reported, not fatal), and keeps
+the warnings those calls raise (``subject_warnings``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from conformance.plan import subject_warnings
 from kernels.base import Adapter, Availability, Capabilities
 from kernels.registry import UnknownSubjectError, expand_family, resolve, subject_names
 from kernels.subject_spec import SubjectSyntaxError, split_subjects
@@ -27,6 +29,8 @@ class Subject:
     adapter: Adapter
     availability: Availability
     capabilities: Capabilities | None
+    # Raised while it was asked for these (importing its module, typically): ``subject_warnings.line``s.
+    warnings: tuple[str, ...] = ()
     _configured: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def adapter_for(self, config: Config) -> Adapter:
@@ -50,20 +54,31 @@ class Subject:
         return self.availability.reason or "unavailable"
 
 
-def _declared_subject(impl: str, adapter: Adapter) -> Subject:
+def _resolved_subject(impl: str) -> Subject:
+    """``impl``'s adapter with its declarations; resolving imports a plug-in's module, whose
+    warnings count as the subject's (a built-in adapter imports its library in ``availability()``)."""
+    warned: list[str] = []
+    with subject_warnings.capturing(warned):
+        adapter = resolve(impl)
+    return _declared_subject(impl, adapter, warned)
+
+
+def _declared_subject(impl: str, adapter: Adapter, warned: list[str]) -> Subject:
     try:
-        availability = adapter.availability()
+        with subject_warnings.capturing(warned):
+            availability = adapter.availability()
     except Exception as error:  # noqa: BLE001 - a broken adapter is a finding, not a crash
         availability = Availability(False, f"availability() raised {type(error).__name__}: {error}")
     capabilities = None
     if availability.available or availability.lowerable:
         try:
-            capabilities = adapter.capabilities()
+            with subject_warnings.capturing(warned):
+                capabilities = adapter.capabilities()
         except Exception as error:  # noqa: BLE001
             availability = dataclasses.replace(
                 availability, available=False, reason=f"capabilities() raised {type(error).__name__}: {error}"
             )
-    return Subject(str(adapter.name), impl, adapter, availability, capabilities)
+    return Subject(str(adapter.name), impl, adapter, availability, capabilities, tuple(warned))
 
 
 def impl_names(
@@ -102,7 +117,7 @@ def resolve_subjects(
 ) -> tuple[Subject, ...]:
     """Adapters for ``impl`` (raises kernels.registry.UnknownSubjectError with the fix)."""
     names = impl_names(impl, all_variants, family_in_all)
-    subjects = tuple(_declared_subject(name, resolve(name)) for name in names)
+    subjects = tuple(_resolved_subject(name) for name in names)
     names = [s.name for s in subjects]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -37,6 +37,9 @@ LOCK_FILE = ".lock"  # held (fcntl.flock) by the run writing the folder; holds i
 # no JAX runtime (``Capabilities.jax_runtime``) yet JAX compiled during its calls: the report says
 # that the declaration contradicts what was observed.
 UNDECLARED_JAX_RUNTIME = "jax_runtime_undeclared"
+# ``CaseResult.availability`` key (and summary.json's, per subject): the distinct warnings the
+# subject raised while the suite called it, one line each, "DeprecationWarning: <message>".
+WARNINGS = "warnings"
 
 Verdict = Literal["pass", "fail", "unsupported", "unavailable", "error", "known", "flaky"]
 # known: failed (or errored) and matched by a known-issue ledger entry (``CaseResult.known_issue``);

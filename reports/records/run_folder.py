@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from reports.records.results_file import CaseResult, ResultsFile, read_results, read_summary
+from reports.records.results_file import WARNINGS, CaseResult, ResultsFile, read_results, read_summary
 from versions import table
 
 # reports/jax-X (jax alone) or reports/jax-X-tokamax-Y (jax_versions.folder_name: each library of the
@@ -86,6 +86,18 @@ class Run:
         without a companion."""
         companions = [f"{n} {v}" for n, v in self.library_versions.items() if n != table.PRIMARY.name and v]
         return " + ".join([self.jax_version, *companions])
+
+    def subject_warnings(self) -> dict[str, tuple[str, ...]]:
+        """Each subject's distinct warnings (``WARNINGS``), first seen first: from summary.json
+        (raised while it was resolved) and from its records (raised in its calls, by any process)."""
+        seen: dict[str, dict[str, None]] = {}
+        for s in (self.summary or {}).get("subjects") or []:
+            if isinstance(s, dict) and s.get("name"):
+                seen.setdefault(str(s["name"]), {}).update(dict.fromkeys(map(str, s.get(WARNINGS) or ())))
+        for result in self.results:
+            warned = result.availability.get(WARNINGS) or ()
+            seen.setdefault(result.case.subject, {}).update(dict.fromkeys(map(str, warned)))
+        return {subject: tuple(lines) for subject, lines in seen.items() if lines}
 
     @property
     def label(self) -> str:

@@ -4,7 +4,8 @@ The first screen holds what a reviewer needs, in this order: the verdict line (F
 NOT RUN when nothing was checked), the environment, the failures nobody has explained grouped
 by **root cause** (``reports.run_report.grouping``: one row per cause with its cases counted, the smallest
 case, the worst element and one repro command), then one line per subject (passed, failing,
-known, unsupported, unavailable, how it ran). Everything else follows folded (``<details>``):
+known, unsupported, unavailable, how it ran; under it, each distinct warning the subject raised
+while the suite called it). Everything else follows folded (``<details>``):
 each root cause in full, the known issues, the grid, the unsupported combinations, what holds on
 hardware, flaky checks, observed behaviour and pairwise coverage. A run without its end record
 is marked incomplete at the very top.
@@ -631,12 +632,14 @@ def unsupported_summary(results: tuple[CaseResult, ...]) -> str | None:
 
 def subject_lines(run: Run) -> list[str]:
     """One line per subject: what passed, failed, is known, unsupported or unavailable, and how
-    it ran; a subject none of whose checks ran says why."""
+    it ran; a subject none of whose checks ran says why. Under it, why the checks that were
+    unavailable to it did not run, and each distinct warning it raised."""
     by_subject: dict[str, list[CaseResult]] = {}
     for result in run.results:
         by_subject.setdefault(result.case.subject, []).append(result)
     executions = _executions(run)
     idle = idle_subjects(run)
+    warned = run.subject_warnings()
     for subject in idle:
         by_subject.setdefault(subject, [])
     lines = []
@@ -644,6 +647,7 @@ def subject_lines(run: Run) -> list[str]:
         if subject in idle:
             icon = md.STATUS_ICON["unavailable"] if idle[subject].startswith("unavailable") else "⛔"
             lines.append(f"- {icon} **{subject}** — not checked: {md.cell(idle[subject])}")
+            lines += warning_lines(warned.get(subject, ()))
             continue
         counts = verdict_counts(tuple(mine))
         parts = [f"{counts['pass']} passed"]
@@ -667,7 +671,18 @@ def subject_lines(run: Run) -> list[str]:
                 f"its calls: the declaration contradicts what was observed; {', '.join(contradicted)} ran "
                 "their JAX-side parts anyway. Set `jax_runtime=True`."
             )
+        # Partly unavailable (it only lowers here, say): why the rest did not run, once per reason.
+        for reason in dict.fromkeys(
+            r.reason or "no reason given" for r in mine if r.verdict == "unavailable"
+        ):
+            lines.append(f"  - {md.STATUS_ICON['unavailable']} unavailable: {md.truncate(reason, 300)}")
+        lines += warning_lines(warned.get(subject, ()))
     return lines
+
+
+def warning_lines(warnings: Iterable[str]) -> list[str]:
+    """A subject's warnings under its line, one each (``"DeprecationWarning: ..."``, as recorded)."""
+    return [f"  - ⚠️ {html.escape(md.truncate(w, 300), quote=False)}" for w in warnings]
 
 
 def _executions(run: Run) -> dict[str, str]:

@@ -143,3 +143,22 @@ def test_the_exit_status_tells_nothing_checked_from_a_pass():
     assert _exit_status((unavailable, passed), [], False, False) == 0  # judged on what ran
     assert _exit_status((unavailable, passed, failed), [], False, False) == 1
     assert _exit_status((unavailable,), [], False, True) == 1  # interrupted stays interrupted's code
+
+
+def test_a_subjects_warnings_are_recorded_and_shown_once_each_under_its_line(tmp_path):
+    """Its module's DeprecationWarning on import (as JAX's Pallas GPU attention ops warn from 0.11.2)
+    and a FutureWarning at every call: in every record, in summary.json, once each in report.md."""
+    impl = "tests.support.warning_subjects:exact_but_warns"
+    done = run_suite(tmp_path, impl, "-k", "test_forward and " + SMALL)
+    assert done.returncode == 0, done.stdout[-3000:]
+    imported = (
+        "DeprecationWarning: tests.support.warning_subjects is deprecated; "
+        "use tests.support.toy_subjects instead"
+    )
+    called = "FutureWarning: exact_but_warns: the alignment keyword will change its default"
+    ran = [r for r in read_results(tmp_path).results if r.verdict == "pass"]
+    assert ran and all(r.availability["warnings"] == [imported, called] for r in ran)
+    (subject,) = json.loads((tmp_path / "summary.json").read_text())["subjects"]
+    assert subject["warnings"] == [imported]
+    report = (tmp_path / "report.md").read_text()
+    assert report.count(f"  - ⚠️ {imported}\n") == 1 and report.count(f"  - ⚠️ {called}\n") == 1

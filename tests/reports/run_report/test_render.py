@@ -343,3 +343,45 @@ def test_the_documented_first_screen_is_what_render_writes(tmp_path, page):
     render_py = Path(__file__).resolve().parents[3] / "reports" / "run_report" / "render.py"
     source = render_py.read_text(encoding="utf-8")
     assert all(f.split(":")[0] in source for f in folds if f != "...")  # fold titles render.py writes
+
+
+def test_each_distinct_warning_of_a_subject_shows_once_under_its_line(tmp_path):
+    deprecated = "DeprecationWarning: flash is deprecated. Please use <new_flash> instead."
+    future = "FutureWarning: the default block size will change"
+    results = [
+        dataclasses.replace(
+            r, availability={**r.availability, "warnings": [deprecated, future][: 1 + (i % 2)]}
+        )
+        if r.case.subject == "flash"
+        else r
+        for i, r in enumerate(standard_results())
+    ]
+    folder = write_run(tmp_path / "jax-0.10.2", results)
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    summary["subjects"] = [  # raised while resolving: an unavailable subject has no record to carry it
+        {"name": "flash", "available": True, "warnings": [deprecated]},
+        {"name": "gpu_triton", "available": False, "warnings": ["UserWarning: no CUDA here"]},
+    ]
+    (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    lines = write_report(folder, plots=False).read_text(encoding="utf-8").splitlines()
+    at = lines.index("- ✅ **flash** — 26 passed · ➖ 1 unsupported · native")
+    assert lines[at + 1 : at + 4] == [
+        "  - ⚠️ DeprecationWarning: flash is deprecated. Please use &lt;new_flash&gt; instead.",
+        "  - ⚠️ FutureWarning: the default block size will change",
+        "- 🚫 **gpu_triton** — not checked: unavailable: needs a CUDA GPU; none here",
+    ]
+    assert lines[at + 4 : at + 6] == ["  - ⚠️ UserWarning: no CUDA here", "- ✅ **xla** — 26 passed"]
+
+
+def test_a_subject_that_only_lowers_here_says_why_the_rest_is_unavailable(tmp_path):
+    reason = "needs a TPU here: a probe call under TPU interpret mode failed: AttributeError: x"
+    extra = [
+        result("flash", check, "unavailable", ratio=None, features=(), reason=reason, case_id=f"c-{check}")
+        for check in ("forward", "backward")
+    ]
+    lines = _render(tmp_path, standard_results(extra=extra)).splitlines()
+    at = lines.index("- ✅ **flash** — 26 passed · ➖ 1 unsupported · 🚫 2 unavailable")
+    assert lines[at + 1 : at + 3] == [
+        f"  - 🚫 unavailable: {reason}",
+        "- 🚫 **gpu_triton** — not checked: unavailable: needs a CUDA GPU; none here",
+    ]
