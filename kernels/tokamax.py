@@ -3,7 +3,8 @@
 ``[impl=mosaic_gpu]``, ``[impl=cudnn]`` (``OPTIONS``; ``--impl tokamax`` is all of them).
 
 Every call goes through the public ``tokamax.dot_product_attention``, with ``implementation=``
-the implementation's op object (tokamax accepts an op as well as a name), built with an explicit
+a one-element tuple of the implementation's op object (tokamax runs a sequence's entries that are
+not names as ops; ``tokamax_attention`` says why a tuple), built with an explicit
 forward and VJP ``Config``: tokamax falls back silently across an implementation list and takes
 its default config from an autotuning cache per device kind, so the suite names both. Gradients
 are ``jax.vjp`` of that call: tokamax's own VJP op. The lse comes from the op's residuals
@@ -585,7 +586,7 @@ def tokamax_attention(
     attention, op, q, k, v, bias, mask, q_lengths, kv_lengths, *, scale, causal, window, softcap, lse_from
 ):
     """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None) through
-    ``tokamax.dot_product_attention(..., implementation=op)``, in ``[B, T, N, H]``."""
+    ``tokamax.dot_product_attention(..., implementation=(op,))``, in ``[B, T, N, H]``."""
     import jax.numpy as jnp
 
     to_btnh = (0, 2, 1, 3)  # its own inverse
@@ -602,7 +603,12 @@ def tokamax_attention(
         key_value_seq_lengths=kv_lengths,
         local_window_size=window,
         logits_soft_cap=softcap,
-        implementation=implementation,
+        # A one-element tuple at every release: the docstring types ``implementation`` as a name or
+        # a sequence (``Implementation | Sequence[Implementation]``, 0.0.10 to 0.0.17) and the call
+        # runs any entry that is not a name as the op. A bare op is neither: 0.0.13 wraps only a str
+        # and iterates the rest ("'functools.partial' object is not iterable"). With one entry a
+        # NotImplementedError still propagates as is (no fallback, no ExceptionGroup).
+        implementation=(implementation,),
     )
     if lse_from is None:
         return jnp.transpose(result, to_btnh), None
