@@ -52,6 +52,11 @@ SUBLANES_32BIT = 8
 DEFAULT_BUFFERS = 2
 # The device kind an abstract TPU device reports when a call asks for one (TPU v5e).
 DEFAULT_DEVICE_KIND = "TPU v5 lite"
+# The GPU a Triton lowering targets where this machine has none: JAX up to 0.10 picked compute
+# capability 9.0 itself when no GPU was found; JAX 0.12 reads the chip from the device or an abstract
+# one (pallas/triton/gpu_info.get_gpu_info) and raises "No supported GPU devices found" without.
+# An H100 is that same 9.0 target.
+DEFAULT_GPU_DEVICE_KIND = "NVIDIA H100"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,29 +131,56 @@ def abstract_arrays(*arrays: Any) -> tuple[Any, ...]:
     return tuple(None if a is None else jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays)
 
 
-@contextlib.contextmanager
-def abstract_tpu(device_kind: str | None) -> Iterator[None]:
-    """An abstract one-device TPU mesh, so that code asking which chip it runs on gets an
-    answer on a CPU (JAX >= 0.5 has ``jax.sharding.AbstractDevice``); a no-op for None."""
-    if device_kind is None:
-        yield
-        return
+def _has_abstract_devices() -> bool:
+    """Whether this JAX has ``jax.sharding.AbstractDevice`` and meshes that take one (>= 0.7)."""
     import inspect
 
     import jax
 
-    device_type = getattr(jax.sharding, "AbstractDevice", None)
-    if (
-        device_type is None
-        or "abstract_device" not in inspect.signature(jax.sharding.AbstractMesh).parameters
-    ):
+    return hasattr(jax.sharding, "AbstractDevice") and (
+        "abstract_device" in inspect.signature(jax.sharding.AbstractMesh).parameters
+    )
+
+
+@contextlib.contextmanager
+def _abstract_device(device_kind: str, platform: str, num_cores: int | None) -> Iterator[None]:
+    """An abstract one-device mesh of ``device_kind``: code asking which chip it runs on gets
+    that answer on a CPU."""
+    import jax
+
+    device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=num_cores, platform=platform)
+    mesh = jax.sharding.AbstractMesh((1,), ("lowering",), abstract_device=device)
+    with jax.sharding.use_abstract_mesh(mesh):
+        yield
+
+
+@contextlib.contextmanager
+def abstract_tpu(device_kind: str | None) -> Iterator[None]:
+    """An abstract one-device TPU mesh, so that code asking which chip it runs on gets an
+    answer on a CPU (JAX >= 0.7 has ``jax.sharding.AbstractDevice``); a no-op for None."""
+    if device_kind is None:
+        yield
+        return
+    if not _has_abstract_devices():
         raise NotImplementedError(
             "this JAX has no abstract devices (jax.sharding.AbstractDevice): a kernel that asks which "
             "TPU it runs on cannot be lowered without one; use JAX >= 0.7.0"
         )
-    device = device_type(device_kind=device_kind, num_cores=1, platform="tpu")
-    mesh = jax.sharding.AbstractMesh((1,), ("lowering",), abstract_device=device)
-    with jax.sharding.use_abstract_mesh(mesh):
+    with _abstract_device(device_kind, "tpu", 1):
+        yield
+
+
+@contextlib.contextmanager
+def abstract_gpu_when_absent(platform: str) -> Iterator[None]:
+    """For a ``cuda`` lowering on a machine without a GPU, an abstract ``DEFAULT_GPU_DEVICE_KIND``
+    (the target JAX up to 0.10 chose itself there); a no-op for TPU, on a GPU, or on a JAX without
+    abstract devices (which predates the need)."""
+    import jax
+
+    if platform != "cuda" or jax.default_backend() == "gpu" or not _has_abstract_devices():
+        yield
+        return
+    with _abstract_device(DEFAULT_GPU_DEVICE_KIND, "gpu", None):
         yield
 
 
@@ -160,7 +192,8 @@ def lower(call: LoweringCall) -> Lowering:
     start = time.perf_counter()
     traced: tuple[TracedKernel, ...] = ()
     try:
-        with abstract_tpu(call.device_kind):
+        # the abstract device in the trace's context: the lowering reads it from there
+        with abstract_tpu(call.device_kind), abstract_gpu_when_absent(call.platform):
             trace = jax.jit(call.fn).trace(*call.args)
             calls = pallas_calls(trace.jaxpr)  # one walk of the trace for every reader below
             traced = traced_kernels(trace.jaxpr, calls)

@@ -3,7 +3,8 @@
 ``[impl=mosaic_gpu]``, ``[impl=cudnn]`` (``OPTIONS``; ``--impl tokamax`` is all of them).
 
 Every call goes through the public ``tokamax.dot_product_attention``, with ``implementation=``
-the implementation's op object (tokamax accepts an op as well as a name), built with an explicit
+a one-element tuple of the implementation's op object (tokamax runs a sequence's entries that are
+not names as ops; ``tokamax_attention`` says why a tuple), built with an explicit
 forward and VJP ``Config``: tokamax falls back silently across an implementation list and takes
 its default config from an autotuning cache per device kind, so the suite names both. Gradients
 are ``jax.vjp`` of that call: tokamax's own VJP op. The lse comes from the op's residuals
@@ -11,7 +12,7 @@ are ``jax.vjp`` of that call: tokamax's own VJP op. The lse comes from the op's 
 implementation returns them.
 
 Translation from canonical semantics (``docs/semantics.md``), read in tokamax's
-``_src/ops/attention/api.py`` and ``base.py`` (0.0.10 to 0.0.12):
+``_src/ops/attention/api.py`` and ``base.py`` (0.0.10 to 0.0.12; 0.0.17 for the window):
 
 * Layout ``[B, T, N, H]`` (sequence before heads) for q, k, v and out: transposed both ways.
   The bias and the mask keep canonical ``[B, N, T, S]`` order (broadcastable, "#B #N #T #S").
@@ -20,9 +21,11 @@ Translation from canonical semantics (``docs/semantics.md``), read in tokamax's
   ``logits_soft_cap * tanh(logits / logits_soft_cap)``: bias after scale, cap after bias.
 * ``is_causal`` keeps ``q_index >= k_index``: top-left.
 * ``local_window_size=(before, after)``: key ``j`` visible from row ``i`` iff
-  ``i - before <= j <= i + after`` (``k_start = i - before``, ``k_end = i + after + 1``,
-  exclusive): inclusive both sides and top-left, as canonical; an unbounded side becomes
-  ``Sq + Sk``. tokamax builds the row index from ``arange(kv_len)``, so it holds for Sq == Sk.
+  ``i - before <= j <= i + after``: inclusive both sides and top-left, as canonical; an unbounded
+  side becomes ``Sq + Sk``. Up to 0.0.16 tokamax builds it as ``k_start = i - before``,
+  ``k_end = i + after + 1`` (exclusive) with the row index from ``arange(kv_len)``, so it holds
+  for Sq == Sk only; 0.0.17 as ``CausalMask(offset=after, window_size=before + after + 1)``
+  (``j <= i + offset`` and ``j > i + offset - window_size``), the same keys for any Sq and Sk.
 * ``query_seq_lengths``/``key_value_seq_lengths`` (int32 ``[B]``) mask rows ``i >= q_len[b]``
   and keys ``j >= kv_len[b]``; the boolean mask is True where a key may be seen.
 * Masked logits become ``finfo(logits dtype).min``, so a row that sees no key averages V
@@ -46,6 +49,7 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Literal
 
@@ -113,6 +117,42 @@ NOT_IMPLEMENTED = ("NotImplementedError",)  # tokamax's contract for an unsuppor
 # * From 0.0.10 the call parses absl flags from sys.argv (``absl_flags_parsed``).
 # * Quantized q/k/v are qwix ``QArray`` from 0.0.7 (tokamax's own ``QuantizedArray`` before), so
 #   every release this adapter reads takes them (``quantized``).
+# * 0.0.13 wraps an ``implementation=`` in a tuple only when it is a str and iterates anything else,
+#   so the op goes in a one-element tuple at every release (``tokamax_attention``). Its Mosaic TPU
+#   op dequantizes a QArray q (``quantization.as_array``) before ``q *= logits_scale``; a QArray k
+#   or v still meets its reshapes as a TypeError (``_storage_constraints``).
+# * 0.0.14 gives splash's forward and dkv kernels a prefetched dropout ``prng_key`` before q, k and
+#   v: each blocked input is one operand later (``args[7]`` for q, was ``args[6]``; ``_release_kind``).
+# * 0.0.17 builds ``local_window_size=(before, after)`` as ``CausalMask(offset=after,
+#   window_size=before + after + 1)``: key j visible from row i iff ``i - before <= j <= i + after``,
+#   the keys the ``Mask(k_start, k_end)`` of 0.0.10 to 0.0.16 gave, now for any Sq and Sk (the
+#   module docstring; the translation, ``jax_nn_window``, is the same at every release).
+#   Mosaic TPU still raises NotImplementedError for it, with another message
+#   (``mosaic_tpu_window_rejection``).
+MOSAIC_TPU_DEQUANTIZES_Q_SINCE = (0, 0, 13)
+SPLASH_PRNG_KEY_SINCE = (0, 0, 14)
+WINDOW_AS_CAUSAL_MASK_SINCE = (0, 0, 17)
+
+
+def _since(release: tuple[int, ...]) -> bool:
+    """Whether the installed tokamax is ``release`` or later (False when none is installed)."""
+    version = tokamax_version()
+    return bool(version) and version >= release
+
+
+def mosaic_tpu_window_rejection() -> str:
+    """The NotImplementedError message of Mosaic TPU's check_inputs_support for a local window."""
+    if _since(WINDOW_AS_CAUSAL_MASK_SINCE):
+        return "Causal offset and window size are not supported."
+    return "mask.k_start is not supported."
+
+
+def mosaic_tpu_qarray_error(q_quantized: bool) -> str:
+    """What Mosaic TPU's TypeError for a QArray says: the ``q *= logits_scale`` on a QArray q before
+    0.0.13, else the first reshape of a QArray k or v."""
+    if q_quantized and not _since(MOSAIC_TPU_DEQUANTIZES_Q_SINCE):
+        return "unsupported operand type(s) for *=: 'QArray' and 'float'"
+    return "asarray: expected ArrayLike, got QArray"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,10 +180,10 @@ def _block(name: str, default: int, axis: str, backward: bool = False, **kw: Any
 # HEAD_DIM_MINOR layouts, experimental scheduler on, base-2 exponent on).
 # Where the blocks show (BlockDim, read at 0.12; per-head blocks [H, S, D], the batch looped): the
 # splash forward's out (outputs[0], S second from last in every layout) for block_q, its k block
-# (args[7], after the scalar-prefetch and mask operands) for block_kv, S second from last or,
+# (args[7], after the six scalar-prefetch operands and q) for block_kv, S second from last or,
 # SEQ_MINOR, last;
 # the dkv kernel's q block (args[6]) and dk (outputs[1]) for the backward's. The compute blocks
-# are loop steps inside a kernel.
+# are loop steps inside a kernel. From 0.0.14 every args[i] is one later (``_release_kind``).
 LAYOUTS = ("HEAD_DIM_MINOR", "SEQ_MINOR")
 # tokamax's copy of splash names its kernels ``splash_{mha|mqa}_{phase}...`` (as JAX's splash).
 _FWD, _DKV = r"^splash_m[hq]a_fwd", r"^splash_m[hq]a_dkv"
@@ -291,12 +331,27 @@ def _one_layout(tunable: Tunable) -> Tunable:
     return dataclasses.replace(tunable, blocks=places)
 
 
+def _later_operands(tunable: Tunable, by: int) -> Tunable:
+    """A tunable's places with each input operand (``args[i]``) ``by`` later; outputs stay."""
+
+    def moved(place: BlockDim) -> BlockDim:
+        index = re.fullmatch(r"args\[(\d+)\]", place.operand)
+        if index is None:
+            return place
+        return dataclasses.replace(place, operand=f"args[{int(index.group(1)) + by}]")
+
+    return dataclasses.replace(tunable, blocks=tuple(moved(b) for b in tunable.blocks))
+
+
 def _release_kind(kind: _Kind) -> _Kind:
     """``kind`` as the installed tokamax release has it."""
     version = tokamax_version()
     if kind.name == "mosaic_tpu" and version and version < MOSAIC_TPU_FULL_SINCE:
         params = tuple(_one_layout(p) for p in kind.tunables.params if p.name in MOSAIC_TPU_0_0_10)
         return dataclasses.replace(kind, tunables=Tunables(params), lse_from=None)
+    if kind.name == "mosaic_tpu" and _since(SPLASH_PRNG_KEY_SINCE):
+        params = tuple(_later_operands(p, 1) for p in kind.tunables.params)
+        return dataclasses.replace(kind, tunables=Tunables(params))
     return kind
 
 
@@ -343,7 +398,9 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
                 "check_inputs_support: 'mask.q_end/k_end is not supported.' (valid lengths)",
             ),
             _not_implemented(
-                "no_window", "window", "check_inputs_support: 'mask.k_start is not supported.' (local window)"
+                "no_window",
+                "window",
+                f"check_inputs_support: {mosaic_tpu_window_rejection()!r} (local window)",
             ),
             ShapeConstraint(
                 name="blocks_divide_lengths",
@@ -425,8 +482,9 @@ def _storage_constraints(kind: str) -> tuple[ShapeConstraint, ...]:
     """What a quantized q, k or v (a qwix ``QArray``, ``quantized``) meets. Every implementation
     takes ``Array | QArray`` (0.0.7 on): the XLA ones, Mosaic GPU and cuDNN dequantize first
     (``quantization.as_array``), Triton dequantizes in the kernel. Mosaic TPU's ``_fwd`` runs
-    ``q *= logits_scale`` on it: a TypeError, not the NotImplementedError of tokamax's contract
-    (so an ``implementation=`` list does not fall back past it)."""
+    ``q *= logits_scale`` on a QArray q (before 0.0.13; it dequantizes q from then on) and reshapes
+    a QArray k or v with jax.lax (every release): a TypeError, not the NotImplementedError of
+    tokamax's contract (so an ``implementation=`` list does not fall back past it)."""
     plain = lambda shape, spec: spec.q_storage is None and spec.kv_storage is None  # noqa: E731
     backward = ShapeConstraint(
         name="quantized_inputs_forward_only",
@@ -438,15 +496,21 @@ def _storage_constraints(kind: str) -> tuple[ShapeConstraint, ...]:
     )
     if kind != "mosaic_tpu":
         return (backward,)
+    if _since(MOSAIC_TPU_DEQUANTIZES_Q_SINCE):
+        what = "reshapes a QArray k or v with jax.lax, which takes arrays only"
+        holds = lambda shape, spec: spec.kv_storage is None  # noqa: E731
+    else:
+        what = "scales q with 'q *= logits_scale' and reshapes k and v, which a QArray does not support"
+        holds = plain
     return (
         backward,
         ShapeConstraint(
             name="mosaic_tpu_qarray",
-            reason="PallasMosaicTpuFlashAttention._fwd scales q with 'q *= logits_scale', which a "
-            "QArray does not support: tokamax's contract for an unsupported input is "
-            "NotImplementedError, and this release raises TypeError (a finding, in "
-            "kernels/known_issues.toml)",
-            holds=plain,
+            reason=f"PallasMosaicTpuFlashAttention._fwd {what} (TypeError "
+            f"{mosaic_tpu_qarray_error(q_quantized=True)!r} for a QArray q, k and v): tokamax's "
+            "contract for an unsupported input is NotImplementedError, and this release raises "
+            "TypeError (a finding, in kernels/known_issues.toml)",
+            holds=holds,
             basis="raises",
             applies_to="forward",
             exceptions=NOT_IMPLEMENTED,
@@ -585,7 +649,7 @@ def tokamax_attention(
     attention, op, q, k, v, bias, mask, q_lengths, kv_lengths, *, scale, causal, window, softcap, lse_from
 ):
     """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None) through
-    ``tokamax.dot_product_attention(..., implementation=op)``, in ``[B, T, N, H]``."""
+    ``tokamax.dot_product_attention(..., implementation=(op,))``, in ``[B, T, N, H]``."""
     import jax.numpy as jnp
 
     to_btnh = (0, 2, 1, 3)  # its own inverse
@@ -602,7 +666,12 @@ def tokamax_attention(
         key_value_seq_lengths=kv_lengths,
         local_window_size=window,
         logits_soft_cap=softcap,
-        implementation=implementation,
+        # A one-element tuple at every release: the docstring types ``implementation`` as a name or
+        # a sequence (``Implementation | Sequence[Implementation]``, 0.0.10 to 0.0.17) and the call
+        # runs any entry that is not a name as the op. A bare op is neither: 0.0.13 wraps only a str
+        # and iterates the rest ("'functools.partial' object is not iterable"). With one entry a
+        # NotImplementedError still propagates as is (no fallback, no ExceptionGroup).
+        implementation=(implementation,),
     )
     if lse_from is None:
         return jnp.transpose(result, to_btnh), None

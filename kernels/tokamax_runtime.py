@@ -45,7 +45,7 @@ from kernels.jax_runtime import installed_version, version_tuple
 
 DISTRIBUTION = "tokamax"
 # tokamax 0.0.10 registers Mosaic TPU attention, reads absl flags inside the call and resolves
-# "mosaic" by device kind; the adapter is written against 0.0.10 to 0.0.12 (kernels/tokamax.py).
+# "mosaic" by device kind; the adapter is written against 0.0.10 to 0.0.17 (kernels/tokamax.py).
 OLDEST = (0, 0, 10)
 
 

@@ -96,8 +96,9 @@ def test_each_declared_block_shows_the_config_and_not_the_default(name, values, 
 # tokamax has no Adapter.lowering here: its blocks are read from the call it runs, built as
 # forward() builds it (TokamaxAdapter._build), under the interpreter it runs in.
 # (impl, config, inputs (B, Hq, Hkv, Sq, Sk, D)): Mosaic TPU runs splash's MHA kernels where the
-# heads match and its MQA ones (other names, other block ranks) where they do not.
-MOSAIC_BLOCKS = dict(block_q=256, block_kv=256, block_q_dkv=256, block_kv_dkv=256)
+# heads match and its MQA ones (other names, other block ranks) where they do not. The q and kv
+# blocks differ, so a place that names q's operand for k's (splash's operands moved at 0.0.14) fails.
+MOSAIC_BLOCKS = dict(block_q=256, block_kv=512, block_q_dkv=256, block_kv_dkv=512)
 TOKAMAX = (
     ("mosaic_tpu", MOSAIC_BLOCKS, (1, 2, 2, 256, 512, 128)),
     ("mosaic_tpu", MOSAIC_BLOCKS, (1, 2, 1, 256, 512, 128)),

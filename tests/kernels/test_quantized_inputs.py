@@ -179,7 +179,7 @@ def test_ragged_declares_8bit_pages_where_its_kernel_takes_scales_and_lowers_the
 def test_tokamax_takes_a_qarray_whose_dequantization_is_the_case_value_exactly():
     import qwix
 
-    from kernels.tokamax import TokamaxAdapter, quantized
+    from kernels.tokamax import MOSAIC_TPU_DEQUANTIZES_Q_SINCE, TokamaxAdapter, _since, quantized
 
     case = Case("s", "bfloat16", q_storage="int8_per_channel", q_heads=2, kv_heads=2)
     q = build_inputs(case).q
@@ -194,9 +194,15 @@ def test_tokamax_takes_a_qarray_whose_dequantization_is_the_case_value_exactly()
         "quantized_inputs_forward_only"
     )
     mosaic = TokamaxAdapter(impl="mosaic_tpu").capabilities()
-    (raising,) = [e for e in mosaic.admits(case.skeleton(), case.spec, "bfloat16", "forward") if e.raises]
+    kv_case = Case("s", "bfloat16", kv_storage="int8_per_channel", q_heads=2, kv_heads=2)
+    (raising,) = [
+        e for e in mosaic.admits(kv_case.skeleton(), kv_case.spec, "bfloat16", "forward") if e.raises
+    ]
     assert raising.constraint.name == "mosaic_tpu_qarray"
     assert raising.constraint.exceptions == ("NotImplementedError",)  # the contract; TypeError is ledgered
+    # a quantized q alone: Mosaic TPU dequantizes it from tokamax 0.0.13 on
+    q_raises = [e for e in mosaic.admits(case.skeleton(), case.spec, "bfloat16", "forward") if e.raises]
+    assert bool(q_raises) != _since(MOSAIC_TPU_DEQUANTIZES_Q_SINCE)
 
 
 def test_a_stored_tensor_counts_a_byte_an_element_in_the_minimum_bytes():
