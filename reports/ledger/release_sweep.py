@@ -28,16 +28,16 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from versions import table
+from versions import table as version_table
 
 # Every final release of each library, oldest first (versions/table.py): the span a built-in entry's
 # sweep covers lies inside it. A range open below starts at the oldest release the matrix covers.
 SWEEPS: dict[str, tuple[str, ...]] = {
-    library.name: tuple(r.version for r in library.releases) for library in table.LIBRARIES
+    library.name: tuple(r.version for r in library.releases) for library in version_table.LIBRARIES
 }
 SWEPT_RELEASES: tuple[str, ...] = SWEEPS["jax"]
 TOKAMAX_SWEPT_RELEASES: tuple[str, ...] = SWEEPS["tokamax"]
-OLDEST = {library.name: library.matrix[0] for library in table.LIBRARIES}
+OLDEST = {library.name: library.matrix[0] for library in version_table.LIBRARIES}
 
 
 @dataclasses.dataclass(frozen=True)
