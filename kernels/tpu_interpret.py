@@ -300,8 +300,30 @@ def interpret_params(cores: int = 1) -> dict[str, Any]:
 
 
 def race_detecting_params(cores: int = RACE_DETECTION_CORES) -> dict[str, Any]:
-    """The InterpretParams keywords that switch the detector on with ``cores`` simulated cores."""
-    return {"detect_races": True, _core_field(): cores}
+    """The InterpretParams keywords that switch the detector on with ``cores`` simulated cores.
+
+    From JAX 0.12 the detector raises at the first race unless ``on_race="warn"``: warned, every
+    race of the call is reported (logged) and the call finishes, as every earlier release did
+    (printed), so the check names each race and the numbers still come back."""
+    params = {"detect_races": True, _core_field(): cores}
+    if "on_race" in _interpret_params_fields():
+        params["on_race"] = "warn"
+    return params
+
+
+class _LoggedRaces(logging.Handler):
+    """Collects the races the detector logs: JAX >= 0.12 logs each at WARNING instead of printing
+    it, through its module's logger for a read and the root logger for a write, so this sits on the
+    root (which both reach) and keeps only the detector's messages."""
+
+    def __init__(self, sink: io.StringIO) -> None:
+        super().__init__(logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith(_RACE_MARK):
+            self.sink.write(message + "\n")
 
 
 def _interpreter_module() -> types.ModuleType:
@@ -316,9 +338,9 @@ def detect_races(call: Callable[[], T], cores: int = RACE_DETECTION_CORES) -> tu
     """``call()`` with the race detector on for every pallas_call it makes inside
     ``TpuExecution("tpu").context()``, and ``cores`` simulated cores; (its value, the findings).
 
-    The detector prints each race and keeps a fresh state per pallas_call (module global
-    ``races``): the printed lines cover every pallas_call of the call, the state the last
-    one (its flag, and proof that the detector ran). Printed text is passed on.
+    The detector prints (JAX >= 0.12: logs) each race and keeps a fresh state per pallas_call
+    (module global ``races``): the printed lines cover every pallas_call of the call, the state the
+    last one (its flag, and proof that the detector ran). Printed text is passed on.
     """
     missing = race_detection_missing()
     if missing is not None:
@@ -327,6 +349,9 @@ def detect_races(call: Callable[[], T], cores: int = RACE_DETECTION_CORES) -> tu
     before = getattr(module, "races", None)
     printed = io.StringIO()
     token = _DETECTING.set(race_detecting_params(cores))
+    logged = _LoggedRaces(printed)
+    interpreter_log = logging.getLogger()
+    interpreter_log.addHandler(logged)
     try:
         with contextlib.redirect_stdout(printed):
             value = call()
@@ -335,6 +360,7 @@ def detect_races(call: Callable[[], T], cores: int = RACE_DETECTION_CORES) -> tu
         _reset_interpreter_state()
         raise
     finally:
+        interpreter_log.removeHandler(logged)
         _DETECTING.reset(token)
         sys.stdout.write(printed.getvalue())
     # One state per pallas_call; it records accesses only while the detector is on.
@@ -357,6 +383,8 @@ def _reset_interpreter_state() -> None:
 
 
 _SLICE = re.compile(r"slice\((\d+), (\d+), (?:1|None)\)")
+# The accessing (device, core): ``from 0, 1`` up to JAX 0.11, ``from (0, 1)`` (a thread key) in 0.12.
+_THREAD = re.compile(r"from \((\d+), (\d+)\)")
 
 
 def parse_races(printed: str) -> tuple[str, ...]:
@@ -369,7 +397,8 @@ def parse_races(printed: str) -> tuple[str, ...]:
             for line in block.strip().splitlines()
             if line.strip() and not line.strip().startswith("clock:")
         ]
-        races.append(_SLICE.sub(r"\1:\2", " / ".join(accesses[:2])).replace("[(", "[").replace(")]", "]"))
+        line = _THREAD.sub(r"from \1, \2", " / ".join(accesses[:2]))
+        races.append(_SLICE.sub(r"\1:\2", line).replace("[(", "[").replace(")]", "]"))
     return tuple(races)
 
 

@@ -37,12 +37,14 @@ def nox_sessions() -> dict[str, set[str]]:
             continue
         decorators = [d for d in node.decorator_list if isinstance(d, ast.Call)]
         names = [ast.unparse(d.func) for d in decorators]
-        if "nox.session" in names:
+        bare = [ast.unparse(d) for d in node.decorator_list if not isinstance(d, ast.Call)]
+        if "nox.session" in names or "nox.session" in bare:  # `@nox.session(...)` or `@nox.session`
             sessions[node.name] = {
                 name
                 for d in decorators
                 if ast.unparse(d.func) == "nox.parametrize"
                 for name in _argument_names(d.args[0])
+                if name != "python"  # nox's own: the interpreter each parameter set needs
             }
     return sessions
 

@@ -39,6 +39,13 @@ PRINTED_0_7 = """RACE DETECTED
   write of ('any', 101, 0, 0)[(slice(0, 8, 1), slice(0, 128, 1))] from 0, 1, pallas_call
   write of ('any', 101, 0, 0)[(slice(0, 8, 1), slice(0, 128, 1))] from 0, 0, pallas_call
 """
+# What the detector logged at 0.12.0.1 (on_race="warn"; a thread key for the accessing core).
+LOGGED_0_12 = """RACE DETECTED
+  write of ('hbm', 104, 0, 0)[(slice(0, 8, 1), slice(0, 128, 1))] from (0, 1), pallas_call
+  clock: <jax._src.pallas.mosaic.interpret.vector_clock.NpVectorClock object at 0x7f0a3dfd4bf0>
+  write of ('hbm', 104, 0, 0)[(slice(0, 8, 1), slice(0, 128, 1))] from (0, 0), pallas_call
+  clock: <jax._src.pallas.mosaic.interpret.vector_clock.NpVectorClock object at 0x7f0a3dfd47d0>
+"""
 
 
 def _needs_detector() -> None:
@@ -56,6 +63,22 @@ def test_printed_races_become_one_line_each():
         "write of ('any', 101, 0, 0)[0:8, 0:128] from 0, 1"
     )
     assert parse_races("compiling...\n") == ()
+    assert parse_races(LOGGED_0_12) == (
+        "write of ('hbm', 104, 0, 0)[0:8, 0:128] from 0, 1, pallas_call"
+        " / write of ('hbm', 104, 0, 0)[0:8, 0:128] from 0, 0, pallas_call",
+    )
+
+
+def test_the_detector_reports_every_race_instead_of_raising_at_the_first():
+    """JAX 0.12's detector raises at the first race by default (``on_race``); the check needs every
+    race named and the call's numbers back."""
+    _needs_detector()
+    from jax.experimental.pallas import tpu as pltpu
+
+    params = tpu_interpret.race_detecting_params()
+    pltpu.InterpretParams(**params)  # every keyword is this release's
+    if "on_race" in {f.name for f in dataclasses.fields(pltpu.InterpretParams)}:
+        assert params["on_race"] == "warn"
 
 
 def test_the_detector_parameters_use_this_jax_field_names():
