@@ -114,10 +114,21 @@ def install_project(
     requirements = list(
         dict.fromkeys([*requirements, *jax_versions.requirements_for(jax_version), *libraries])
     )
+    # Bytecode, written once: uv writes none unless asked, and a machine that sets
+    # PYTHONDONTWRITEBYTECODE (CI machines of this kind do) stops Python writing any. Every process
+    # would then compile JAX's and the suite's sources again: about 5 s each on 2 cores, and a
+    # run starts 2 or 3 (controller, workers), the tests a hundred.
+    session.env["PYTHONDONTWRITEBYTECODE"] = ""  # empty is unset, for this session's processes
     log_path = Path(session.create_tmp()) / "install.log"
     with log_path.open("w", encoding="utf-8") as log:
         try:
-            session.install(*requirements, silent=False, stdout=log, stderr=subprocess.STDOUT)
+            session.install(
+                *requirements,
+                silent=False,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={"UV_COMPILE_BYTECODE": "1"},
+            )
         except nox.command.CommandFailed:
             log.flush()
             output = log_path.read_text(encoding="utf-8", errors="replace")
@@ -192,7 +203,7 @@ def conformance(session: nox.Session, jax: str, tokamax: str | None) -> None:
         f"--junitxml={report_dir}/junit.xml",
         f"--jax-cache-dir={jax_cache}",
         *isolated_args(session.posargs),
-    )  # -n 1, --max-worker-restart, --timeout unless given
+    )  # -n <usable cores>, --max-worker-restart, --timeout unless given
 
 
 @nox.session

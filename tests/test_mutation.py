@@ -6,8 +6,10 @@ every mutant and control together, at the ``ci`` profile. To fit the CI budget i
 for the per-case checks, a fixed smoke selection of the curated edge matrix (``SMOKE``:
 one case per concern, the same for every subject, chosen by concern and not by mutant);
 the sampled checks (determinism, recompile, leak, races) keep the cases the suite picks for
-them. Each check's verdicts come from ``results.jsonl``. ``tests/conftest.py`` turns the
-recorded outcomes into the ``mutation score: X/Y`` line.
+them. A mutant runs only the checks meant to reject it (nothing is asserted about the
+others); a control runs every check, since it must pass them all. Each check's verdicts
+come from ``results.jsonl``. ``tests/conftest.py`` turns the recorded outcomes into the
+``mutation score: X/Y`` line.
 
 The run carries a decoy known-issue ledger (``decoy_ledger``): for every mutant, one entry
 covering every check except those meant to catch it, and one covering those checks but
@@ -66,13 +68,30 @@ SMOKE: tuple[str, ...] = (
 )
 
 
-def selection() -> str:
-    """The ``-k`` expression: smoke cases for per-case checks, every case of sampled checks
-    (their sample is already a few cases, chosen by what the check needs, not by concern)."""
-    repeated = {d.name for d in REGISTRY if d.sampling in ("runtime_sample", "one_case", "race_sample")}
-    per_case = " or ".join(f"test_{c}" for c in CHECKS if c not in repeated)
-    runtime = " or ".join(f"test_{c}" for c in CHECKS if c in repeated)
-    return f"(({per_case}) and ({' or '.join(SMOKE)})) or {runtime}"
+def _checks_expression(checks: tuple[str, ...]) -> str:
+    """``checks`` as a ``-k`` term: per-case checks on the smoke cases, sampled checks on every
+    case (their sample is already a few cases, chosen by what the check needs, not by concern)."""
+    sampled = {d.name for d in REGISTRY if d.sampling in ("runtime_sample", "one_case", "race_sample")}
+    per_case = " or ".join(f"test_{c}" for c in checks if c not in sampled)
+    runtime = [f"test_{c}" for c in checks if c in sampled]
+    terms = [f"(({per_case}) and ({' or '.join(SMOKE)}))"] if per_case else []
+    return " or ".join([*terms, *runtime])
+
+
+def selection(names: dict[str, str]) -> str:
+    """The ``-k`` expression: each mutant's own checks, every check of each control.
+
+    ``names``: ``--impl`` path -> subject name. A test id opens with ``[<subject name>-``, which
+    no other subject's id contains (names differ, and the next character is always ``-``)."""
+    mutants = [f"([{names[m.path]}- and ({_checks_expression(m.checks)}))" for m in MUTANTS]
+    controls = " or ".join(f"[{names[c.path]}-" for c in CONTROLS)
+    return " or ".join([*mutants, f"(({controls}) and ({_checks_expression(CHECKS)}))"])
+
+
+def subject_names() -> dict[str, str]:
+    """``--impl`` path -> subject name, for every mutant and control."""
+    paths = (*(m.path for m in MUTANTS), *(c.path for c in CONTROLS))
+    return {s.impl: s.name for s in resolve_subjects(",".join(paths))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +126,7 @@ class SuiteRun:
 
 def decoy_ledger(path: Path) -> Path:
     """Entries that name every mutant but never the failure its checks must find (see the module doc)."""
-    names = {s.impl: s.name for s in resolve_subjects(",".join(m.path for m in MUTANTS))}
+    names = subject_names()
     entries = []
     for mutant in MUTANTS:
         others = [c for c in CHECKS if c not in mutant.checks]
@@ -135,7 +154,7 @@ def run_mutants(impls: tuple[str, ...], report_dir: Path) -> SuiteRun:
         "--profile",
         "ci",
         "-k",
-        selection(),
+        selection(subject_names()),
         "--known-issues",
         str(ledger),
         timeout=RUN_TIMEOUT_S,
@@ -195,6 +214,29 @@ def test_the_catalogue_is_complete():
     names = [m.name for m in MUTANTS]
     assert len(names) == len(set(names)) >= 15
     assert all(set(m.checks) <= set(CHECKS) for m in MUTANTS)
+
+
+def test_the_selection_runs_a_mutant_on_its_own_checks_and_a_control_on_every_check():
+    from _pytest.mark.expression import Expression
+
+    names = subject_names()
+    expression = Expression.compile(selection(names))
+
+    def selected(check: str, path: str, case: str) -> bool:
+        item = f"test_{check}[{names[path]}-{case}]".lower()
+        return expression.evaluate(lambda ident, **_: ident.lower() in item)
+
+    smoke, other = "float32-causal_tl-B2-Hq2-Hkv2-Sq128-Sk256-D64", "float32-full-B4-Hq1-Hkv1-Sq512-Sk512-D32"
+    mutant, control = by_name("scale_inverse_d"), CONTROLS[0]
+    assert selected("forward", mutant.path, smoke)
+    assert not selected("forward", mutant.path, other)
+    assert not selected("backward", mutant.path, smoke) and not selected("leak", mutant.path, smoke)
+    assert selected("forward", control.path, smoke) and selected("leak", control.path, other)
+    # A name that another name extends ("recompiles" and "recompiles_undeclared") selects only itself.
+    recompiles = by_name("recompiles")
+    assert selected("recompile", recompiles.path, other)
+    assert not selected("shape_dtype", recompiles.path, smoke)
+    assert all(selected(c, m.path, smoke) or selected(c, m.path, other) for m in MUTANTS for c in m.checks)
 
 
 def test_a_failed_suite_run_fails_every_mutant_without_running_again(tmp_path: Path):

@@ -3,6 +3,7 @@
 Options: ``--impl NAME|all|a,b|package.module:function`` (default: the primary subject),
 ``--profile ci|dev|thorough``, ``--report-dir DIR``, ``--resume``, ``--no-shrink``,
 ``--jax-cache-dir DIR`` (JAX's persistent compilation cache), ``--no-progress`` (``progress``),
+``--no-plots`` (report.md without its plot),
 ``--shard K/N`` (a cost-balanced slice of the plan, ``conformance/plan/shards.py``; merge the
 folders with ``python -m reports merge``).
 Hypothesis' own ``--hypothesis-seed`` picks the seed of the drawn cases (the ci
@@ -90,6 +91,12 @@ def add_options(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--no-shrink", action="store_true", help="do not shrink failing cases (faster failing runs)"
+    )
+    group.addoption(
+        "--no-plots",
+        action="store_true",
+        help="write report.md without its PNG plot (matplotlib takes seconds; `python -m reports "
+        "render DIR` draws it later from the records)",
     )
     group.addoption(
         "--jax-cache-dir",
@@ -707,7 +714,7 @@ def _render_report(report_dir: Path, config: pytest.Config) -> None:
     if write_report is None:
         return
     try:
-        write_report(report_dir)
+        write_report(report_dir, plots=not config.getoption("no_plots"))
     except Exception as error:  # noqa: BLE001 - results are already safe on disk; say why the report is not
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         message = f"conformance: report.md not written: {type(error).__name__}: {error}"

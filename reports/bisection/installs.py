@@ -207,7 +207,9 @@ class SuiteRunner:
             f"--jax-cache-dir={env / 'jax-cache'}",
             "--no-shrink",  # the verdict is all bisect needs; shrinking a failure costs minutes
             "--no-progress",
-            *isolated_args(given),
+            "--no-plots",  # nobody reads the plot of a one-check run
+            # One check: a second worker would only import JAX and wait (a later -n of the user's wins).
+            *isolated_args(["-n", "1", *given]),
         ]
 
     def __call__(self, version: str) -> Observation:

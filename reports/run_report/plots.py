@@ -25,6 +25,10 @@ Point = tuple[int, float, bool]  # (sequence length, error ratio, failed)
 # Ratios far below 1 (a length-1 case is exact while its baseline is not) would squash
 # the interesting range around 1 into a sliver; plots draw them at this floor instead.
 RATIO_FLOOR = 1e-2
+# A run plot is read at a glance: 3 x 3 panels. Past that, the subjects with failures and the
+# highest ratios are drawn (matplotlib's layout also grows faster than the panel count: 67
+# panels took a minute on 2 cores, more than the checks of some runs).
+MAX_RUN_PANELS = 9
 
 
 def sequence_length(result: CaseResult) -> int:
@@ -53,6 +57,18 @@ def worst_per_length(points: Sequence[Point]) -> list[tuple[int, float]]:
     for length, ratio, _ in points:
         worst[length] = max(ratio, worst.get(length, 0.0))
     return sorted(worst.items())
+
+
+def panel_subjects(
+    points: Mapping[tuple[str, str], Sequence[Point]], limit: int = MAX_RUN_PANELS
+) -> list[str]:
+    """The subjects a run plot draws, worst first: those with a failure, then by their highest
+    ratio; at most ``limit``."""
+    worst: dict[str, tuple[bool, float]] = {}
+    for (subject, _), series in points.items():
+        failed, ratio = worst.get(subject, (False, 0.0))
+        worst[subject] = (failed or any(p[2] for p in series), max(ratio, *(p[1] for p in series)))
+    return sorted(worst, key=lambda subject: (not worst[subject][0], -worst[subject][1], subject))[:limit]
 
 
 def _dtype_order(dtype: str) -> tuple[int, str]:
@@ -114,11 +130,16 @@ def _save(figure, path: Path) -> Path:
 
 
 def plot_run(results: Iterable[CaseResult], path: Path, title: str = "") -> Path | None:
-    """One panel per subject; one colour per dtype; red crosses mark failures. None if no data."""
+    """One panel per subject (the ``MAX_RUN_PANELS`` worst: ``panel_subjects``); one colour per
+    dtype; red crosses mark failures. None if no data."""
     points = ratio_points(results, RATIO_FLOOR)
-    subjects = sorted({s for s, _ in points})
+    subjects = panel_subjects(points)
     if not subjects:
         return None
+    every = len({s for s, _ in points})
+    if every > len(subjects):
+        shown = f"the {len(subjects)} worst of {every} subjects"
+        title = f"{title or 'Error ratio against sequence length'} · {shown}"
     figure, axes = _figure(len(subjects), 3)
     for ax, subject in zip(axes, subjects, strict=True):
         dtypes = sorted((d for s, d in points if s == subject), key=_dtype_order)

@@ -15,8 +15,10 @@ from tests.support.toy_subjects import Elsewhere
 
 
 def test_a_correct_subject_passes_and_every_record_is_written(tmp_path):
-    done = run_suite(tmp_path, toy("exact"), "-k", SMALL, junit=True)
+    done = run_suite(tmp_path, toy("exact"), "-k", SMALL, junit=True, plots=True)
     assert done.returncode == 0, done.stdout[-3000:]
+    assert (tmp_path / "ratio-vs-length.png").read_bytes()[:4] == b"\x89PNG"
+    assert "(ratio-vs-length.png)" in (tmp_path / "report.md").read_text()
     results = read_results(tmp_path)
     assert results.complete
     verdicts = {r.verdict for r in results.results}
@@ -82,6 +84,7 @@ def test_xdist_gives_the_same_records_as_one_process(tmp_path):
 
 def test_resume_skips_what_is_recorded(tmp_path):
     assert run_suite(tmp_path, toy("exact"), "-k", "test_forward and " + SMALL).returncode == 0
+    assert not (tmp_path / "ratio-vs-length.png").exists()  # --no-plots (the tests' default)
     first = read_results(tmp_path).results
     again = run_suite(tmp_path, toy("exact"), "-k", "(test_forward or test_lse) and " + SMALL, "--resume")
     assert again.returncode == 0

@@ -28,7 +28,17 @@ def crash_once_run(folder: Path, *args: str):
     marker.mkdir()
     env = {**os.environ, "CRASH_ONCE_DIR": str(marker)}
     done = run_suite(
-        folder / "report", IMPL, "-k", TINY, "--timeout", "60", "--worker-memory-limit", "2G", *args, env=env
+        folder / "report",
+        IMPL,
+        "-k",
+        TINY,
+        "--timeout",
+        "60",
+        "--worker-memory-limit",
+        "2G",
+        *args,
+        env=env,
+        isolated=True,
     )
     results = read_results(folder / "report")
     records = {r.check: r for r in results.results if r.case.case_id.endswith(FAULTY_CASE)}

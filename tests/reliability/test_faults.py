@@ -124,7 +124,7 @@ def test_a_wrong_type_fails_shape_and_forward(run):
 
 
 def test_when_xdist_gives_up_on_restarts_the_results_stay_incomplete(tmp_path):
-    done = run_suite(tmp_path, f"{FAULTY}:abort", "-k", TINY, "--max-worker-restart", "0")
+    done = run_suite(tmp_path, f"{FAULTY}:abort", "-k", TINY, "--max-worker-restart", "0", isolated=True)
     assert done.returncode == 1
     assert "checks never ran" in done.stdout and "--resume" in done.stdout
     results = read_results(tmp_path)

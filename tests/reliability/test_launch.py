@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 
 from conformance.harness.isolation import parse_size
+from conformance.suite import launch
 from conformance.suite.launch import isolated_args
 
 
-def test_defaults_isolate_every_run():
+def test_defaults_isolate_every_run(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(launch, "usable_cores", lambda: 2)
     assert isolated_args(["--impl", "xla"]) == [
         "-n",
-        "1",
+        "2",
         "--max-worker-restart",
         "200",
         "--timeout",
@@ -34,6 +36,13 @@ def test_defaults_isolate_every_run():
 def test_the_users_own_values_win(given, absent):
     args = isolated_args(given)
     assert args.count(absent) == (1 if absent in given else 0) and args[-len(given) :] == given
+
+
+@pytest.mark.parametrize("cores, workers", [(1, 1), (2, 2), (64, launch.MAX_WORKERS)])
+def test_one_worker_per_usable_core(monkeypatch: pytest.MonkeyPatch, cores: int, workers: int):
+    monkeypatch.setattr(launch, "usable_cores", lambda: cores)
+    args = isolated_args([])
+    assert args[args.index("-n") + 1] == str(workers)
 
 
 def test_no_xdist_means_no_workers_but_still_a_timeout():

@@ -71,6 +71,7 @@ def test_a_run_writes_no_secret_and_no_home_path(tmp_path):
         "-k",
         "test_forward and full and (Sq1-Sk1-D32 or Sq113-Sk113-D64)",
         env=env,
+        isolated=True,  # the crash is contained by the worker process
     )
     assert done.returncode == 1, done.stdout[-2000:]
     written = sorted(p for p in report_dir.rglob("*") if p.is_file())

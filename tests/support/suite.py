@@ -20,13 +20,26 @@ def toy(name: str) -> str:
 
 
 def suite_command(
-    report_dir: Path, impl: str, *args: str, shrink: bool = False, junit: bool = False
+    report_dir: Path,
+    impl: str,
+    *args: str,
+    shrink: bool = False,
+    junit: bool = False,
+    isolated: bool = False,
+    plots: bool = False,
 ) -> list[str]:
     """The command line of a quiet run of ``impl`` into ``report_dir``; ``args`` go last.
 
-    Shrinking is off unless a test is about it (it only slows a failing run down);
-    ``junit`` also writes ``report_dir/junit.xml``."""
+    What a test is not about stays off, since each costs seconds a run: shrinking (it only
+    slows a failing run down), the report's plot (``plots``), and worker processes
+    (``isolated``: one xdist worker, as a user's run has; otherwise ``-n 0``, one process,
+    since each worker imports JAX anew and the tests already run one per core). ``args``
+    that choose workers win. ``junit`` also writes ``report_dir/junit.xml``."""
     command = [sys.executable, "-m", "conformance", "--impl", impl, "--report-dir", str(report_dir), "-q"]
+    if not any(a.startswith(("-n", "--numprocesses", "no:xdist", "-pno:xdist")) for a in args):
+        command += ["-n", "1" if isolated else "0"]
+    if not plots:
+        command.append("--no-plots")
     if not shrink:
         command.append("--no-shrink")
     if junit:
@@ -48,6 +61,8 @@ def run_suite(
     *args: str,
     shrink: bool = False,
     junit: bool = False,
+    isolated: bool = False,
+    plots: bool = False,
     env: dict[str, str] | None = None,
     timeout: float = 600,
 ) -> subprocess.CompletedProcess:
@@ -56,7 +71,7 @@ def run_suite(
     ``env`` replaces the environment (None: this process's, as a child sees it:
     ``child_environment``); ``timeout`` fails a hung run."""
     return subprocess.run(
-        suite_command(report_dir, impl, *args, shrink=shrink, junit=junit),
+        suite_command(report_dir, impl, *args, shrink=shrink, junit=junit, isolated=isolated, plots=plots),
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from reports.run_report.plots import (
+    MAX_RUN_PANELS,
+    panel_subjects,
     plot_run,
     plot_versions,
     plot_versions_by_length,
@@ -56,3 +58,12 @@ def test_tiny_ratios_are_drawn_at_the_floor():
     exact = result("flash", "forward", length=1, ratio=1e-9)
     assert ratio_points([exact]) == {("flash", "float32"): [(1, 1e-9, False)]}  # the data stays honest
     assert ratio_points([exact], floor=0.01) == {("flash", "float32"): [(1, 0.01, False)]}
+
+
+def test_a_run_plot_draws_the_worst_subjects_first_and_at_most_a_screen_of_them():
+    points = {(f"s{i:02}", "float32"): [(128, float(i), False)] for i in range(20)}
+    points[("s00", "bfloat16")] = [(128, 0.5, True)]  # the lowest ratio, but a failure
+    chosen = panel_subjects(points)
+    assert len(chosen) == MAX_RUN_PANELS
+    assert chosen[:3] == ["s00", "s19", "s18"]
+    assert panel_subjects(points, limit=30) == ["s00", *(f"s{i:02}" for i in range(19, 0, -1))]
