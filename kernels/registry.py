@@ -46,6 +46,7 @@ BUILTIN: dict[str, str] = {
     "ragged_paged_attention": "kernels.ragged_paged_attention:RaggedPagedAttentionAdapter",
     "tokamax": "kernels.tokamax:TokamaxAdapter",
     "pallas_mgpu": "kernels.pallas_mgpu:PallasMgpuAdapter",
+    "tokamax_splash": "kernels.tokamax_splash:TokamaxSplashAdapter",
 }
 
 

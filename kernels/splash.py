@@ -30,9 +30,10 @@ Translation from canonical semantics (``docs/semantics.md``):
   sees no key averages V over the visited blocks, or is NaN when none is visited.
 
 The translation lives in module-level functions of NumPy/JAX values (``mask_layout``,
-``mask_planes``, ``splash_mask``, ``kernel_blocks``, ``splash_kernels``, ``splash_attention``,
-``splash_forward``, ``splash_gradients``) that the adapter calls and ``standalone()`` embeds in
-a repro script (``kernels/standalone.py``), so script and suite build the same kernels.
+``mask_planes``, ``structural_mask`` (shared with ``kernels/tokamax_splash.py``), ``splash_mask``,
+``kernel_blocks``, ``splash_kernels``, ``splash_attention``, ``splash_forward``, ``splash_gradients``)
+that the adapter calls and ``standalone()`` embeds in a repro script (``kernels/standalone.py``),
+so script and suite build the same kernels.
 """
 
 from __future__ import annotations
@@ -571,7 +572,13 @@ class SplashAdapter:
         return StandaloneCall(
             imports=imports,
             definitions=source_of(
-                mask_layout, mask_planes, splash_mask, kernel_blocks, splash_kernels, splash_attention
+                mask_layout,
+                mask_planes,
+                structural_mask,
+                splash_mask,
+                kernel_blocks,
+                splash_kernels,
+                splash_attention,
             )
             + source_of(splash_forward, splash_gradients),
             setup=setup,
@@ -628,23 +635,33 @@ def mask_planes(mask: Any, q_heads: int, q_len: int, kv_len: int) -> Any:
     return planes
 
 
+def structural_mask(masks: Any, layout: tuple, q_len: int, kv_len: int) -> Any:
+    """``layout``'s structural mask (``mask_layout``) as one 2-D splash mask object of ``masks``, a
+    splash mask module (JAX's ``splash_attention_mask``, or tokamax's copy of it, which has the
+    same classes): ``CausalMask``/``LocalMask`` with their offset, ``ChunkedCausalMask`` (ANDed
+    with a ``LocalMask`` when a window is set), or ``FullMask``."""
+    kind, offset, window, chunk = layout
+    shape = (q_len, kv_len)
+    if kind == "chunked":
+        structural = masks.ChunkedCausalMask(shape, chunk_size=chunk)
+        if window is not None:
+            structural = structural & masks.LocalMask(shape, window_size=window, offset=offset)
+        return structural
+    if kind == "causal":
+        return masks.CausalMask(shape, offset=offset)
+    if kind == "local":
+        return masks.LocalMask(shape, window_size=window, offset=offset)
+    return masks.FullMask(shape)
+
+
 def splash_mask(splash: Any, layout: tuple, plane: Any, q_heads: int, q_len: int, kv_len: int) -> Any:
     """The ``MultiHeadMask`` of one kernel: ``layout``'s structural mask, ANDed into a ``NumpyMask``
     per head with ``plane`` (``[Hq, Sq, Sk]`` bool) when there is one."""
-    kind, offset, window, chunk = layout
-    if kind == "chunked":
-        import importlib  # ChunkedCausalMask is not re-exported by the splash package
+    import importlib  # ChunkedCausalMask is not re-exported by the splash package
 
-        masks = importlib.import_module(splash.__name__ + ".splash_attention_mask")
-        structural = masks.ChunkedCausalMask((q_len, kv_len), chunk_size=chunk)
-        if window is not None:
-            structural = structural & splash.LocalMask((q_len, kv_len), window_size=window, offset=offset)
-    elif kind == "causal":
-        structural = splash.CausalMask((q_len, kv_len), offset=offset)
-    elif kind == "local":
-        structural = splash.LocalMask((q_len, kv_len), window_size=window, offset=offset)
-    else:
-        structural = splash.FullMask((q_len, kv_len))
+    kind = layout[0]
+    masks = importlib.import_module(splash.__name__ + ".splash_attention_mask")
+    structural = structural_mask(masks, layout, q_len, kv_len)
     heads = []
     for h in range(q_heads):
         if plane is None:

@@ -69,7 +69,14 @@ PROFILES: dict[str, Profile] = {
             # per shape; the kernels interpret); `all` keeps the XLA one, which covers tokamax's API
             # layer natively, and the GPU ones (unavailable here: free), within the +3 minute budget.
             # The interpreted kernels join `all` in dev and thorough, and `--impl tokamax` runs them.
-            family_in_all=("tokamax[impl=xla]", "tokamax[impl=mosaic_gpu]", "tokamax[impl=cudnn]"),
+            # tokamax's splash likewise: its XLA implementation (base) natively, its Mosaic TPU one
+            # (TPU interpret mode) in dev and thorough and through `--impl tokamax_splash`.
+            family_in_all=(
+                "tokamax[impl=xla]",
+                "tokamax[impl=mosaic_gpu]",
+                "tokamax[impl=cudnn]",
+                "tokamax_splash[impl=base]",
+            ),
         ),
         Profile(
             "dev",

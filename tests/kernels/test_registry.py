@@ -27,6 +27,7 @@ BUILTINS = (
     "ragged_paged_attention",
     "tokamax",
     "pallas_mgpu",
+    "tokamax_splash",
 )
 
 

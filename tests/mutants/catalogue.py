@@ -351,6 +351,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "softcap",
         "a tokamax wrapper passes logits_soft_cap to the forward call only: gradients of uncapped attention",
     ),
+    _m(
+        "tokamax_splash_sinks_dropped",
+        "tokamax_splash_wrappers:SinksDropped",
+        "forward",
+        "sinks",
+        "a wrapper of tokamax's splash attention calls it without its sinks: plain softmax on sink cases",
+    ),
 )
 
 

@@ -1,0 +1,576 @@
+"""tokamax's splash attention (``tokamax.ops.experimental.splash_attention``, public from tokamax
+0.0.17): one subject per implementation, ``tokamax_splash[impl=base]`` (XLA) and
+``tokamax_splash[impl=mosaic_tpu]`` (the Pallas TPU kernel) (``OPTIONS``; ``--impl tokamax_splash``
+is both).
+
+Every call goes through the public ``splash_attention(q, k, v, mask, segment_ids, sinks, *, is_mqa,
+mask_value, attn_logits_soft_cap, dropout_rate, prng_key, implementation)`` with ``implementation=``
+a one-element tuple holding the implementation's op (``api.py:95-100`` takes a str, a callable or a
+sequence); Mosaic TPU's op is built with its forward ``Config`` named explicitly (the op's own
+``bind(...).default_config``), as ``kernels/tokamax.py`` does. Gradients are ``jax.vjp`` of that call:
+the op's own VJP op (``base.SplashAttentionVjp``, ``pallas_mosaic_tpu_vjp``). The lse comes from the
+op's residuals ``(max_logits, logsumexp)`` (``return_residuals=True``, through a callable passed as
+the implementation: the public function has no such argument).
+
+Translation from canonical semantics (``docs/semantics.md``), read in tokamax 0.0.17's
+``_src/ops/experimental/tpu/splash_attention/`` (``api.py``, ``base.py``, ``reference.py``,
+``pallas_mosaic_tpu.py``, ``splash_attention_mask.py``):
+
+* Layout ``[H, S, D]`` per call, no batch (``api.py:50-52``): the batch is ``jax.vmap``-ed (one
+  traced call, as a user batches it), or under TPU interpret mode one call per batch row (the TPU
+  interpreter cannot vmap a Pallas TPU kernel, ``kernels/tokamax.py``); rows are independent, so
+  both give the same values.
+* No scale argument: the logits are ``q.k`` as given (``reference.py:87``, the kernel likewise). q is
+  multiplied by the scale in float32 and rounded once to its dtype, as every caller must: declared
+  ``q_prescaled``.
+* GQA is native, consecutive query heads sharing a kv head (``reference.py:237-252``); MQA (Hkv = 1,
+  Hq > 1) is passed as the API spells it: ``is_mqa=True`` with 2-D ``k``/``v`` ``[Sk, D]``.
+* Masks are splash mask objects (``splash_attention_mask.py``), built by ``kernels.splash``'s own
+  translation (``mask_layout``, ``structural_mask``): causal ``CausalMask(offset)`` with ``offset = 0``
+  (top-left) or ``Sk - Sq`` (bottom-right), a window ``LocalMask(window, offset)`` (causal folded in),
+  chunked ``ChunkedCausalMask`` (no offset: top-left only), ANDed with a ``LocalMask`` for a window.
+  The API takes one ``[Sq, Sk]`` boolean mask for every head (``api.py:54``): a canonical boolean mask
+  is ANDed with the structural one (materialised) per batch row, and where it differs across heads
+  each query head is one call with its own plane (and its kv head and sink).
+* ``segment_ids`` is ``SegmentIds(q, kv)`` per row; ``attn_logits_soft_cap`` caps ``q.k`` (after the
+  scale, which q carries); ``sinks: [Hq]`` per query head, shared by every batch row (unbatched under
+  the vmap), not capped (``reference.py:94-106``), as canonical.
+* ``mask_value`` is left at its default, ``-0.7 * float32 max`` (``reference.py:28``): finite, so in
+  the XLA implementation a row that sees no key averages V (``mean_v``); the kernel skips whole
+  masked blocks, so its rows are unspecified.
+* No bias, no valid lengths, dropout off (``dropout_rate=0``).
+
+Finding: ``base.py:90-91`` turns any ``CausalMask`` into ``Mask(is_causal=True)`` in ``bind``, for
+both implementations: its ``offset`` is dropped, so bottom-right causal with Sq != Sk runs top-left
+(ledger ``tokamax-splash-causal-mask-offset-dropped``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from kernels.base import (
+    Availability,
+    Capabilities,
+    ShapeConstraint,
+    SubjectGrads,
+    SubjectOutput,
+    compiled_where_run,
+)
+from kernels.jax_runtime import (
+    Compiled,
+    CompiledCache,
+    array_key,
+    count_primitives,
+    default_backend,
+    installed_jax_versions,
+    installed_version,
+    to_jax,
+    to_numpy,
+)
+from kernels.splash import mask_layout, structural_mask
+from kernels.tokamax_runtime import (
+    DISTRIBUTION,
+    absl_flags_parsed,
+    interpretable_op,
+    remat_optimization_off,
+)
+from kernels.tpu_interpret import tpu_interpret_mode_missing
+from reference.spec import AttentionInputs, AttentionSpec
+
+Implementation = Literal["base", "mosaic_tpu"]
+IMPLEMENTATIONS: tuple[str, ...] = ("base", "mosaic_tpu")
+
+PUBLIC = "tokamax.ops.experimental"  # splash_attention, public from tokamax 0.0.17
+PACKAGE = "tokamax._src.ops.experimental.tpu.splash_attention"
+NOT_IMPLEMENTED = ("NotImplementedError",)  # api.py:82-84, 123-127: a list falls back on it only
+BLOCK = 128  # pallas_mosaic_tpu._get_heuristics_config: 128, or 1024 for multiples of 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    name: str
+    module: str  # under PACKAGE
+    op_class: str
+    execution: Literal["native", "tpu"]  # on this CPU; native on its own hardware
+    hardware: str  # "cpu" for the XLA one
+    dtypes: tuple[str, ...]
+    fully_masked_rows: str
+
+
+KINDS: dict[str, _Kind] = {
+    k.name: k
+    for k in (
+        # base.py: float32 logits and softmax, out cast to q's dtype; any float dtype.
+        _Kind(
+            "base", "base", "SplashAttention", "native", "cpu", ("float32", "bfloat16", "float16"), "mean_v"
+        ),
+        # The TPU kernel: float32 and bfloat16 (float16 runs in the interpreter, but no TPU runs it:
+        # not declared).
+        _Kind(
+            "mosaic_tpu",
+            "pallas_mosaic_tpu",
+            "PallasMosaicTpuSplashAttention",
+            "tpu",
+            "tpu",
+            ("float32", "bfloat16"),
+            "unspecified",
+        ),
+    )
+}
+
+
+def _block_of(length: int) -> int:
+    """pallas_mosaic_tpu._get_heuristics_config's block for a sequence of ``length``."""
+    return 1024 if length >= 1024 and length % 1024 == 0 else BLOCK
+
+
+def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
+    if kind != "mosaic_tpu":
+        return ()
+    return (
+        ShapeConstraint(
+            name="blocks_divide_lengths",
+            reason="splash's mask info raises where its default block (128) does not divide a "
+            "sequence ('q_block_size=128 should divide q_seq_len=64', likewise kv): the API's contract "
+            "for an unsupported input is NotImplementedError (api.py falls back on it only), and "
+            "0.0.17 raises ValueError (a finding, in kernels/known_issues.toml)",
+            holds=lambda shape, spec: (
+                shape.q_len % _block_of(shape.q_len) == 0 and shape.kv_len % _block_of(shape.kv_len) == 0
+            ),
+            basis="raises",
+            exceptions=NOT_IMPLEMENTED,
+        ),
+    )
+
+
+def _capabilities(kind: _Kind, execution: str) -> Capabilities:
+    return Capabilities(
+        jax_runtime=True,
+        dtypes=kind.dtypes,
+        q_prescaled=True,  # no scale argument: the caller passes q * scale in q's dtype
+        causal_alignments=("top_left", "bottom_right"),  # CausalMask/LocalMask(offset)
+        chunked_causal_alignments=("top_left",),  # ChunkedCausalMask has no offset
+        window=True,
+        segment_ids=True,
+        bool_mask=True,
+        gqa=True,
+        softcap=True,
+        sinks=True,
+        sinks_grad=True,  # SplashAttentionGrads(sinks=...) from both VJP ops
+        distinct_v_dim=True,
+        backward=True,
+        lse=True,
+        fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
+        constraints=compiled_where_run(_constraints(kind.name), execution == "native"),
+    )
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Api:
+    attention: Callable[..., Any]  # tokamax.ops.experimental.splash_attention
+    masks: Any  # splash_attention_mask: CausalMask, LocalMask, ChunkedCausalMask, FullMask
+    segment_ids: type  # SegmentIds(q, kv)
+    op_class: type
+    vjp_class: type | None
+
+
+def _load_api(kind: _Kind) -> _Api:
+    """The installed tokamax's public splash attention and ``kind``'s op (ImportError where missing:
+    tokamax before 0.0.17 has no ``tokamax.ops.experimental.splash_attention``)."""
+    absl_flags_parsed()
+    public = importlib.import_module(PUBLIC)
+    attention = getattr(public, "splash_attention", None)
+    if attention is None:
+        raise ImportError(f"{PUBLIC} has no splash_attention")
+    module = importlib.import_module(f"{PACKAGE}.{kind.module}")
+    op_class = getattr(module, kind.op_class)
+    vjp = op_class().vjp
+    base = importlib.import_module(f"{PACKAGE}.base")
+    masks = importlib.import_module(f"{PACKAGE}.splash_attention_mask")
+    return _Api(attention, masks, base.SegmentIds, op_class, None if vjp is None else type(vjp))
+
+
+def _execution(kind: _Kind) -> str:
+    if kind.execution == "native" or default_backend() == kind.hardware:
+        return "native"
+    return kind.execution
+
+
+_EXECUTION_WORDS = {
+    "native": "natively",
+    "tpu": "Pallas TPU interpret mode (force_tpu_interpret_mode) on CPU",
+}
+
+
+@contextlib.contextmanager
+def _running(execution: str) -> Iterator[None]:
+    """The context every trace and call runs in: TPU interpret mode for the kernel off a TPU, with
+    the VJP's remat optimisation off (the interpreter's IO effects forbid it; values unchanged)."""
+    with contextlib.ExitStack() as stack:
+        if execution == "tpu":
+            from jax.experimental.pallas import tpu as pltpu
+
+            stack.enter_context(pltpu.force_tpu_interpret_mode())
+            stack.enter_context(remat_optimization_off())
+        yield
+
+
+# --- the translation: functions of JAX arrays ------------------------------------------------
+
+
+def _with_residuals(op, *args, **kwargs):
+    """An ``implementation=`` callable: the op, returning ``(out, (max_logits, logsumexp))``."""
+    return op(*args, return_residuals=True, **kwargs)
+
+
+def splash_call(attention, op, segment_ids_class, mask, q, k, v, q_seg, kv_seg, sinks, *, softcap, with_lse):
+    """One batch row, ``q: [Hq, Sq, D]``, ``k: [Hkv, Sk, D]``, ``v: [Hkv, Sk, Dv]`` -> (out
+    ``[Hq, Sq, Dv]``, lse ``[Hq, Sq]`` or None). ``mask``: a splash mask object or an ``[Sq, Sk]`` bool
+    array; ``softcap``: ``attn_logits_soft_cap``. MQA (one kv head for several query heads) goes as
+    ``is_mqa=True`` with 2-D k and v."""
+    import jax.numpy as jnp
+
+    mqa = k.shape[0] == 1 and q.shape[0] > 1
+    if mqa:
+        k, v = k[0], v[0]
+    segments = None if q_seg is None else segment_ids_class(q_seg.astype(jnp.int32), kv_seg.astype(jnp.int32))
+    implementation = functools.partial(_with_residuals, op) if with_lse else op
+    result = attention(
+        q,
+        k,
+        v,
+        mask,
+        segments,
+        sinks,
+        is_mqa=mqa,
+        attn_logits_soft_cap=softcap,
+        implementation=(implementation,),
+    )
+    if not with_lse:
+        return result, None
+    out, (_, lse) = result
+    return out, lse.astype(jnp.float32)
+
+
+def tokamax_splash_attention(
+    attention,
+    op,
+    segment_ids_class,
+    masks,
+    q,
+    k,
+    v,
+    mask,
+    q_seg,
+    kv_seg,
+    sinks,
+    *,
+    scale,
+    layout,
+    softcap,
+    loop,
+    with_lse,
+):
+    """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None).
+
+    q is multiplied by ``scale`` in float32 and rounded once to its dtype (splash takes no scale).
+    ``layout``: ``kernels.splash.mask_layout``'s structural mask. ``mask``: None or a boolean
+    ``[Bm, Hm, Sq, Sk]`` (Bm in 1, B; Hm in 1, Hq), ANDed with the structural mask; with Hm > 1 each
+    query head is its own call. ``sinks: [Hq]`` or None, shared by every row. ``loop``: one call per
+    batch row instead of ``vmap``."""
+    import jax
+    import jax.numpy as jnp
+
+    q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
+    sq, sk = q.shape[2], k.shape[2]
+    structural = structural_mask(masks, layout, sq, sk)
+    dense = None if layout[0] == "full" else jnp.asarray(np.asarray(structural[0:sq, 0:sk]))
+    call = functools.partial(
+        splash_call, attention, op, segment_ids_class, softcap=softcap, with_lse=with_lse
+    )
+
+    def row(q, k, v, plane, q_seg, kv_seg):
+        if plane is None:
+            return call(structural, q, k, v, q_seg, kv_seg, sinks)
+        if dense is not None:
+            plane = plane & dense
+        if plane.shape[0] == 1:
+            return call(plane[0], q, k, v, q_seg, kv_seg, sinks)
+        group = q.shape[0] // k.shape[0]
+        heads = [
+            call(
+                plane[h],
+                q[h : h + 1],
+                k[h // group : h // group + 1],
+                v[h // group : h // group + 1],
+                q_seg,
+                kv_seg,
+                None if sinks is None else sinks[h : h + 1],
+            )
+            for h in range(q.shape[0])
+        ]
+        lse = None if heads[0][1] is None else jnp.concatenate([h[1] for h in heads])
+        return jnp.concatenate([h[0] for h in heads]), lse
+
+    batch = q.shape[0]
+    mask_batched = mask is not None and mask.shape[0] > 1
+    if loop:
+        rows = [
+            row(
+                q[b],
+                k[b],
+                v[b],
+                None if mask is None else mask[b if mask_batched else 0],
+                None if q_seg is None else q_seg[b],
+                None if kv_seg is None else kv_seg[b],
+            )
+            for b in range(batch)
+        ]
+        out = jnp.stack([r[0] for r in rows])
+        return out, None if rows[0][1] is None else jnp.stack([r[1] for r in rows])
+    seg_axis = None if q_seg is None else 0
+    if mask is not None and not mask_batched:
+        plane = mask[0]
+        return jax.vmap(
+            lambda q, k, v, qs, ks: row(q, k, v, plane, qs, ks), in_axes=(0, 0, 0, seg_axis, seg_axis)
+        )(q, k, v, q_seg, kv_seg)
+    mask_axis = None if mask is None else 0
+    return jax.vmap(row, in_axes=(0, 0, 0, mask_axis, seg_axis, seg_axis))(q, k, v, mask, q_seg, kv_seg)
+
+
+def tokamax_splash_gradients(
+    attention,
+    op,
+    segment_ids_class,
+    masks,
+    q,
+    k,
+    v,
+    mask,
+    q_seg,
+    kv_seg,
+    sinks,
+    dout,
+    *,
+    scale,
+    layout,
+    softcap,
+    loop,
+):
+    """(dq, dk, dv, dsinks ``[Hq]`` or None) of ``sum(out * dout)`` by ``jax.vjp`` of the public call:
+    the op's own VJP. dq includes the scale (q is scaled inside)."""
+    import jax
+
+    def attend(q, k, v, sinks):
+        return tokamax_splash_attention(
+            attention,
+            op,
+            segment_ids_class,
+            masks,
+            q,
+            k,
+            v,
+            mask,
+            q_seg,
+            kv_seg,
+            sinks,
+            scale=scale,
+            layout=layout,
+            softcap=softcap,
+            loop=loop,
+            with_lse=False,
+        )[0]
+
+    if sinks is None:
+        _, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, None), q, k, v)
+        return (*vjp(dout), None)
+    _, vjp = jax.vjp(attend, q, k, v, sinks)
+    return vjp(dout)
+
+
+# --- the adapter -----------------------------------------------------------------------------
+
+
+def _mask_array(inputs: AttentionInputs) -> np.ndarray | None:
+    """The canonical boolean mask as ``[Bm, Hm, Sq, Sk]``: batch and heads kept only where they
+    differ (size 1 otherwise)."""
+    mask = inputs.mask
+    if mask is None:
+        return None
+    b, hq, sq, _ = inputs.q.shape
+    sk = inputs.k.shape[2]
+    full = np.broadcast_to(np.asarray(mask, dtype=bool), (mask.shape[0], mask.shape[1], sq, sk))
+    if full.shape[1] > 1 and all(np.array_equal(full[:, 0], full[:, h]) for h in range(1, full.shape[1])):
+        full = full[:, :1]
+    if full.shape[0] > 1 and all(np.array_equal(full[0], full[i]) for i in range(1, full.shape[0])):
+        full = full[:1]
+    return np.ascontiguousarray(full)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TokamaxSplashAdapter:
+    """``tokamax.ops.experimental.splash_attention`` with one implementation. Canonical ``[B, H, S, D]``."""
+
+    OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"impl": IMPLEMENTATIONS}
+    # ``--impl tokamax_splash`` (and ``all``) means one subject per value of this option.
+    FAMILY_OPTION: ClassVar[str] = "impl"
+    impl: Implementation = "base"
+    name: str = "tokamax_splash[impl=base]"
+    description: str = "tokamax.ops.experimental.splash_attention"
+    _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.impl not in KINDS:
+            raise ValueError(
+                f"unknown tokamax splash implementation {self.impl!r}; choose from {IMPLEMENTATIONS}"
+            )
+        if self.name == "tokamax_splash[impl=base]" and self.impl != "base":
+            object.__setattr__(self, "name", f"tokamax_splash[impl={self.impl}]")
+        object.__setattr__(
+            self, "description", f"tokamax.ops.experimental.splash_attention(implementation={self.impl!r})"
+        )
+
+    @property
+    def _kind(self) -> _Kind:
+        return KINDS[self.impl]
+
+    def availability(self) -> Availability:
+        kind = self._kind
+        versions = (*installed_jax_versions(), (DISTRIBUTION, installed_version(DISTRIBUTION) or "missing"))
+        try:
+            _load_api(kind)
+        except Exception as error:  # any import/API failure means "unavailable", never a crash
+            line = str(error).splitlines()[0] if str(error) else type(error).__name__
+            return Availability(
+                False,
+                f"tokamax {installed_version(DISTRIBUTION) or '(not installed)'} has no public splash "
+                f"attention ({PUBLIC}.splash_attention, public from 0.0.17): {type(error).__name__}: {line}",
+                versions,
+            )
+        execution = _execution(kind)
+        if execution == "tpu":
+            missing = tpu_interpret_mode_missing(fix="run it on a TPU")
+            if missing is not None:
+                return Availability(False, missing, versions)
+        mode = "native" if execution == "native" else "interpret"
+        return Availability(True, "", versions, mode, _EXECUTION_WORDS[execution])
+
+    def capabilities(self) -> Capabilities:
+        try:
+            execution = _execution(self._kind)
+        except Exception:  # no JAX: availability says why
+            execution = "native"
+        return _capabilities(self._kind, execution)
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def _op(self, api: _Api, execution: str, args: tuple) -> tuple[Any, Any]:
+        """(op, its forward Config or None): off its hardware the op's ``supported_on`` answers True
+        (``interpretable_op``); Mosaic TPU's Config is the op's own default for these shapes, named."""
+        op_class, vjp_class = api.op_class, api.vjp_class
+        if execution != "native" or self._kind.hardware != "cpu":
+            op_class, vjp_class = interpretable_op(op_class, vjp_class)
+        vjp = {} if vjp_class is None else {"vjp": vjp_class()}
+        if self.impl == "base":
+            return op_class(**vjp), None
+        import jax
+
+        q, k, v = (jax.ShapeDtypeStruct(a.shape[1:], a.dtype) for a in args[:3])
+        config = op_class(**vjp).bind(q, k, v).default_config
+        return op_class(config=config, **vjp), config
+
+    def _compiled(self, direction: str, inputs: AttentionInputs, spec: AttentionSpec, dout: Any = None):
+        kind = self._kind
+        api = _load_api(kind)
+        execution = _execution(kind)
+        _, _, sq, d = inputs.q.shape
+        sk = inputs.k.shape[2]
+        scale = spec.resolved_scale(d)
+        softcap = None if spec.softcap is None else float(spec.softcap)
+        layout = mask_layout(spec.causal, spec.alignment, spec.window, sq, sk, spec.chunk)
+        mask = _mask_array(inputs)
+        arrays = (
+            inputs.q,
+            inputs.k,
+            inputs.v,
+            mask,
+            inputs.q_segment_ids,
+            inputs.kv_segment_ids,
+            inputs.sinks,
+        )
+        if direction == "backward":
+            arrays += (np.asarray(dout, dtype=inputs.q.dtype),)
+        key = (direction, layout, scale, softcap, array_key(*arrays))
+        with _running(execution):
+            args = tuple(None if a is None else to_jax(a) for a in arrays)
+
+            def build() -> Compiled:
+                import jax
+
+                op, config = self._op(api, execution, args)
+                options = dict(scale=scale, layout=layout, softcap=softcap, loop=execution == "tpu")
+                if direction == "forward":
+                    fn = functools.partial(
+                        tokamax_splash_attention,
+                        api.attention,
+                        op,
+                        api.segment_ids,
+                        api.masks,
+                        with_lse=True,
+                        **options,
+                    )
+                else:
+                    fn = functools.partial(
+                        tokamax_splash_gradients, api.attention, op, api.segment_ids, api.masks, **options
+                    )
+                return Compiled(jax.jit(fn), self._ran(fn, args, execution, config))
+
+            compiled = self._cache.get(key, build)
+        return compiled, args, execution
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32."""
+        compiled, args, execution = self._compiled("forward", inputs, spec)
+        with _running(execution):
+            out, lse = compiled.fn(*args)
+            return SubjectOutput(out=to_numpy(out), lse=to_numpy(lse), ran=compiled.ran)
+
+    def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
+        """Gradients of ``sum(out * dout)`` through the op's VJP; ``dsinks: [Hq]`` with sinks."""
+        compiled, args, execution = self._compiled("backward", inputs, spec, dout)
+        with _running(execution):
+            dq, dk, dv, dsinks = compiled.fn(*args)
+            return SubjectGrads(
+                dq=to_numpy(dq),
+                dk=to_numpy(dk),
+                dv=to_numpy(dv),
+                dsinks=None if dsinks is None else to_numpy(dsinks),
+            )
+
+    def _ran(self, fn: Any, args: tuple, execution: str, config: Any) -> str:
+        kernels = count_primitives(fn, args, "pallas_call")
+        where = _EXECUTION_WORDS[execution]
+        if self._kind.hardware != "cpu" and kernels == 0:
+            what = f"no pallas_call traced: tokamax fell back ({where})"
+        elif kernels:
+            what = f"{self.impl}: pallas_call x{kernels} ({where})"
+        else:
+            what = f"{self.impl}: XLA ops"
+        if config is None:
+            return f"{what}; config none"
+        words = ", ".join(
+            f"{f.name}={getattr(getattr(config, f.name), 'name', getattr(config, f.name))}"
+            for f in dataclasses.fields(config)
+        )
+        return f"{what}; config ({words})"

@@ -1,0 +1,116 @@
+"""tokamax's splash attention (``tokamax.ops.experimental.splash_attention``), one subject per
+implementation: the family name, availability at the installed tokamax, the declarations against
+what the API raises, and small cases against the float64 reference (base natively, Mosaic TPU in
+TPU interpret mode)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from conformance.plan.subjects import impl_names
+from kernels.registry import expand_family, resolve
+from kernels.tokamax_runtime import tokamax_version
+from kernels.tokamax_splash import IMPLEMENTATIONS, TokamaxSplashAdapter
+from reference.spec import AttentionShape, AttentionSpec
+from tests.kernels.cases import check_forward, check_gradients, make_inputs
+
+pytestmark = pytest.mark.timeout(600)
+
+FAMILY = tuple(f"tokamax_splash[impl={impl}]" for impl in IMPLEMENTATIONS)
+PUBLIC = tokamax_version() >= (0, 0, 17) if tokamax_version() else False
+needs_public = pytest.mark.skipif(not PUBLIC, reason="tokamax < 0.0.17 has no public splash attention")
+
+
+def test_the_family_is_both_implementations_and_ci_all_keeps_the_xla_one():
+    from conformance.plan.profiles import PROFILES
+
+    assert expand_family("tokamax_splash") == FAMILY
+    assert resolve("tokamax_splash").name == "tokamax_splash[impl=base]"
+    ci = impl_names("all", (), PROFILES["ci"].family_in_all)
+    assert "tokamax_splash[impl=base]" in ci and "tokamax_splash[impl=mosaic_tpu]" not in ci
+    assert set(FAMILY) <= set(impl_names("all", (), PROFILES["dev"].family_in_all))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tokamax") is None, reason="tokamax is not installed")
+@pytest.mark.parametrize("name", FAMILY)
+def test_availability_follows_the_public_op(name):
+    availability = resolve(name).availability()
+    if PUBLIC:
+        assert availability.available, availability.reason
+        expected = "native" if name.endswith("base]") else "interpret"
+        assert availability.execution == expected
+    else:
+        # tokamax 0.0.12 has no tokamax.ops at all: one line, observed by the import
+        assert not availability.available
+        assert "has no public splash attention" in availability.reason
+        assert "\n" not in availability.reason
+
+
+def test_declarations_mosaic_tpu_declares_its_blocks_and_base_does_not():
+    base = TokamaxSplashAdapter("base").capabilities()
+    mosaic = TokamaxSplashAdapter("mosaic_tpu").capabilities()
+    assert base.q_prescaled and mosaic.q_prescaled  # no scale argument
+    assert base.fully_masked_rows == "mean_v" and mosaic.fully_masked_rows == "unspecified"
+    assert not base.constraints
+    spec = AttentionSpec()
+    ok, short = AttentionShape(1, 1, 1, 128, 256, 64, 64), AttentionShape(1, 1, 1, 64, 256, 64, 64)
+    assert not mosaic.violated_constraints(ok, spec, "forward")
+    (broken,) = mosaic.violated_constraints(short, spec, "forward")
+    assert broken.raises and broken.exceptions == ("NotImplementedError",)
+    assert not (base.bias or base.lengths) and base.sinks and base.chunked_causal_alignments == ("top_left",)
+
+
+@needs_public
+def test_mosaic_tpu_raises_where_its_blocks_do_not_divide_the_lengths():
+    adapter = TokamaxSplashAdapter("mosaic_tpu")
+    inputs = make_inputs(0, 1, 1, 1, 64, 128, 64)
+    with pytest.raises(ValueError, match="should divide q_seq_len=64"):  # not NotImplementedError: ledger
+        adapter.forward(inputs, AttentionSpec())
+
+
+@needs_public
+@pytest.mark.parametrize(
+    ("hq", "hkv", "spec", "extra"),
+    [
+        (4, 2, AttentionSpec(causal=True), {}),  # GQA, top-left
+        (2, 1, AttentionSpec(window=(16, 3), alignment="bottom_right"), {}),  # MQA, LocalMask offset
+        (2, 2, AttentionSpec(causal=True, chunk=32, softcap=5.0), {"segments": True}),
+        (2, 2, AttentionSpec(), {"sinks": True, "mask": True}),  # a boolean mask per head, sinks
+    ],
+    ids=["gqa_causal", "mqa_window_br", "chunked_softcap_segments", "head_mask_sinks"],
+)
+def test_base_forward_and_gradients_match_the_reference(hq, hkv, spec, extra):
+    rng = np.random.default_rng(3)
+    arrays = {}
+    if extra.get("sinks"):
+        arrays["sinks"] = rng.standard_normal(hq).astype(np.float32)
+    if extra.get("mask"):
+        arrays["mask"] = rng.random((2, hq, 128, 256)) > 0.3
+    inputs = make_inputs(0, 2, hq, hkv, 128, 256, 64, segments=bool(extra.get("segments")), **arrays)
+    adapter = TokamaxSplashAdapter("base")
+    assert check_forward(adapter, inputs, spec, "float32").startswith("base: XLA ops")
+    check_gradients(adapter, inputs, spec, "float32")
+
+
+@needs_public
+def test_mosaic_tpu_forward_in_tpu_interpret_mode_matches_the_reference():
+    rng = np.random.default_rng(4)
+    inputs = make_inputs(0, 2, 2, 1, 128, 256, 64, sinks=rng.standard_normal(2).astype(np.float32))
+    adapter = TokamaxSplashAdapter("mosaic_tpu")
+    ran = check_forward(adapter, inputs, AttentionSpec(causal=True, softcap=10.0), "float32")
+    assert "pallas_call" in ran and "interpret" in ran and "block_q=128" in ran
+
+
+@needs_public
+def test_bottom_right_causal_runs_top_left_a_ledger_finding():
+    """base.py bind turns every CausalMask into Mask(is_causal=True): the offset is dropped."""
+    from reference.attention import attention_forward
+
+    inputs = make_inputs(0, 1, 1, 1, 128, 256, 64)
+    adapter = TokamaxSplashAdapter("base")
+    out = adapter.forward(inputs, AttentionSpec(causal=True, alignment="bottom_right")).out
+    top_left = attention_forward(inputs, AttentionSpec(causal=True)).out
+    np.testing.assert_allclose(out, top_left, atol=1e-5)

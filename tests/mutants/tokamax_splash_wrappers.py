@@ -1,0 +1,27 @@
+"""A wrapper of tokamax's splash attention that drops what it was given: the attention sinks.
+
+``SinksDropped`` runs ``tokamax.ops.experimental.splash_attention(implementation='base')`` through
+the suite's own adapter, but calls it without ``sinks``, as a wrapper that forgets to thread the
+argument through would: every sink case comes out as plain softmax attention. The ``forward`` check
+must reject it on every sink case (the curated matrix's ``sink`` cases).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kernels.base import Capabilities, SubjectOutput
+from kernels.tokamax_splash import TokamaxSplashAdapter
+from reference.spec import AttentionInputs, AttentionSpec
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SinksDropped(TokamaxSplashAdapter):
+    name: str = "tokamax_splash_sinks_dropped"
+
+    def capabilities(self) -> Capabilities:
+        # float32 only: the meta-test's budget (each dtype is another compile per case)
+        return dataclasses.replace(super().capabilities(), dtypes=("float32",))
+
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        return super().forward(dataclasses.replace(inputs, sinks=None), spec)  # BUG: sinks dropped
