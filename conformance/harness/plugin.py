@@ -559,7 +559,9 @@ class ConformancePlugin:
         _render_report(self.report_dir, self.config)
         collect_only = bool(self.config.getoption("collectonly", False))  # listed, not run: judge nothing
         self._ledger_lines = _ledger_lines(statuses) + ([] if collect_only else _not_run_lines(results))
-        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and not collect_only:
+        # NO_TESTS_COLLECTED too: a -k that selects nothing checked nothing, and says so with one code (6).
+        judged = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
+        if exitstatus in judged and not collect_only:
             session.exitstatus = _exit_status(results, statuses, self.strict_known, interrupted)
 
 
@@ -636,6 +638,8 @@ def _not_run_lines(results: tuple[CaseResult, ...]) -> list[tuple[str, bool]]:
         return []
     reasons = not_checked_reasons(results)
     lines = [(f"conformance: NOT RUN: nothing was checked (exit {EXIT_NOTHING_CHECKED})", True)]
+    if not results:
+        lines.append(("conformance: no planned check was selected: -k, -m or --deselect left none", True))
     return lines + [(f"conformance: {subject}: {reason}", True) for subject, reason in reasons.items()]
 
 

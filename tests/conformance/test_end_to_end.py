@@ -95,6 +95,14 @@ def test_resume_skips_what_is_recorded(tmp_path):
     assert {r.check for r in results.results} == {"forward", "lse"}
 
 
+def test_a_selection_that_leaves_no_check_exits_6_as_it_says(tmp_path):
+    """pytest's own code for it is 5 (nothing collected); the line said 6. One outcome, one code."""
+    done = run_suite(tmp_path, toy("exact"), "-k", "no_check_is_called_this", isolated=True)
+    assert done.returncode == EXIT_NOTHING_CHECKED, done.stdout[-3000:]
+    assert "conformance: NOT RUN: nothing was checked (exit 6)" in done.stdout
+    assert "no planned check was selected" in done.stdout
+
+
 def test_a_run_that_checks_nothing_exits_6_and_says_not_run(tmp_path):
     """Every selected subject unavailable: no green. Exit 6 (pytest uses 0-5), NOT RUN with the
     reason in report.md and on the terminal, and the gate refuses the folder in one line."""
