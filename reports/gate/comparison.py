@@ -15,6 +15,7 @@ from reports.gate.rules import (
     fixed,
     fixed_known_issues,
     flaky_results,
+    known_issues_unexplained_in_candidate,
     lost_capabilities,
     newly_failing,
     ratio_drifts,
@@ -69,6 +70,11 @@ def compare(
         regressions += changes
     for label in fixed_known_issues(base, candidate):
         notes.append(f"The candidate fixes {label}: every check it explained in the base passes now.")
+    for label, count in known_issues_unexplained_in_candidate(base, candidate):
+        notes.append(
+            f"⚠️ {md.plural(count, 'check')} of {label} still fail in the candidate, unexplained there: "
+            "no regression, but the candidate's own run is red (does the entry's range end too early?)."
+        )
     if base_benchmarks is not None and candidate_benchmarks is not None:
         found, bench_notes = benchmark_regressions(base_benchmarks, candidate_benchmarks, thresholds)
         regressions += found

@@ -111,6 +111,18 @@ def fixed_known_issues(base: Run, candidate: Run) -> list[str]:
     return sorted(label for label, passes in by_entry.items() if all(passes))
 
 
+def known_issues_unexplained_in_candidate(base: Run, candidate: Run) -> list[tuple[str, int]]:
+    """(entry label, checks) of ledger entries the base reproduced whose checks still fail in the
+    candidate, but unexplained there: no regression (they failed before), yet the candidate's run is
+    red, usually because the entry's range says the candidate's release fixed it."""
+    cand = results_by_key(candidate)
+    counts: dict[str, int] = {}
+    for key, r in results_by_key(base).items():
+        if r.verdict == "known" and key in cand and cand[key].verdict in ("fail", "error"):
+            counts[_known_label(r)] = counts.get(_known_label(r), 0) + 1
+    return sorted(counts.items())
+
+
 def behaviour_changes(base: Run, candidate: Run) -> list[Finding]:
     """Checks whose observed behaviour (e.g. what a fully masked row returns) differs between the runs."""
     cand = results_by_key(candidate)
