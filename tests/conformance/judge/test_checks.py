@@ -62,6 +62,47 @@ def test_keeping_one_output_per_call_is_a_leak():
     assert Runner((subject,), get("ci"), shrink=False).outcome(planned)[0] == "pass"
 
 
+def _native_memory_subject(name: str, mib_on_call) -> Subject:
+    """The exact subject, touching ``mib_on_call(n)`` MiB of anonymous mmap pages on its n-th
+    call and keeping them: memory tracemalloc never sees, only the RSS."""
+    import mmap
+
+    kept, calls = [], iter(range(10**6))
+
+    def attention(q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None, kv_lengths=None):
+        size = mib_on_call(next(calls)) << 20
+        if size:
+            pages = mmap.mmap(-1, size)
+            pages.write(b"\x01" * size)
+            kept.append(pages)
+        lengths = {"q_lengths": q_lengths, "kv_lengths": kv_lengths}
+        return toy_subjects.exact(q, k, v, scale=scale, causal=causal, alignment=alignment, **lengths)
+
+    attention.attention_capabilities = toy_subjects.exact.attention_capabilities
+    adapter = FunctionAdapter.wrap(attention, name)
+    return Subject(name, name, adapter, adapter.availability(), adapter.capabilities())
+
+
+@pytest.mark.parametrize(
+    "name, mib_on_call, verdict",
+    [
+        ("steady", lambda n: 1, "fail"),  # 1 MiB a call: in both halves of the measured calls
+        ("one_jump", lambda n: 6 if n == 14 else 0, "pass"),  # 6 MiB once, in one half: the allocator's way
+    ],
+)
+def test_an_rss_leak_grows_in_both_halves_of_the_calls_and_one_jump_is_not_a_leak(name, mib_on_call, verdict):
+    subject = _native_memory_subject(name, mib_on_call)
+    case = Case(name, "float32", batch=1, q_heads=1, kv_heads=1, q_len=128, kv_len=128)
+    planned = classify("leak", case, subject.capabilities)
+    got, outcome = Runner((subject,), get("ci"), shrink=False).outcome(planned)
+    assert got == verdict, outcome.reason
+    if verdict == "fail":
+        assert "host RSS grew" in outcome.reason and "in each half" in outcome.reason
+        assert "host allocations" not in outcome.reason  # tracemalloc never saw it
+    else:  # the jump landed among the measured calls: the whole-run rule alone would have failed it
+        assert outcome.details["rss_growth_bytes"] >= 4 << 20, outcome.details
+
+
 UNDECLARED = "tests.mutants.undeclared"
 SMALL = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=128, kv_len=128)  # 128 KiB outputs
 
