@@ -59,19 +59,17 @@ def run_suite(
     report_dir: Path,
     impl: str,
     *args: str,
-    shrink: bool = False,
-    junit: bool = False,
-    isolated: bool = False,
-    plots: bool = False,
     env: dict[str, str] | None = None,
     timeout: float = 600,
+    **options: bool,
 ) -> subprocess.CompletedProcess:
     """Runs ``suite_command`` from the checkout and returns it finished, output captured.
 
-    ``env`` replaces the environment (None: this process's, as a child sees it:
-    ``child_environment``); ``timeout`` fails a hung run."""
+    ``options``: ``suite_command``'s (shrink, junit, isolated, plots). ``env`` replaces the
+    environment (None: this process's, as a child sees it: ``child_environment``); ``timeout``
+    fails a hung run."""
     return subprocess.run(
-        suite_command(report_dir, impl, *args, shrink=shrink, junit=junit, isolated=isolated, plots=plots),
+        suite_command(report_dir, impl, *args, **options),
         cwd=ROOT,
         capture_output=True,
         text=True,
