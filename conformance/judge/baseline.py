@@ -3,8 +3,12 @@
 This is the attention a user would write (``einsum`` logits, scale, bias, softcap,
 ``where`` masking with the dtype's most negative value, softmax with the sink as one more
 column, ``einsum`` with v),
-computed the way XLA computes it for that dtype: every intermediate rounded to the
-dtype, matmuls and reductions accumulating in float32 (float64 for float64). In the fp8
+computed the way XLA computes it for that dtype: every elementwise intermediate and every
+matmul operand rounded to the dtype, matmuls and reductions accumulating in float32 (float64
+for float64). A reduction's terms are never rounded, only its result (the softmax sum, delta,
+dsinks, dbias, the GQA group sums of dk and dv): the API promises storage in the dtype, not
+arithmetic in it, so a kernel that sums rounded terms has a precision defect to report, and
+the baseline must not copy it. In the fp8
 dtypes it is what an fp8 kernel computes: the fp8 inputs go into matmuls that accumulate in
 float32, logits and softmax stay float32 (no kernel exponentiates in 8 bits), P is rounded
 to V's fp8 dtype before the matmuls it feeds only where the subject declares so
@@ -177,12 +181,15 @@ def _forward(inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision) -> _F
         m = np.maximum(m, sink)
     p_sink = None
     with np.errstate(over="ignore", invalid="ignore"):
-        e = r(np.exp(r(s - m)))
-        denom = r(e.sum(axis=-1, keepdims=True))
+        # The denominator sums the exponentials as computed, in the work dtype: a sum's terms
+        # are never rounded to the storage dtype (a kernel that does so has a defect to report).
+        e = np.exp(r(s - m))
+        denom = e.sum(axis=-1, keepdims=True)
         if sink is not None:
-            e_sink = r(np.exp(r(sink - m)))
-            denom = r(denom + e_sink)
+            e_sink = np.exp(r(sink - m))
+            denom = denom + e_sink
             p_sink = r(e_sink / denom)
+        denom = r(denom)
         p = r(e / denom)
         lse = r(m + r(np.log(denom)))[..., 0]
     out = r(pr.p_rnd(p) @ v)
@@ -218,24 +225,27 @@ def gradients(
     fwd = _forward(inputs, spec, pr)
     do = np.asarray(dout).astype(w)
     kv_heads = inputs.k.shape[1]
-    dv = r(_group_sum(r(pr.p_rnd(fwd.p).swapaxes(-1, -2) @ do), kv_heads))
+    # Every reduction below (delta, dsinks, dbias, the GQA group sums of dk and dv) sums its
+    # terms as computed, in the work dtype, and rounds only its result: the contract is storage
+    # in the dtype, not arithmetic in it. Matmul operands (p, ds) are stored, so rounded.
+    dv = r(_group_sum(pr.p_rnd(fwd.p).swapaxes(-1, -2) @ do, kv_heads))
     dp = r(do @ fwd.v.swapaxes(-1, -2))
-    delta = r((r(do * fwd.out)).sum(axis=-1, keepdims=True))
+    delta = r((do * fwd.out).sum(axis=-1, keepdims=True))
     dsinks = None
     if fwd.p_sink is not None:
-        dsinks = r(-(r(fwd.p_sink * delta)).sum(axis=(0, 2, 3))).astype(pr.dtype)
-    ds = r(fwd.p * r(dp - delta))  # d loss / d (capped, biased, scaled logits)
+        dsinks = r(-(fwd.p_sink * delta).sum(axis=(0, 2, 3))).astype(pr.dtype)
+    ds_terms = fwd.p * r(dp - delta)  # d loss / d (capped, biased, scaled logits)
     if fwd.tanh is not None:
-        ds = r(ds * r(1 - r(fwd.tanh * fwd.tanh)))
+        ds_terms = ds_terms * r(1 - r(fwd.tanh * fwd.tanh))
+    ds = r(ds_terms)
     dbias = None
     if inputs.bias is not None:
-        dbias = r(_sum_to(ds, inputs.bias.shape)).astype(pr.dtype)
+        dbias = r(_sum_to(ds_terms, inputs.bias.shape)).astype(pr.dtype)
     scale = w.type(fwd.scale)
     dq = r(r(ds @ fwd.k) * scale)
     # Where q arrived as q * scale, that product carries dk's scale already.
-    dk_heads = (
-        r(ds.swapaxes(-1, -2) @ fwd.q) if pr.q_rnd is not None else r(r(ds.swapaxes(-1, -2) @ fwd.q) * scale)
-    )
+    # Each query head's share is a term of the group sum: scaled, never rounded, before it.
+    dk_heads = ds.swapaxes(-1, -2) @ fwd.q if pr.q_rnd is not None else (ds.swapaxes(-1, -2) @ fwd.q) * scale
     dk = r(_group_sum(dk_heads, kv_heads))
     q = inputs.q.astype(w)
     return BaselineGrads(

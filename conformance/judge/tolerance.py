@@ -7,16 +7,23 @@ float64 reference on the same quantised inputs:
     mean_abs(subject) <= k_mean * mean_abs(baseline) + floor_mean
 
 ``baseline`` is ``conformance.judge.baseline``: the attention a user would write in the
-subject's dtype. ``floor_max`` is ``FLOOR_ULPS`` x eps of the dtype at max |ref|,
-``floor_mean`` is ``MEAN_FLOOR_ULPS`` x eps at mean |ref| (where the baseline is exact, a
-correct kernel that rounds once more, e.g. a softcapped max recomputed inside a fused exp,
-is off by up to an ulp on every element: Sk=1 and softcapped logits, seen on an int8 decode
-control; half an ulp failed it), but never less
-than ``floor_max / sqrt(n)`` over n compared elements: a mean of a few elements is a
-noisy sample, and over one element the mean *is* the max. The floors only matter
-when the baseline happens to be (nearly) exact, e.g. in float64 or tiny tensors. Max-abs alone misses
-systematic drift, mean-abs alone misses single outliers; both must hold.
+subject's dtype. ``floor_max`` is ``FLOOR_ULPS`` x eps of the dtype at max |ref| (one ulp in
+fp8, whose every intermediate is float32, so a careful kernel is one rounding of a float32
+value away; where ref is zero by cancellation, ulps of the intermediates' dtype at the
+cancelling terms: ``floors``). ``floor_mean`` is ``MEAN_FLOOR_ULPS`` x eps at mean |ref|
+(where the baseline is exact, a correct kernel that rounds once more, e.g. a softcapped max
+recomputed inside a fused exp, is off by up to an ulp on every element: Sk=1 and softcapped
+logits, seen on an int8 decode control; half an ulp failed it), but never less than
+``floor_max / sqrt(n)`` over n compared elements: a mean of a few elements is a noisy sample,
+and over one element the mean *is* the max. The floors only matter when the baseline happens
+to be (nearly) exact, e.g. in float64 or tiny tensors. Max-abs alone misses systematic drift,
+mean-abs alone misses single outliers; both must hold.
 docs/tolerances.md ("Tolerance policy") explains each k.
+
+A judgement must be able to fail: where an all-zero answer, the reference negated, or the
+reference with its rows (or heads) shifted by one would meet the same two rules, the tensor
+is *weak* there (``trivial_passes``). A weak tensor that meets its tolerance is not a pass:
+the check says it was not judged, and a check with nothing else judged is ``unsupported``.
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ from conformance.judge import dtypes, metrics
 from reports.records.results_file import TensorMetrics
 
 FLOOR_ULPS = 2.0
+FP8_FLOOR_ULPS = 1.0  # fp8 keeps every intermediate in float32: only the final rounding is left
 MEAN_FLOOR_ULPS = 1.0
+# What a judgement is tried with besides the subject's answer (``trivial_passes``).
+TRIVIAL_ANSWERS: tuple[str, ...] = ("zeros", "negated", "rows shifted", "heads shifted")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,22 +114,65 @@ TOLERANCES: dict[str, TensorTolerance] = {
 def floors(
     dtype: str, want: np.ndarray, valid: np.ndarray | None, cancellation: float = 0.0
 ) -> tuple[float, float]:
-    """(floor_max, floor_mean): FLOOR_ULPS eps at max|want|; MEAN_FLOOR_ULPS eps at mean|want|,
-    or floor_max / sqrt(n) when that is larger (n: the number of compared elements).
+    """(floor_max, floor_mean): the rounding a careful kernel cannot avoid, where the baseline
+    happens to be exact.
+
+    floor_max: ulps of ``dtype`` at max|want| (``FLOOR_ULPS``; ``FP8_FLOOR_ULPS`` in fp8,
+    whose only rounding left is the final one); floor_mean: ``MEAN_FLOOR_ULPS`` ulps at
+    mean|want|, or floor_max / sqrt(n) when that is larger (n: the number of compared elements).
 
     ``cancellation``: the magnitude of terms that cancel to give ``want`` (see
-    ``baseline.BaselineGrads.cancellation``). When ``want`` is numerically zero next to
-    it (e.g. dq and dk when every row sees a single key: ds = p (dp - delta) = 0 exactly),
-    the floors are taken at that magnitude instead: a correct kernel leaves a few ulps
-    of it behind, and a zero reference gives no scale of its own.
+    ``baseline.BaselineGrads.cancellation``). When ``want`` is numerically zero next to it
+    (e.g. dq and dk when every row sees a single key: ds = p (dp - delta) = 0 exactly), the
+    floors are taken at that magnitude instead, in ulps of the dtype the intermediates live
+    in (``dtypes.logits_dtype``: the dtype itself, float32 for fp8). A bf16 kernel may store
+    delta in bf16 and leave ulps of bf16 behind; an fp8 kernel sums in float32, so ulps of e5m2
+    there would be 2^19 times too loose (they let a dsinks of the wrong sign pass).
     """
     top, mean = metrics.magnitude(want, valid)
-    if top <= dtypes.eps(dtype) * cancellation:
-        top = mean = cancellation
     count = int(np.broadcast_to(True if valid is None else valid, np.shape(want)).sum())
-    eps = dtypes.eps(dtype)
-    floor_max = FLOOR_ULPS * eps * top
+    intermediate = dtypes.eps(dtypes.logits_dtype(dtype))
+    if top <= intermediate * cancellation:
+        eps, ulps, top, mean = intermediate, FLOOR_ULPS, cancellation, cancellation
+    else:
+        eps, ulps = dtypes.eps(dtype), FP8_FLOOR_ULPS if dtypes.is_fp8(dtype) else FLOOR_ULPS
+    floor_max = ulps * eps * top
     return floor_max, max(MEAN_FLOOR_ULPS * eps * mean, floor_max / math.sqrt(max(count, 1)))
+
+
+def _row_axis(tensor: str) -> int:
+    """The axis whose neighbours a row-shift swaps: queries for lse, heads for dsinks [Hq],
+    sequence positions for everything [..., S, D] (out, dq, dk, dv) and dbias [.., Sq, Sk]."""
+    return {"lse": -1, "dsinks": 0}.get(tensor, -2)
+
+
+def trivial_answers(tensor: str, want: np.ndarray) -> dict[str, np.ndarray]:
+    """The wrong answers a judgement must be able to reject, by name (``TRIVIAL_ANSWERS``).
+
+    A shift needs two distinct positions on its axis: a single row has no neighbour to
+    swap with. Heads are axis 1 of every tensor with a head axis (out, lse, dq, dk, dv).
+    """
+    ref = np.asarray(want, dtype=np.float64)
+    answers = {"zeros": np.zeros_like(ref), "negated": -ref}
+    rows = _row_axis(tensor)
+    if ref.ndim >= abs(rows) + (rows >= 0) and ref.shape[rows] > 1:  # a 1-D tensor's rows: its elements
+        answers["rows shifted"] = np.roll(ref, 1, axis=rows)
+    if ref.ndim >= 3 and tensor != "dbias" and ref.shape[1] > 1:
+        answers["heads shifted"] = np.roll(ref, 1, axis=1)
+    return answers
+
+
+def trivial_passes(
+    tensor: str, want: np.ndarray, valid: np.ndarray | None, tol_max: float, tol_mean: float
+) -> tuple[str, ...]:
+    """The trivial answers that meet both rules: a judgement they meet cannot fail."""
+    keep = None if valid is None else np.broadcast_to(valid, np.shape(want))
+    met = []
+    for name, answer in trivial_answers(tensor, want).items():
+        stats = metrics.error_stats(answer, want, keep)
+        if stats.count and stats.max_abs <= tol_max and stats.mean_abs <= tol_mean:
+            met.append(name)
+    return tuple(met)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,10 +182,25 @@ class Judgement:
 
     metrics: TensorMetrics
     mean_tolerance: float
+    reference_max: float = 0.0  # max |reference| over the compared elements
 
     @property
     def passed(self) -> bool:
         return self.metrics.passed
+
+    @property
+    def weak(self) -> tuple[str, ...]:
+        """The trivial answers that would have passed too (empty: the judgement can fail)."""
+        return self.metrics.weak
+
+    def explain_weak(self) -> str:
+        """One line: why this tensor's pass is no pass."""
+        m = self.metrics
+        return (
+            f"{m.tensor}: not judged, its tolerance cannot fail: {' and '.join(m.weak)} would pass too "
+            f"(max-abs tolerance {m.tolerance:.3g} = {m.k:g} x baseline {m.baseline_max_abs:.3g} + floor "
+            f"{m.floor:.3g}; max |reference| {self.reference_max:.3g})"
+        )
 
     def explain(self) -> str:
         """One line: whether each rule held, by how much, and where the worst element is."""
@@ -173,6 +241,7 @@ def judge(
     tol_max = rule.k * base.max_abs + floor_max
     tol_mean = rule.k_mean * base.mean_abs + floor_mean
     passed = sub.max_abs <= tol_max and sub.mean_abs <= tol_mean
+    weak = trivial_passes(tensor, want, valid, tol_max, tol_mean)
     record = TensorMetrics(
         tensor=tensor,
         max_abs=sub.max_abs,
@@ -192,5 +261,6 @@ def judge(
         k_mean=rule.k_mean,
         floor_mean=floor_mean,
         mean_tolerance=tol_mean,
+        weak=weak,
     )
-    return Judgement(record, tol_mean)
+    return Judgement(record, tol_mean, metrics.magnitude(want, valid)[0])

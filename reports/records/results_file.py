@@ -151,6 +151,10 @@ class TensorMetrics:
     k_mean: float | None = None
     floor_mean: float | None = None
     mean_tolerance: float | None = None
+    # The trivially wrong answers (all zeros, the reference negated, its rows or heads shifted by
+    # one) that would have met this tolerance too: a judgement any of them meets cannot fail, so
+    # its "passed" is no pass (``conformance.judge.tolerance.trivial_passes``). Empty: it can fail.
+    weak: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -358,6 +358,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "sinks",
         "a wrapper of tokamax's splash attention calls it without its sinks: plain softmax on sink cases",
     ),
+    _m(
+        "sink_gradient_sign_e5m2",
+        "precision:SinkGradientSignE5m2",
+        "backward",
+        "a tolerance a trivially wrong answer meets",
+        "d(sinks) with its sign flipped in float8_e5m2, which passed a floor of 2 ulps of e5m2",
+    ),
+    _m(
+        "storage_dtype_sum",
+        "precision:StorageDtypeSum",
+        ("forward", "lse"),
+        "a reduction in the storage dtype",
+        "the softmax denominator summed with an accumulator in the inputs' dtype (bf16, fp8)",
+    ),
 )
 
 
@@ -373,6 +387,7 @@ RUNS_EVERYWHERE = ("shape_dtype", "forward", "finite", "no_mutation", "determini
 CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.correct:attention", (*RUNS_EVERYWHERE, "lse", "fully_masked")),
     Control(f"{PACKAGE}.correct:CorrectAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
+    Control(f"{PACKAGE}.precision:CarefulAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
     Control("xla", (*RUNS_EVERYWHERE, "backward")),
     # Correct at every edge config its tunables get (the mutants' own blocks).
     Control(f"{PACKAGE}.tuned:TunedAdapter", (*RUNS_EVERYWHERE, "backward", "raises")),

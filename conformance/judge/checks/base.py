@@ -67,12 +67,22 @@ CheckFunction = Callable[[CheckContext], Outcome]
 
 
 def from_judgements(judgements: list[Judgement], prefix: str = "") -> Outcome:
-    """Pass iff every tensor passed; the reason lists every tensor (failing ones first)."""
+    """Fail iff some tensor failed; pass iff none failed and at least one passed strongly.
+
+    A tensor that met a tolerance some trivially wrong answer meets too (``Judgement.weak``)
+    earns no pass: it is named as not judged, and a check whose every passing tensor is weak
+    is ``unsupported``, with the reason. The reason lists every tensor, failing ones first.
+    """
     failing = [j for j in judgements if not j.passed]
-    lines = [j.explain() for j in failing + [j for j in judgements if j.passed]]
-    reason = (prefix + "\n" if prefix else "") + "\n".join(lines)
+    weak = [j for j in judgements if j.passed and j.weak]
     metrics = tuple(j.metrics for j in judgements)
-    return Outcome("fail" if failing else "pass", reason if failing else "", metrics)
+    if failing:
+        lines = [j.explain() for j in failing + [j for j in judgements if j.passed]]
+        return Outcome("fail", (prefix + "\n" if prefix else "") + "\n".join(lines), metrics)
+    not_judged = "\n".join(j.explain_weak() for j in weak)
+    if len(weak) == len(judgements):
+        return Outcome("unsupported", (prefix + "\n" if prefix else "") + not_judged, metrics)
+    return Outcome("pass", not_judged, metrics)
 
 
 def passed(reason: str = "", **details: object) -> Outcome:

@@ -106,3 +106,45 @@ def test_cancellation_does_not_loosen_a_nonzero_reference():
     want = np.linspace(1, 2, 64)
     judged = tolerance.judge("dq", want + 1e-3, want, want.copy(), "float32", cancellation=10.0)
     assert not judged.passed
+
+
+def test_a_judgement_knows_it_can_fail(setup):
+    want, baseline = setup
+    judged = tolerance.judge("out", baseline, want, baseline, "bfloat16")
+    assert judged.weak == ()
+
+
+def test_a_tolerance_the_zero_answer_meets_is_weak():
+    # A one-element gradient in e5m2 (dsinks of one head) whose baseline is 3.6 off: any answer
+    # within 6 x 3.6 of the reference passes, zeros and the sign flipped included.
+    want = np.array([4.4])
+    judged = tolerance.judge("dsinks", np.array([4.0]), want, np.array([8.0]), "float8_e5m2")
+    assert judged.passed
+    assert judged.weak == ("zeros", "negated")
+    assert "not judged" in judged.explain_weak() and "zeros and negated" in judged.explain_weak()
+
+
+def test_rows_shifted_by_one_is_tried_where_rows_repeat():
+    # Every query row the same (a constant q): a kernel that reads its neighbour's row is right.
+    row = np.random.default_rng(2).standard_normal(32)
+    want = np.broadcast_to(row, (1, 2, 8, 32)).copy()
+    want[:, 1] += 1.0  # heads differ
+    judged = tolerance.judge("out", want, want, dtypes.cast(want, "bfloat16"), "bfloat16")
+    assert judged.weak == ("rows shifted",)
+
+
+def test_fp8_floor_is_one_ulp_of_the_final_rounding():
+    want = np.array([4.4, -3.0])
+    floor_max, _ = tolerance.floors("float8_e5m2", want, None)
+    assert floor_max == pytest.approx(tolerance.FP8_FLOOR_ULPS * dtypes.eps("float8_e5m2") * 4.4)
+
+
+def test_fp8_cancellation_floor_is_in_float32_ulps():
+    # The splash e5m2 dsinks case: reference 4.4 from terms of magnitude 118 that cancel. The old
+    # floor, 2 ulps of e5m2 at 118 (29.4), let -2.0 pass; a float32 sum leaves ulps of float32.
+    judged = tolerance.judge(
+        "dsinks", np.array([-2.0]), np.array([4.4]), np.array([4.0]), "float8_e5m2", cancellation=118.0
+    )
+    assert not judged.passed
+    zero_ref = tolerance.floors("float8_e5m2", np.zeros(3), None, cancellation=118.0)[0]
+    assert zero_ref == pytest.approx(tolerance.FLOOR_ULPS * dtypes.eps("float32") * 118.0)
