@@ -142,6 +142,14 @@ def verdict_counts(results: tuple[CaseResult, ...]) -> Counter:
     return counts
 
 
+def weak_judgements(results: tuple[CaseResult, ...]) -> list[tuple[str, str, str]]:
+    """(subject, tensor, dtype) of every tensor that met a tolerance a trivially wrong answer
+    meets too (``TensorMetrics.weak``): judged, but its pass counted for nothing."""
+    return [
+        (r.case.subject, m.tensor, r.case.dtype) for r in results for m in r.metrics if m.passed and m.weak
+    ]
+
+
 def verdict_line(run: Run) -> str:
     """The one line a reviewer reads first: FAIL with the root causes nobody explained, PASS, or
     NOT RUN when no check ran at all (with each subject's reason)."""
@@ -163,6 +171,10 @@ def verdict_line(run: Run) -> str:
         extras.append(f"{counts['flaky']} flaky")
     if counts["unsupported"]:
         extras.append(f"{counts['unsupported']} unsupported")
+    weak = weak_judgements(results)
+    if weak:
+        kinds = ", ".join(sorted({f"{subject} {tensor} ({dtype})" for subject, tensor, dtype in weak}))
+        extras.append(f"⚠️ {md.plural(len(weak), 'tensor')} not judged: no answer could fail there ({kinds})")
     idle = idle_subjects(run)
     if idle:
         extras.append(f"not checked here: {', '.join(idle)} (see below)")

@@ -391,3 +391,18 @@ def test_a_subject_that_only_lowers_here_says_why_the_rest_is_unavailable(tmp_pa
         f"  - 🚫 unavailable: {reason}",
         "- 🚫 **gpu_triton** — not checked: unavailable: needs a CUDA GPU; none here",
     ]
+
+
+def test_a_tensor_no_answer_could_fail_is_named_on_the_verdict_line(tmp_path):
+    results = standard_results()
+    judged = next(r for r in results if r.check == "backward" and r.metrics)
+    weak = dataclasses.replace(judged.metrics[0], weak=("zeros", "negated"))
+    marked = dataclasses.replace(judged, metrics=(weak, *judged.metrics[1:]))
+    text = _render(tmp_path, [marked if r is judged else r for r in results])
+    verdict = text.splitlines()[2]
+    assert verdict.startswith("**✅ PASS**")
+    assert (
+        f"⚠️ 1 tensor not judged: no answer could fail there ({judged.case.subject} dq ({judged.case.dtype}))"
+        in verdict
+    )
+    assert "not judged" not in _render(tmp_path / "clean", standard_results()).splitlines()[2]
