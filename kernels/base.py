@@ -195,6 +195,11 @@ class Capabilities:
     # may hold as 1; cuDNN takes (Sq, Sk) whole and broadcasts over batch and heads only.
     broadcast_dims: tuple[str, ...] = BROADCAST_DIMS
     softcap: bool = False
+    # What a -inf bias entry becomes under softcap (docs/semantics.md): "masks" (canonical: the key
+    # is masked, as with no softcap) or "caps" (the cap is applied to ``logits + bias`` as is, so
+    # -inf becomes -softcap and the key keeps a weight: tokamax's documented order). A subject
+    # that declares "caps" gets -inf bias cases with softcap as unsupported, with the reason.
+    softcap_neg_inf_bias: Literal["masks", "caps"] = "masks"
     # Attention sinks (one logit per query head in the denominator, docs/semantics.md);
     # sinks_grad: the backward pass returns d(sinks) too (otherwise it is not observed).
     sinks: bool = False

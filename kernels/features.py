@@ -83,6 +83,9 @@ class PairwiseEdit:
     present: Callable[[Any], bool]
     add: Callable[[Any, Any], Fields]
     remove: Callable[[Any], Fields]
+    # The edits this one is present only with (a bias fill needs a bias): a combination with it
+    # present and one of these absent cannot exist, and pairwise coverage says so.
+    needs: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +132,8 @@ class Feature:
     from_subject: a ``Capabilities`` attribute with which a subject fixes the field: every case of
                  a subject that sets it carries its value (``subject_fields``); elsewhere the field
                  is the case's own (drawn, where the feature draws).
+    for_subject: ``(case, caps) -> field updates`` that a template left to the subject (a curated
+                 or ``--case`` case, before it is a subject's): e.g. a bias fill's kv block.
     """
 
     name: str
@@ -154,6 +159,7 @@ class Feature:
     keeps_rows: bool = False
     gradients: tuple[Gradient, ...] = ()
     from_subject: str | None = None
+    for_subject: Callable[[Any, Any], Fields] = _no_fields
 
     def declared(self, caps: Any) -> bool:
         """Whether ``caps`` declares this feature (always, for one no attribute declares)."""
@@ -770,9 +776,189 @@ BIAS = Feature(
     parse={"bias": lambda value: {"bias": value}},
     draws=(Draw(120, _bias_draw),),
     shrinks=(Draw(100, lambda ctx: {"bias": _maybe(ctx, ctx.case.bias)}),),
-    pairwise=(_pattern_field_edit("bias", "bias", "bhqk"),),
+    # Taking the bias away takes its fill (``BIAS_FILL``) with it: a fill needs a bias.
+    pairwise=(
+        PairwiseEdit(
+            "bias",
+            lambda caps: caps.bias,
+            _optional("bias"),
+            lambda case, caps: {"bias": "bhqk"},
+            lambda case: {"bias": None, "bias_fill": None},
+        ),
+    ),
     validate=_pattern_validate("bias"),
     gradients=(Gradient("dbias", "bias", "bias_grad"),),
+)
+
+
+# -inf and large negative numbers in an additive bias (``BIAS_FILL``): where they go, and which.
+# jax.nn's documentation tells users to pass an additive mask as ``bias``, so -inf over a whole
+# kv block is an ordinary input; an online softmax whose running max starts at -inf gives NaN on
+# a row whose first kv block is all -inf. Places: the first and the last kv block at the
+# subject's kv block size (``bias_fill_block``), one whole query row (it sees no key when the
+# value is -inf), a scattered quarter of the entries. Values: -inf (a mask, docs/semantics.md),
+# -1e9 and the dtype's most negative finite number (``min``), the finite masks users write:
+# ordinary bias values to the reference.
+BIAS_FILL_PLACES: tuple[str, ...] = ("first_block", "last_block", "row", "scattered")
+BIAS_FILL_VALUES: tuple[str, ...] = ("-inf", "-1e9", "min")
+_FILL_PLACE_TOKENS = {"first_block": "first", "last_block": "last", "row": "row", "scattered": "scat"}
+_FILL_VALUE_TOKENS = {"-inf": "ninf", "-1e9": "m1e9", "min": "min"}
+NEG_INF = float("-inf")
+
+
+def subject_kv_block(caps: Any) -> int:
+    """The kv block a bias fill covers for a subject: its default kv block (the largest key-axis
+    boundary its tunables declare, ``Tunables.length_boundaries``), ``DEFAULT_BOUNDARY`` (128)
+    where it declares none."""
+    boundaries = caps.tunables.length_boundaries()
+    return boundaries[-1] if boundaries else DEFAULT_BOUNDARY
+
+
+def fill_value(value: str, dtype_max: float) -> float:
+    """The number a fill writes, for a dtype whose largest finite value is ``dtype_max``: -inf,
+    -1e9 (the dtype's most negative finite number where -1e9 is outside its range: float16, fp8),
+    or that most negative finite number (``min``)."""
+    if value == "-inf":
+        return NEG_INF
+    return -min(1e9, dtype_max) if value == "-1e9" else -dtype_max
+
+
+def has_neg_inf_bias(inputs: Any) -> bool:
+    """Whether a call's bias holds -inf (a skeleton's stand-in shows it: ``BIAS_FILL.skeleton``)."""
+    return inputs is not None and inputs.bias is not None and bool((inputs.bias == NEG_INF).any())
+
+
+def _bias_fill_token(case: Any) -> str | None:
+    if case.bias_fill is None:
+        return None
+    block = case.bias_fill_block if case.bias_fill.endswith("_block") else ""
+    return f"fill_{_FILL_PLACE_TOKENS[case.bias_fill]}{block}_{_FILL_VALUE_TOKENS[case.bias_fill_value]}"
+
+
+def _bias_fill_words(case: Any) -> str | None:
+    if case.bias_fill is None:
+        return None
+    where = {
+        "first_block": f"the first {case.bias_fill_block}-key block",
+        "last_block": f"the last {case.bias_fill_block}-key block",
+        "row": "one whole query row",
+        "scattered": "scattered entries",
+    }[case.bias_fill]
+    return f"bias {case.bias_fill_value} over {where}"
+
+
+def _bias_fill_validate(case: Any) -> str | None:
+    if case.bias_fill is None:
+        return None
+    if case.bias_fill not in BIAS_FILL_PLACES:
+        return f"unknown bias_fill {case.bias_fill!r}; choose from {BIAS_FILL_PLACES} (or None)"
+    if case.bias_fill_value not in BIAS_FILL_VALUES:
+        return f"unknown bias_fill_value {case.bias_fill_value!r}; choose from {BIAS_FILL_VALUES}"
+    if case.bias is None:
+        return "bias_fill needs a bias: add bias=bhqk (or another pattern)"
+    if case.bias_fill_block < 0:
+        return f"bias_fill_block must be >= 0 (0: the subject's kv block), got {case.bias_fill_block}"
+    return None
+
+
+def _bias_fill_parse(value: str) -> Fields:
+    """``bias_fill=PLACE[:VALUE[:BLOCK]]``, e.g. ``first_block:-inf:64``; VALUE defaults to -inf,
+    BLOCK to the subject's kv block."""
+    if value in NO:
+        return {}
+    place, _, rest = value.partition(":")
+    fill_value_, _, block = rest.partition(":")
+    if place not in BIAS_FILL_PLACES:
+        raise FeatureSyntaxError(
+            f"bias_fill={value!r}: use PLACE[:VALUE[:BLOCK]], PLACE one of {BIAS_FILL_PLACES}"
+        )
+    if fill_value_ and fill_value_ not in BIAS_FILL_VALUES:
+        raise FeatureSyntaxError(f"bias_fill={value!r}: VALUE is one of {BIAS_FILL_VALUES}")
+    fields: Fields = {"bias_fill": place, "bias_fill_value": fill_value_ or "-inf"}
+    if block:
+        fields["bias_fill_block"] = _number("bias_fill", block)
+    return fields
+
+
+def _bias_fill_draw(ctx: Any) -> Fields:
+    # Draws nothing unless the case drew a bias, so the seeds of other subjects keep drawing the
+    # same cases.
+    if ctx.fields.get("bias") is None or not ctx.draw(ctx.st.booleans()):
+        return {"bias_fill": None}
+    return {
+        "bias_fill": ctx.draw(ctx.st.sampled_from(BIAS_FILL_PLACES)),
+        "bias_fill_value": ctx.draw(ctx.st.sampled_from(BIAS_FILL_VALUES)),
+        "bias_fill_block": subject_kv_block(ctx.caps),
+    }
+
+
+def _bias_fill_shrink(ctx: Any) -> Fields:
+    if ctx.fields.get("bias", ctx.case.bias) is None:
+        return {"bias_fill": None}
+    return {"bias_fill": _maybe(ctx, ctx.case.bias_fill)}
+
+
+def _softcap_neg_inf_refusal(caps: Any, shape: Any, spec: Any, inputs: Any) -> str | None:
+    if spec.softcap is not None and caps.softcap_neg_inf_bias == "caps" and has_neg_inf_bias(inputs):
+        return (
+            "a -inf bias under softcap is capped to -softcap here, not masked "
+            "(declared softcap_neg_inf_bias='caps'; canonical: it masks)"
+        )
+    return None
+
+
+BIAS_FILL = Feature(
+    "bias_fill",
+    fields=(
+        Field("bias_fill", "str | None", None),
+        Field("bias_fill_value", str, "-inf"),
+        # Keys per block for the block places; 0 until a subject's is set (``for_subject``).
+        Field("bias_fill_block", int, 0),
+    ),
+    capability="bias",
+    present=_optional("bias_fill"),
+    refusals=(_softcap_neg_inf_refusal,),
+    grid=lambda case: (
+        None
+        if case.bias_fill is None
+        else ("bias_neg_inf" if case.bias_fill_value == "-inf" else "bias_large_negative")
+    ),
+    labels={"bias_neg_inf": "-inf in bias", "bias_large_negative": "large negative bias (-1e9, min)"},
+    token=_bias_fill_token,
+    words=_bias_fill_words,
+    # The stand-in bias of a -inf fill is -inf, so a declaration sees it (``has_neg_inf_bias``).
+    skeleton=lambda case, make: (
+        {"bias": make(pattern_shape(case, case.bias), "-inf")}
+        if case.bias_fill is not None and case.bias_fill_value == "-inf"
+        else {}
+    ),
+    parse={
+        "bias_fill": _bias_fill_parse,
+        "bias_fill_block": lambda value: {"bias_fill_block": _number("bias_fill_block", value)},
+    },
+    draws=(Draw(250, _bias_fill_draw),),
+    shrinks=(Draw(250, _bias_fill_shrink),),
+    pairwise=(
+        PairwiseEdit(
+            "bias_fill",
+            lambda caps: caps.bias,
+            _optional("bias_fill"),
+            lambda case, caps: {
+                "bias": case.bias or "bhqk",
+                "bias_fill": "first_block",
+                "bias_fill_value": "-inf",
+                "bias_fill_block": subject_kv_block(caps),
+            },
+            lambda case: {"bias_fill": None},
+            needs=("bias",),
+        ),
+    ),
+    validate=_bias_fill_validate,
+    for_subject=lambda case, caps: (
+        {"bias_fill_block": subject_kv_block(caps)}
+        if case.bias_fill is not None and not case.bias_fill_block
+        else {}
+    ),
 )
 
 
@@ -1036,6 +1222,7 @@ FEATURES: tuple[Feature, ...] = (
     LENGTHS,
     MASK,
     BIAS,
+    BIAS_FILL,
     SOFTCAP,
     SCALE,
     SINKS,
@@ -1151,6 +1338,15 @@ def subject_fields(caps: Any) -> Fields:
         for f in FEATURES
         if f.from_subject and (value := getattr(caps, f.from_subject)) is not None
     }
+
+
+def for_subject(case: Any, caps: Any) -> Fields:
+    """The field updates that make a template ``case`` a case of the subject declaring ``caps``:
+    every feature's ``for_subject`` (empty when the template leaves nothing to the subject)."""
+    out: Fields = {}
+    for f in FEATURES:
+        out.update(f.for_subject(case, caps))
+    return out
 
 
 def problems(case: Any) -> list[str]:

@@ -18,7 +18,9 @@ Translation from canonical semantics (``docs/semantics.md``), read in tokamax's
   The bias and the mask keep canonical ``[B, N, T, S]`` order (broadcastable, "#B #N #T #S").
   GQA heads are consecutive (query heads ``[0, 1]`` read kv head 0), as canonical.
 * ``scale`` is passed resolved; logits are ``scale * q.k + bias`` then
-  ``logits_soft_cap * tanh(logits / logits_soft_cap)``: bias after scale, cap after bias.
+  ``logits_soft_cap * tanh(logits / logits_soft_cap)``: bias after scale, cap after bias. A -inf
+  bias entry is capped to ``-logits_soft_cap`` too, not masked (``softcap_neg_inf_bias="caps"``:
+  those cases are unsupported, with the reason).
 * ``is_causal`` keeps ``q_index >= k_index``: top-left.
 * ``local_window_size=(before, after)``: key ``j`` visible from row ``i`` iff
   ``i - before <= j <= i + after``: inclusive both sides and top-left, as canonical; an unbounded
@@ -537,6 +539,9 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         bias=True,
         bias_broadcast=True,
         softcap=True,
+        # base.py's documented order: ``logits_soft_cap * tanh(logits / logits_soft_cap)`` of
+        # ``logits_scale * q @ k.T + bias``, so a -inf bias entry becomes -softcap, not a mask.
+        softcap_neg_inf_bias="caps",
         distinct_v_dim=True,
         backward=True,
         bias_grad=xla or kind.name == "triton",

@@ -5,8 +5,8 @@ functions its case uses, so a reader sees only the masks and options that matter
 the script needs nothing but NumPy. They hold whole ``[B, Hq, Sq, Sk]`` planes, which is
 fine at the sizes a repro runs at; ``reference.attention`` is the chunked oracle the
 suite judges with; ``tests/conformance/judge/test_standalone.py`` holds the two equal on every
-feature. Semantics: ``docs/semantics.md``. A bias of -inf (a mask, which the suite never
-draws) is not handled here.
+feature. Semantics: ``docs/semantics.md``. A bias of -inf is a mask: a script ANDs
+``~np.isneginf(bias)`` into ``visible`` (``reference/script.py``), so softcap cannot undo it.
 """
 
 from __future__ import annotations

@@ -63,6 +63,8 @@ def visibility(case: Any) -> tuple[list[Callable[..., Any]], str]:
         lines.append("visible = visible & length_visible(SQ, SK, q_lengths, kv_lengths)")
     if case.mask is not None:
         lines.append("visible = visible & mask")
+    if case.bias_fill is not None and case.bias_fill_value == "-inf":
+        lines.append("visible = visible & ~np.isneginf(bias)  # a -inf bias masks its key, softcap or not")
     lines.append("visible = np.broadcast_to(visible, (B, HQ, SQ, SK))")
     return functions, "\n".join(lines) + "\n"
 

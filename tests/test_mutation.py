@@ -55,6 +55,7 @@ SMOKE: tuple[str, ...] = (
     "win1.1_tl",  # window edges
     "causal_tl-cap30",  # softcap far from the logits' scale
     "bias_bhqk",  # bias
+    "fill_first",  # -inf in the bias over a whole first key block (its row sees later keys)
     "lenq256.100.0",  # padding and fully masked rows (normal and NaN-padded)
     "nan_padding",  # NaN written into padding
     "cfg",  # edge configs of a subject's tunables (block sizes other than the defaults)

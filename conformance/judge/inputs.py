@@ -43,7 +43,7 @@ from conformance.plan.draws import (
     draw_values,
     mask_arrays,
 )
-from kernels import kv_storage
+from kernels import features, kv_storage
 from reference.masks import full_visibility
 from reference.spec import AttentionInputs
 
@@ -69,6 +69,12 @@ def vanishing_sink(dtype: str) -> float:
     finite value where -1e4 is out of its range (e4m3fn: -448, a NaN otherwise). exp of either,
     next to any logit a case draws, underflows to 0 in float32."""
     return -min(1e4, dtypes.max_value(dtype))
+
+
+def bias_fill_value(case: Case) -> float:
+    """The number the case's bias fill writes, in float64 (``features.fill_value``): -inf, -1e9 or
+    the dtype's most negative finite number, so it survives the cast to the dtype unchanged."""
+    return features.fill_value(case.bias_fill_value, float(dtypes.max_value(case.dtype)))
 
 
 def padding(case: Case, masks: MaskArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -108,6 +114,9 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
     k = _values(case, STREAMS["k"], (b, case.kv_heads, case.kv_len, case.head_dim), 1.0, salt)
     v = _values(case, STREAMS["v"], (b, case.kv_heads, case.kv_len, case.v_head_dim), 1.0, salt)
     bias = None if case.bias is None else _values(case, STREAMS["bias"], case.bias_shape, 1.0, salt)
+    fill = draws.bias_fill_positions(case)
+    if fill is not None:
+        bias[fill] = bias_fill_value(case)
     sinks = None
     if case.sinks is not None:
         extreme, vanishing = case.sinks == "extreme", vanishing_sink(case.dtype)
@@ -162,6 +171,12 @@ def script_draws(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], 
         lines.append(
             f"bias = draw_values(SEED, {stream['bias']}, 0, {shape}, 1.0, {integers})  # [B, Hq, Sq, Sk]"
         )
+        if case.bias_fill is not None:
+            functions.append(draws.draw_bias_fill)
+            lines.append(
+                f"bias[draw_bias_fill(SEED, {stream['bias_fill']}, {shape}, {case.bias_fill!r}, "
+                f"{case.bias_fill_block}, SK)] = float('{bias_fill_value(case)!r}')  # the bias fill"
+            )
     else:
         lines.append("bias = None")
     if case.sinks is not None:

@@ -201,7 +201,10 @@ _KINDS = {"float": np.float32, "int": np.int32, "bool": bool}
 
 
 def _standins(shape: tuple[int, ...], kind: str) -> np.ndarray:
-    """A zero-cost array of ``shape`` (a broadcast scalar) for a skeleton."""
+    """A zero-cost array of ``shape`` (a broadcast scalar) for a skeleton; kind ``-inf``: a float
+    one holding -inf (a bias with -inf, for the declarations that look for it)."""
+    if kind == "-inf":
+        return np.broadcast_to(np.array(-np.inf, np.float32), shape)
     return np.broadcast_to(np.zeros((), _KINDS[kind]), shape)
 
 

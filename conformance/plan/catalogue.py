@@ -23,7 +23,7 @@ import numpy as np
 
 from conformance.plan import edge_matrix, pairwise, strategies
 from conformance.plan.cases import Case
-from conformance.plan.draws import mask_arrays
+from conformance.plan.draws import mask_arrays, neg_inf_bias
 from conformance.plan.profiles import Profile
 from conformance.plan.subjects import Subject
 from conformance.suite.check_registry import (
@@ -88,9 +88,13 @@ def has_fully_masked_rows(case: Case) -> bool:
         kv_segment_ids=masks.kv_segment_ids,
         mask=masks.mask,
     )
+    neg_inf = neg_inf_bias(case)  # a -inf bias masks its keys (docs/semantics.md)
     if not has_mask(case.spec, skeleton):
-        return False
-    return bool((~full_visibility(case.spec, _small_heads(skeleton)).any(axis=-1)).any())
+        return neg_inf is not None and bool((~(~neg_inf).any(axis=-1)).any())
+    visible = full_visibility(case.spec, _small_heads(skeleton))
+    if neg_inf is not None:
+        visible = visible & ~neg_inf
+    return bool((~visible.any(axis=-1)).any())
 
 
 def _small_heads(inputs: AttentionInputs) -> AttentionInputs:
@@ -143,7 +147,11 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         for d in dtypes
     ]
     # K/V in the subject's own storage (int8 pages, ...): its every case, rounded to it.
-    curated = [dataclasses.replace(c, **features.subject_fields(caps)) for c in curated]
+    # What a template leaves to the subject (a bias fill's kv block: ``features.for_subject``).
+    curated = [
+        dataclasses.replace(c, **features.subject_fields(caps), **features.for_subject(c, caps))
+        for c in curated
+    ]
     drawn = strategies.draw_cases(
         strategies.cases(subject.name, caps, profile), profile.drawn_cases, draw_seed
     )

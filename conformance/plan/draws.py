@@ -17,7 +17,7 @@ import numpy as np
 from conformance.plan.cases import Case
 
 # Stream tags for np.random.default_rng([seed, tag]): fixed forever, or old repros change.
-_Q, _K, _V, _BIAS, _SEG, _MASK, _DOUT, _FRESH, _SINKS = range(9)
+_Q, _K, _V, _BIAS, _SEG, _MASK, _DOUT, _FRESH, _SINKS, _BIAS_FILL = range(10)
 STREAMS = {
     "q": _Q,
     "k": _K,
@@ -27,6 +27,7 @@ STREAMS = {
     "mask": _MASK,
     "dout": _DOUT,
     "sinks": _SINKS,
+    "bias_fill": _BIAS_FILL,
 }
 
 
@@ -94,6 +95,43 @@ def draw_sinks(
 def draw_mask(seed: int, stream: int, shape: tuple[int, ...]):
     """A boolean mask of ``shape``, True (may attend) with probability 0.8."""
     return np.random.default_rng([seed, stream, 0]).random(shape) < 0.8
+
+
+def draw_bias_fill(seed: int, stream: int, shape: tuple[int, ...], place: str, block: int, kv_len: int):
+    """Where a bias fill goes (``kernels/features.py``: ``BIAS_FILL``): a bool array of the bias's
+    ``shape`` ([B|1, Hq|1, Sq|1, Sk|1]). ``first_block``: keys [0, block); ``last_block``: the last
+    block of keys, [block * ((Sk - 1) // block), Sk); ``row``: query row Sq // 2 (every row where the
+    bias has no query axis); ``scattered``: each entry with probability 1/4. A kv axis of size 1
+    (broadcast) is covered whole by the block places."""
+    fill = np.zeros(shape, dtype=bool)
+    if place == "first_block":
+        fill[..., :block] = True
+    elif place == "last_block":
+        fill[..., (block * ((kv_len - 1) // block) if shape[-1] > 1 else 0) :] = True
+    elif place == "row":
+        fill[:, :, shape[2] // 2, :] = True
+    else:
+        fill = np.random.default_rng([seed, stream, 0]).random(shape) < 0.25
+    return fill
+
+
+def bias_fill_positions(case: Case):
+    """The case's bias fill positions (``draw_bias_fill``), or None without a fill."""
+    if case.bias_fill is None:
+        return None
+    if case.bias_fill.endswith("_block") and case.bias_fill_block < 1:
+        raise ValueError(
+            f"{case.case_id}: bias_fill_block is 0, never set to a subject's kv block "
+            "(features.for_subject resolves a template's)"
+        )
+    return draw_bias_fill(
+        case.seed, _BIAS_FILL, case.bias_shape, case.bias_fill, case.bias_fill_block, case.kv_len
+    )
+
+
+def neg_inf_bias(case: Case):
+    """Where the case's bias is -inf (a mask, docs/semantics.md), or None where it is nowhere."""
+    return bias_fill_positions(case) if case.bias_fill_value == "-inf" else None
 
 
 def dead_positions(visible, kv_heads: int):

@@ -134,6 +134,32 @@ def _levelled() -> list[tuple[int, Case]]:
     add(1, bias="111k", batch=2, q_heads=4, kv_heads=2, softcap=5.0)
     add(1, bias="b1qk", batch=2, q_heads=2, kv_heads=2, segments=2)
 
+    # -inf and large negatives in the bias (the masks users pass as bias, as jax.nn's docs say),
+    # over the subject's kv block (``bias_fill_block``, set per subject). A whole first block of
+    # -inf: an online softmax whose running max starts at -inf unguarded gives NaN on every row.
+    fill = dict(q_len=128, kv_len=256)
+    add(0, bias="bhqk", bias_fill="first_block", **fill)
+    # A whole row of -inf: fully masked, the subject's declared convention; B, H > 1 around it.
+    add(0, bias="b1qk", bias_fill="row", batch=2, q_heads=2, kv_heads=2, q_len=128, kv_len=128, causal=True)
+    # -inf under softcap still masks (docs/semantics.md); cap-after-bias subjects declare otherwise.
+    add(0, bias="1h1k", bias_fill="scattered", softcap=5.0, q_heads=2, kv_heads=2, **fill)
+    # -1e9 on the last block, a partial one (Sk = 200): an ordinary (finite) bias value.
+    add(0, bias="111k", bias_fill="last_block", bias_fill_value="-1e9", q_len=128, kv_len=200)
+    add(1, bias="bhqk", bias_fill="first_block", bias_fill_value="min", **fill)
+    add(1, bias="11qk", bias_fill="row", bias_fill_value="-1e9", q_len=128, kv_len=128)
+    add(
+        1,
+        bias="bhqk",
+        bias_fill="last_block",
+        q_heads=4,
+        kv_heads=2,
+        causal=True,
+        alignment="bottom_right",
+        **fill,
+    )
+    add(1, bias="b11k", bias_fill="scattered", bias_fill_value="min", batch=2, q_heads=2, kv_heads=2, **fill)
+    add(1, bias="1hqk", bias_fill="first_block", softcap=30.0, q_heads=2, kv_heads=2, **fill)
+
     # Boolean masks.
     add(0, mask="b1qk", batch=2, q_heads=2, kv_heads=2)
     add(1, mask="1hqk", q_heads=2, kv_heads=2, causal=True)

@@ -44,6 +44,7 @@ class OptionalFeature:
     present: Callable[[Case], bool]
     add: Callable[[Case, Capabilities], Case]
     remove: Callable[[Case], Case]
+    needs: tuple[str, ...] = ()  # present only with these (a bias fill needs a bias)
 
 
 def _from_table(edit: feature_table.PairwiseEdit) -> OptionalFeature:
@@ -54,6 +55,7 @@ def _from_table(edit: feature_table.PairwiseEdit) -> OptionalFeature:
         edit.present,
         lambda case, caps: dataclasses.replace(case, **edit.add(case, caps)),
         lambda case: dataclasses.replace(case, **edit.remove(case)),
+        edit.needs,
     )
 
 
@@ -181,6 +183,11 @@ def covering_cases(
         if combo not in missing:
             continue
         a, x, b, y = combo
+        if (x and not y and b in BY_NAME[a].needs) or (y and not x and a in BY_NAME[b].needs):
+            present, absent = (a, b) if x else (b, a)
+            excluded[combo] = f"{present} needs {absent}: no case has one without the other"
+            missing.discard(combo)
+            continue
         assignment = {f.name: False for f in features} | {a: x, b: y}
         case = _with(base, assignment, caps)
         reason = runs(case)
@@ -204,7 +211,8 @@ def covering_cases(
                 gain = len(combos_of(trial, features) & missing)
                 options.append((gain, on, trial))
             for _, _, trial in sorted(options, key=lambda o: (-o[0], not o[1])):
-                if runs(trial) is None:
+                # An edit that brings what it needs (a bias fill, its bias) must not undo the combination.
+                if combo in combos_of(trial, features) and runs(trial) is None:
                     case = trial
                     break
         added.append(case)

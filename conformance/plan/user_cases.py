@@ -103,8 +103,12 @@ def extend_plan(
             if not subject.available:
                 continue
             for template in cases:
+                caps = subject.capabilities
                 case = dataclasses.replace(
-                    template, subject=subject.name, **features.subject_fields(subject.capabilities)
+                    template,
+                    subject=subject.name,
+                    **features.subject_fields(caps),
+                    **features.for_subject(template, caps),
                 )
                 item = classify(check, case, subject.capabilities)
                 if item is not None and case.case_id not in seen:

@@ -121,6 +121,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "precision",
         "running sum and output accumulated key by key in bfloat16",
     ),
+    _m(
+        "nan_on_masked_first_block",
+        "blocked:nan_on_masked_first_block",
+        "forward",
+        "-inf in bias",
+        "running max starts at -inf unguarded: NaN on a row whose first key block is all -inf",
+    ),
     _m("returns_zeros", "degenerate:returns_zeros", "forward", "degenerate", "returns zeros"),
     _m(
         "returns_mean_v",
@@ -388,6 +395,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.correct:attention", (*RUNS_EVERYWHERE, "lse", "fully_masked")),
     Control(f"{PACKAGE}.correct:CorrectAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
     Control(f"{PACKAGE}.precision:CarefulAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
+    # The blocked online softmax with a bias, its running max guarded: right on -inf bias blocks.
+    Control(f"{PACKAGE}.blocked:online_softmax_bias", (*RUNS_EVERYWHERE, "fully_masked")),
     Control("xla", (*RUNS_EVERYWHERE, "backward")),
     # Correct at every edge config its tunables get (the mutants' own blocks).
     Control(f"{PACKAGE}.tuned:TunedAdapter", (*RUNS_EVERYWHERE, "backward", "raises")),

@@ -14,6 +14,10 @@ from reports.run_report.pairwise_table import pairwise_section
 from tests.support.fakes import FULL
 
 THREE = Capabilities(dtypes=("float32",), bias=True, gqa=True, window=True)
+# A bias brings its fill (-inf and large negatives in it), which exists only with a bias.
+NO_FILL_WITHOUT_BIAS = {
+    ("bias", False, "bias_fill", True): "bias_fill needs bias: no case has one without the other"
+}
 
 
 def plain(subject: str = "s") -> Case:
@@ -23,11 +27,11 @@ def plain(subject: str = "s") -> Case:
 def test_covering_cases_complete_every_pair_from_a_plan_that_has_none():
     runs = catalogue.runs_forward(THREE)
     added, excluded = pairwise.covering_cases("s", THREE, "float32", [plain()], runs)
-    assert not excluded and 1 <= len(added) <= 4
+    assert excluded == NO_FILL_WITHOUT_BIAS and 1 <= len(added) <= 5
     assert all(runs(c) is None for c in added)
     result = pairwise.coverage("s", THREE, [plain(), *added], excluded)
-    assert result.features == ("bias", "gqa", "window")
-    assert (result.covered, result.total, result.uncovered) == (12, 12, ())
+    assert result.features == ("bias", "bias_fill", "gqa", "window")
+    assert (result.covered, result.total, result.uncovered) == (23, 24, ())
 
 
 def test_a_pair_the_declaration_forbids_is_ruled_out_with_its_reason_not_uncovered():
@@ -37,12 +41,16 @@ def test_a_pair_the_declaration_forbids_is_ruled_out_with_its_reason_not_uncover
         return catalogue.runs_forward(THREE)(case)
 
     added, excluded = pairwise.covering_cases("s", THREE, "float32", [plain()], runs)
-    assert excluded == {("bias", True, "window", True): "bias_with_window: the kernel raises"}
+    assert excluded == {
+        ("bias", True, "window", True): "bias_with_window: the kernel raises",
+        ("bias_fill", True, "window", True): "bias_with_window: the kernel raises",
+        **NO_FILL_WITHOUT_BIAS,
+    }
     result = pairwise.coverage("s", THREE, [plain(), *added], excluded)
-    assert result.uncovered == () and result.covered == 11
+    assert result.uncovered == () and result.covered == 21
     record = result.as_record()
-    assert record["excluded"] == [
-        {"combination": "bias + window", "reason": "bias_with_window: the kernel raises"}
+    assert {"combination": "bias + window", "reason": "bias_with_window: the kernel raises"} in record[
+        "excluded"
     ]
 
 
@@ -50,7 +58,7 @@ def test_a_combination_no_case_holds_is_reported_uncovered():
     result = pairwise.coverage("s", THREE, [plain()], {})
     assert "bias + gqa" in [pairwise.describe(c) for c in result.uncovered]
     assert "no bias + no gqa" not in [pairwise.describe(c) for c in result.uncovered]
-    assert result.covered == 3  # the plain case holds "no x + no y" for each of the three pairs
+    assert result.covered == 6  # the plain case holds "no x + no y" for each of the six pairs
 
 
 def test_every_feature_the_suite_knows_is_declared_by_the_full_fake():
@@ -83,6 +91,9 @@ def test_the_report_section_lists_coverage_rulings_and_gaps():
         }
     }
     text = pairwise_section(summary)
-    assert "| **s** | bias, gqa, window | 3 of 12 | bias + window (forbidden) | ⚠️ bias + gqa" in text
+    assert (
+        "| **s** | bias, bias_fill, gqa, window | 6 of 24 | bias + window (forbidden) | ⚠️ bias + bias_fill"
+        in text
+    )
     assert "bare" not in text
     assert pairwise_section({}) is None
