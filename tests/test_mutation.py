@@ -12,8 +12,9 @@ come from ``results.jsonl``. ``tests/conftest.py`` turns the recorded outcomes i
 ``mutation score: X/Y`` line.
 
 The run carries a decoy known-issue ledger (``decoy_ledger``): for every mutant, one entry
-covering every check except those meant to catch it, and one covering those checks but
-outside the installed JAX's range. No ledger entry may mask a failure it does not cover, so
+covering every check except those meant to catch it, one covering those checks but
+outside the installed JAX's range, and, per numeric check among them, one in range whose
+signature names a tensor that check never judges. No ledger entry may mask a failure it does not cover, so
 every mutant must still *fail* its checks (a ``known`` verdict would not count) and the run
 must exit 1.
 
@@ -125,15 +126,28 @@ class SuiteRun:
         return None
 
 
+# A tensor each numeric check never judges: a decoy whose signature names it selects the
+# mutant's failures of that check, in range, and must explain none of them.
+_UNJUDGED_TENSOR = {"forward": "dq", "lse": "dq", "backward": "out"}
+
+
 def decoy_ledger(path: Path) -> Path:
-    """Entries that name every mutant but never the failure its checks must find (see the module doc)."""
+    """Entries that name every mutant but never the failure its checks must find (see the module doc):
+    its other checks; its checks outside the installed JAX's range; its numeric checks, in range,
+    with a signature (``tensors``) its failure does not have."""
     names = subject_names()
     entries = []
     for mutant in MUTANTS:
         others = [c for c in CHECKS if c not in mutant.checks]
+        signatures = [
+            (f"signature-{check}", [check], f'reason = "OUT OF TOLERANCE"\ntensors = ["{tensor}"]\n')
+            for check, tensor in _UNJUDGED_TENSOR.items()
+            if check in mutant.checks
+        ]
         for suffix, checks, extra in (
             ("other-checks", others or ["leak"], ""),
             ("out-of-range", list(mutant.checks), 'jax = "<0.0.1"\n'),
+            *signatures,
         ):
             entries.append(
                 f'[[issue]]\nid = "decoy-{mutant.name}-{suffix}"\n'
@@ -323,7 +337,8 @@ def test_no_ledger_entry_masks_a_failure_it_does_not_cover(suite: LazySuite):
     run = suite.run
     assert run.returncode == 1, run.output[-3000:]
     decoys = {s["id"]: s for s in run.ledger if s["id"].startswith("decoy-")}
-    assert len(decoys) == 2 * len(MUTANTS)
+    signed = sum(check in _UNJUDGED_TENSOR for m in MUTANTS for check in m.checks)
+    assert len(decoys) == 2 * len(MUTANTS) + signed and signed
     for mutant in MUTANTS:
         if run.unavailable(mutant.path):
             continue  # no verdict to mask: every record is ``unavailable``
@@ -331,6 +346,8 @@ def test_no_ledger_entry_masks_a_failure_it_does_not_cover(suite: LazySuite):
         assert not [r for r in records if r.verdict == "known"], mutant.name
         out_of_range = decoys[f"decoy-{mutant.name}-out-of-range"]
         assert out_of_range["status"] == "out of range" and out_of_range["failing_outside_range"] > 0
+        for check in set(mutant.checks) & set(_UNJUDGED_TENSOR):  # in range, in its selector
+            assert decoys[f"decoy-{mutant.name}-signature-{check}"]["matched"] == [], (mutant.name, check)
 
 
 def test_precision_loss_is_caught_by_the_baseline_ratio(suite: LazySuite):

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from conformance.judge.tolerance import TOLERANCES
 from reports.records.results_file import CaseResult
 from versions import table
 
@@ -49,12 +50,17 @@ _KEYS = {
     "dtype",
     *RANGE_KEYS,
     "reason",
+    "tensors",
+    "failure",
     "execution",
     "bisection",
     "link",
     "summary",
 }
 _REQUIRED = ("id", "subject", "checks", "link", "summary")
+# How a judged tensor fails (``KnownIssue.failure``): non-finite where the reference is finite
+# (recorded as an infinite error), or a finite error past its tolerance.
+FAILURES = ("nan", "numeric")
 
 Status = Literal["reproduced", "no longer reproduces", "stale", "not run here", "out of range"]
 
@@ -78,6 +84,12 @@ class KnownIssue:
     execution: "native" or "interpret" (``Availability.execution``): a defect of the compiled
     kernel on its hardware, or of an interpreter only; empty matches both. On a run where the
     subject never ran that way the entry is ``not run here``, never ``no longer reproduces``.
+    tensors, failure: the failure's signature, for checks that judge tensors (``forward``,
+    ``lse``, ``backward``, ...): every tensor out of tolerance must be one of ``tensors``, and
+    fail as ``failure`` says ("nan": non-finite where the reference is finite; "numeric": a
+    finite error). A failure inside the selector with another signature is another defect, so
+    it stays unexplained. Records without judged tensors (errors, non-numeric checks) are
+    matched by the selector and ``reason`` alone.
     """
 
     id: str
@@ -91,6 +103,8 @@ class KnownIssue:
     dtype: str | None = None
     ranges: tuple[tuple[str, str], ...] = ()
     reason: str | None = None
+    tensors: tuple[str, ...] = ()
+    failure: str | None = None
     execution: str | None = None
     # The release sweep behind ``jax`` (reports/ledger/release_sweep.py): span, reproduces, clean; or
     # not_observable with the reason. Optional for a team's ledger, required of the built-in one.
@@ -123,7 +137,19 @@ class KnownIssue:
             result.verdict in (*FAILING, "known")
             and self.selects(result)
             and (self.reason is None or re.search(self.reason, result.reason) is not None)
+            and self.has_signature_of(result)
         )
+
+    def has_signature_of(self, result: CaseResult) -> bool:
+        """Whether the tensors out of tolerance fail as the entry's signature says (``tensors``,
+        ``failure``); true where the entry states none or the record judged no tensor."""
+        failing = [m for m in result.metrics if not m.passed]
+        if self.tensors and any(m.tensor not in self.tensors for m in failing):
+            return False
+        if self.failure is not None and failing:
+            nan = [m for m in failing if m.max_abs == float("inf")]
+            return bool(nan) if self.failure == "nan" else not nan
+        return True
 
     def range_of(self, library: str) -> str:
         """The entry's specifier for one library; ``""`` (any) when it names none."""
@@ -222,12 +248,17 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
             f'{where}: bisection must be a table, e.g. bisection = {{ span = ["0.4.35", "0.10.2"], '
             'reproduces = ["0.7.2"], clean = ["0.7.0"] }'
         )
+    unknown_tensors = sorted(set(raw.get("tensors", ())) - set(TOLERANCES))
+    if unknown_tensors:
+        raise LedgerError(f"{where}: unknown tensor(s) {unknown_tensors}; tensors are {sorted(TOLERANCES)}")
+    if raw.get("failure", "nan") not in FAILURES:
+        raise LedgerError(f"{where}: failure = {raw['failure']!r}; write one of {', '.join(FAILURES)}")
     if raw.get("execution", "native") not in EXECUTIONS:
         raise LedgerError(f"{where}: execution = {raw['execution']!r}; write one of {', '.join(EXECUTIONS)}")
     for key in ("id", "subject", "link", "summary", *RANGE_KEYS, "dtype", "input_kind", "reason"):
         if key in raw and not (isinstance(raw[key], str) and (raw[key].strip() or key in RANGE_KEYS)):
             raise LedgerError(f"{where}: {key} must be a non-empty string")
-    for key in ("checks", "cases", "features"):
+    for key in ("checks", "cases", "features", "tensors"):
         if key in raw and not (isinstance(raw[key], list) and all(isinstance(v, str) for v in raw[key])):
             raise LedgerError(f'{where}: {key} must be a list of strings, e.g. {key} = ["forward"]')
     # A variant (``splash[interpreter=tpu]``) names a defect only that variant shows, such as
@@ -267,6 +298,8 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         dtype=raw.get("dtype"),
         ranges=ranges,
         reason=raw.get("reason"),
+        tensors=tuple(raw.get("tensors", ())),
+        failure=raw.get("failure"),
         execution=raw.get("execution"),
         bisection=raw.get("bisection"),
         source=str(path),

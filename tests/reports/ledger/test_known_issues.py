@@ -67,6 +67,11 @@ def test_an_entry_matches_only_failures_inside_every_part_of_its_selector(tmp_pa
             GOOD.replace('dtype = "float32"', 'execution = "gpu"'),
             "execution = 'gpu'; write one of native, interpret",
         ),
+        (
+            GOOD.replace('dtype = "float32"', 'failure = "wrong"'),
+            "failure = 'wrong'; write one of nan, numeric",
+        ),
+        (GOOD.replace('dtype = "float32"', 'tensors = ["o"]'), "unknown tensor(s) ['o']"),
     ],
 )
 def test_bad_ledger_input_is_one_line_naming_the_file_the_entry_and_the_fix(tmp_path, text, message):
@@ -291,3 +296,25 @@ def test_the_sweep_reads_each_release_status_including_failures_outside_the_rang
         ("0.8.1", "unobserved"),
     ]
     assert suggested_range(seen) == ">=0.7.1,<0.8.0"
+
+
+def _failing_tensor(tensor: str, max_abs: float):
+    """A failing forward record whose one tensor out of tolerance is ``tensor``, off by ``max_abs``."""
+    record = failing()
+    bad = dataclasses.replace(record.metrics[0], tensor=tensor, max_abs=max_abs, passed=False)
+    return dataclasses.replace(record, metrics=(bad,))
+
+
+def test_a_failure_inside_the_selector_with_another_signature_stays_unexplained(tmp_path):
+    # The entry describes NaN in out; the same cases failing by a finite error, or in lse, are
+    # another defect: they must stay red, not be filed under it.
+    ledger = load(tmp_path, GOOD.replace('dtype = "float32"', 'tensors = ["out"]\nfailure = "nan"'))
+    versions = {"jax": "0.8.3"}
+    assert ledger.apply(_failing_tensor("out", float("inf")), versions).verdict == "known"
+    for other in (_failing_tensor("out", 0.5), _failing_tensor("lse", float("inf"))):
+        assert ledger.apply(other, versions).verdict == "fail"
+    # No judged tensor (an error, a non-numeric check): the selector and reason decide.
+    assert ledger.apply(failing(verdict="error"), versions).verdict == "known"
+    numeric = load(tmp_path, GOOD.replace('dtype = "float32"', 'failure = "numeric"'), "numeric.toml")
+    assert numeric.apply(_failing_tensor("out", 0.5), versions).verdict == "known"
+    assert numeric.apply(_failing_tensor("out", float("inf")), versions).verdict == "fail"
