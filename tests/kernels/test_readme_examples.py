@@ -1,4 +1,5 @@
-"""The README's two plug-in examples run as written (a dotted-path function, an adapter class)."""
+"""The plug-in examples run as written: the README's dotted-path function, and the adapter class
+of docs/adapters.md ("Plugging in your own")."""
 
 from __future__ import annotations
 
@@ -14,14 +15,21 @@ from tests.kernels.cases import check_forward, make_inputs
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SECTION = "## Plugging in your own implementation"
+ADAPTERS = Path(__file__).resolve().parents[2] / "docs" / "adapters.md"
+ADAPTER_SECTION = "## Plugging in your own"
+
+
+def _python_blocks(path: Path, heading: str) -> list[str]:
+    text = path.read_text()
+    assert heading + "\n" in text, f"{path.name} lost its section {heading!r}"
+    section = text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
 @pytest.fixture
 def examples(tmp_path, monkeypatch):
-    text = README.read_text()
-    assert SECTION in text, f"README lost its section {SECTION!r}"
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    function_code, adapter_code = re.findall(r"```python\n(.*?)```", section, re.S)
+    (function_code,) = _python_blocks(README, SECTION)
+    (adapter_code,) = _python_blocks(ADAPTERS, ADAPTER_SECTION)
     package = tmp_path / "readme_examples"
     package.mkdir()
     (package / "__init__.py").write_text("")
