@@ -18,6 +18,7 @@ from reports.gate.rules import (
     known_issues_unexplained_in_candidate,
     lost_capabilities,
     newly_failing,
+    precision_improvements,
     ratio_drifts,
     results_by_key,
 )
@@ -68,6 +69,7 @@ def compare(
             )
     else:
         regressions += changes
+    notes += precision_improvements(base, candidate, thresholds)
     for label in fixed_known_issues(base, candidate):
         notes.append(f"The candidate fixes {label}: every check it explained in the base passes now.")
     for label, count in known_issues_unexplained_in_candidate(base, candidate):

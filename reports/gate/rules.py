@@ -223,6 +223,28 @@ def drifted(drift: GroupDrift, thresholds: Thresholds) -> bool:
     return bound is not None and bound > 1 + thresholds.ratio_drift
 
 
+def precision_improvements(base: Run, candidate: Run, thresholds: Thresholds) -> list[str]:
+    """Groups (subject, dtype, tensor, statistic) whose typical case got more precise by more than
+    ``ratio_drift``, beyond doubt at ``drift_confidence``: the mirror of ``systematic_drifts``, so a
+    release that fixes a precision defect shows, not only one that adds one."""
+    notes = []
+    for drift in group_drifts(ratio_pairs(base, candidate)):
+        if drift.n < thresholds.drift_min_cases:
+            continue
+        inverse = sorted(1 / change for change in drift.changes)
+        bound = median_lower_bound(inverse, thresholds.drift_confidence)
+        if bound is None or bound <= 1 + thresholds.ratio_drift:
+            continue
+        subject, dtype, tensor, statistic = drift.group
+        notes.append(
+            f"Precision improved: {subject} · {dtype} · {tensor} {statistic} · "
+            f"{md.plural(drift.n, 'case')}: median {md.number(drift.base_median)} → "
+            f"{md.number(drift.candidate_median)} (typical case ×{drift.change:.2f}, "
+            f"≤ ×{1 / bound:.2f} at {thresholds.drift_confidence:.0%})."
+        )
+    return notes
+
+
 def systematic_drifts(pairs: list[RatioPair], thresholds: Thresholds) -> list[Finding]:
     """Groups whose typical case got worse by more than ``ratio_drift``."""
     findings = []

@@ -55,6 +55,7 @@ from reports.run_report.grouping import (
 )
 from reports.run_report.pairwise_table import pairwise_section
 from reports.run_report.plots import RUN_PLOT, plot_run
+from reports.run_report.precision import precision_section
 
 REPORT_FILE = "report.md"
 REPRO_DIR = "repro"  # repro/<check>/<case id>.py: each recorded repro script, beside report.md
@@ -800,6 +801,10 @@ def _folds(run: Run, plot_note: str | None, *, short: bool) -> list[str]:
         _folded(flaky_section(results), "🎲 Flaky checks (crashed once, then ran normally)"),
         _folded(observed_section(results), "Observed behaviour where the semantics are open"),
         _folded(pairwise_section(run.summary), "Pairwise coverage of optional inputs"),
+        _folded(
+            precision_section(results),
+            "Precision grade: error ratio to the baseline, per subject, dtype, tensor",
+        ),
         plot_note,
     ]
     if short:
@@ -809,6 +814,9 @@ def _folds(run: Run, plot_note: str | None, *, short: bool) -> list[str]:
             f"Observed behaviour where the semantics are open: in {DETAILS_LINK}." if sections[5] else None
         )
     return [part for section in sections if section for part in (section, "")]
+
+
+PRECISION_TITLE = "Precision grade: error ratio to the baseline, per subject, dtype and tensor"
 
 
 def _folded(section: str | None, title: str) -> str | None:

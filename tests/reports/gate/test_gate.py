@@ -350,3 +350,31 @@ def test_benchmarks_pair_on_the_execution_literal(tmp_path, capsys):
     assert "### ❌ Slower (2)" in out and "b.py::a" in out and "b.py::b" in out
     assert "| b.py::c |" not in out
     assert "1 benchmark not compared: base and candidate ran them differently" in out
+
+
+def test_a_precision_gain_between_two_runs_is_named_not_silent(tmp_path, capsys):
+    # The mirror of the drift rule: every ratio halved (a release fixing a precision defect) passes
+    # the gate and says so, group by group; an unchanged pair says nothing.
+    code, out = _gate(tmp_path, standard_results(drift=1.6), standard_results(), capsys)
+    assert code == EXIT_PASS
+    assert "Precision improved: flash · bfloat16 · out ratio · 7 cases: median 2.13 → 1.33" in out
+    _, same = _gate(tmp_path / "same", standard_results(), standard_results(), capsys)
+    assert "Precision improved" not in same
+
+
+def test_the_report_grades_precision_per_subject_dtype_and_tensor(tmp_path):
+    from reports.run_report.precision import grades, precision_section
+
+    results = standard_results(drift=2.0)
+    table = precision_section(results)
+    assert "| flash | bfloat16 | out | 7 |" in table
+    graded = {(g.subject, g.dtype, g.tensor): g for g in grades(results)}
+    base = {(g.subject, g.dtype, g.tensor): g for g in grades(standard_results())}
+    assert graded[("flash", "bfloat16", "out")].median == pytest.approx(
+        2 * base[("flash", "bfloat16", "out")].median
+    )
+    weak = [
+        dataclasses.replace(r, metrics=tuple(dataclasses.replace(m, weak=("zeros",)) for m in r.metrics))
+        for r in results
+    ]
+    assert precision_section(weak) is None  # a judgement no answer could fail grades nothing

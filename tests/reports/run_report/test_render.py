@@ -55,7 +55,8 @@ def test_passing_run_fits_one_screen(tmp_path):
 
 def _grid_rows(text: str) -> dict[str, list[str]]:
     rows = {}
-    for line in text.splitlines():
+    grid = text.split("Grid: subjects × features", 1)[1].split("</details>", 1)[0]
+    for line in grid.splitlines():
         if line.startswith("| ") and not line.startswith("| :--"):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             rows.setdefault(cells[0], cells[1:])
