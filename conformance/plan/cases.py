@@ -15,6 +15,7 @@ rebuilt from its fields (e.g. in a repro script) gets the same data.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import zlib
 from typing import Literal
 
@@ -115,13 +116,15 @@ class _CaseBehaviour:
         return tuple(out)
 
     # -- naming ------------------------------------------------------------------------
-    @property
+    # The ids are cached on the instance: a frozen case's fields never change (``replace``
+    # makes a new one), and planning and sharding read them millions of times in a run.
+    @functools.cached_property
     def semantic_id(self) -> str:
         """The id without the subject."""
         token = config_token(self.config)
         return f"{self.data_id}-{token}" if token else self.data_id
 
-    @property
+    @functools.cached_property
     def data_id(self) -> str:
         """The id without the subject and the config: the same data for every subject and config."""
         parts = [self.dtype]
@@ -140,7 +143,7 @@ class _CaseBehaviour:
             parts.append(self.input_kind)
         return "-".join(parts)
 
-    @property
+    @functools.cached_property
     def case_id(self) -> str:
         return f"{self.subject}-{self.semantic_id}"
 

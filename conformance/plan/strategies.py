@@ -133,10 +133,16 @@ def _config(draw: st.DrawFn, tunables: Tunables, q_len: int, kv_len: int, batch:
 
 
 @st.composite
-def _case(draw: st.DrawFn, subject: str, caps: Capabilities, profile: Profile) -> Case:
+def _case(
+    draw: st.DrawFn,
+    subject: str,
+    caps: Capabilities,
+    profile: Profile,
+    head_dims: tuple[int, ...],
+    lengths_spaces: tuple[tuple[int, ...], tuple[int, ...]],
+) -> Case:
     dtypes = tuple(d for d in caps.dtypes if d in DTYPES)
-    head_dims = _admissible_dims(caps, profile.head_dims, 128)
-    q_lengths_space, kv_lengths_space = _admissible_lengths(caps, profile.lengths, head_dims[0])
+    q_lengths_space, kv_lengths_space = lengths_spaces
 
     def padded_kinds(ctx: DrawContext) -> dict[str, Any]:
         kinds = ["normal", "large", "integers"] + (["nan_padding"] if _padded(ctx.fields) else [])
@@ -181,7 +187,11 @@ def _padded(fields: dict[str, Any]) -> bool:
 
 def cases(subject: str, caps: Capabilities, profile: Profile) -> st.SearchStrategy[Case]:
     """Runnable cases for ``subject``, drawn only from its declared capabilities."""
-    return _case(subject, caps, profile).filter(lambda c: runnable(c, caps))
+    # The admissible spaces depend on the declaration alone: probed once here, not at every
+    # draw (a constrained subject's filter rejects most draws, and probing was 3/4 of each).
+    head_dims = _admissible_dims(caps, profile.head_dims, 128)
+    lengths_spaces = _admissible_lengths(caps, profile.lengths, head_dims[0])
+    return _case(subject, caps, profile, head_dims, lengths_spaces).filter(lambda c: runnable(c, caps))
 
 
 def draw_cases(strategy: st.SearchStrategy[Case], count: int, draw_seed: int) -> tuple[Case, ...]:

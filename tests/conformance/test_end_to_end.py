@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conformance.harness.plugin import EXIT_NOTHING_CHECKED
 from reports.records.results_file import read_results
 from reports.run_report.grouping import cause_count_line, group_causes
@@ -14,8 +16,16 @@ from tests.support.suite import ROOT, SMALL, run_suite, toy
 from tests.support.toy_subjects import Elsewhere
 
 
-def test_a_correct_subject_passes_and_every_record_is_written(tmp_path):
-    done = run_suite(tmp_path, toy("exact"), "-k", SMALL, junit=True, plots=True)
+@pytest.fixture(scope="module")
+def exact_run(tmp_path_factory):
+    """One process, the correct toy on the small cases, JUnit and plot on: read, never written, by
+    the tests below (the plot and JUnit file change no record, so it is also xdist's serial twin)."""
+    folder = tmp_path_factory.mktemp("exact")
+    return run_suite(folder, toy("exact"), "-k", SMALL, junit=True, plots=True), folder
+
+
+def test_a_correct_subject_passes_and_every_record_is_written(exact_run):
+    done, tmp_path = exact_run
     assert done.returncode == 0, done.stdout[-3000:]
     assert (tmp_path / "ratio-vs-length.png").read_bytes()[:4] == b"\x89PNG"
     assert "(ratio-vs-length.png)" in (tmp_path / "report.md").read_text()
@@ -72,9 +82,9 @@ def test_a_wrong_subject_fails_forward_with_the_worst_element_and_a_runnable_rep
     assert "OUT OF TOLERANCE" in repro.stdout and "import conformance" not in record.repro
 
 
-def test_xdist_gives_the_same_records_as_one_process(tmp_path):
-    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
-    assert run_suite(serial, toy("exact"), "-k", SMALL).returncode == 0
+def test_xdist_gives_the_same_records_as_one_process(tmp_path, exact_run):
+    (serial_done, serial), parallel = exact_run, tmp_path / "parallel"
+    assert serial_done.returncode == 0
     done = run_suite(parallel, toy("exact"), "-k", SMALL, "-n", "2")
     assert done.returncode == 0, done.stdout[-3000:]
     one = {r.key: r.verdict for r in read_results(serial).results}
