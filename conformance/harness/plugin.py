@@ -302,7 +302,8 @@ class ConformancePlugin:
     @property
     def runner(self) -> Runner:
         if self._runner is None:
-            self._runner = Runner(self.subjects, self.profile, shrink=self.shrink)
+            known = lambda result: self.classify_known(result).verdict == "known"  # noqa: E731
+            self._runner = Runner(self.subjects, self.profile, shrink=self.shrink, known=known)
         return self._runner
 
     def impl_of(self, subject: str) -> str:

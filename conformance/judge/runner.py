@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 from conformance.judge import repro
 from conformance.judge.artifacts import ArtifactStore, SubjectError
@@ -52,10 +53,20 @@ def _availability(subject: Subject, ran: str = "", warned: tuple[str, ...] = ())
 class Runner:
     """Evaluates planned checks for one session: owns the artifact store and shrink budget."""
 
-    def __init__(self, subjects: tuple[Subject, ...], profile: Profile, shrink: bool = True):
+    def __init__(
+        self,
+        subjects: tuple[Subject, ...],
+        profile: Profile,
+        shrink: bool = True,
+        known: Callable[[CaseResult], bool] | None = None,
+    ):
+        """``known``: whether the ledger explains a failing record. Such a failure is not shrunk:
+        its smallest case is the ledger entry's, and shrinking it again on every run spent the
+        session's shrink budget (60 s per worker at ci) on what is already understood."""
         self.subjects = {s.name: s for s in subjects}
         self.profile = profile
         self.store = ArtifactStore()
+        self.known = known or (lambda result: False)
         self.shrink_enabled = shrink
         self.shrink_seconds_left = profile.shrink_seconds
         self._shrunk: set[tuple[str, str]] = set()
@@ -117,7 +128,11 @@ class Runner:
             reason, metrics, observed = result.reason, result.metrics, dict(result.observed)
             details = {k: float(v) for k, v in result.details.items() if isinstance(v, int | float)}
         minimal = None
-        if verdict != "pass":
+        availability = _availability(subject, ran, run.warnings())
+        judged = CaseResult(
+            verdict=verdict, reason=reason, metrics=metrics, availability=availability, **base
+        )
+        if verdict != "pass" and not self.known(judged):
             minimal = self._shrink(check, case, verdict)
             if minimal is not None and minimal != case:
                 reason += f"\nShrunk to a smaller failing case: {minimal.case_id} ({minimal.summary()})"
@@ -130,7 +145,7 @@ class Runner:
             timings=timings,
             details=details,
             observed=observed,
-            availability=_availability(subject, ran, run.warnings()),
+            availability=availability,
             repro="" if verdict == "pass" else self._repro(planned, subject, metrics, reason, minimal),
             **base,
         )
