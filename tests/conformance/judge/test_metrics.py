@@ -6,6 +6,7 @@ import math
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 from conformance.judge import metrics
 
@@ -54,3 +55,22 @@ def test_ratio_edge_cases():
 
 def test_magnitude_ignores_non_finite_reference_values():
     assert metrics.magnitude(np.array([-np.inf, -3.0, 1.0])) == (3.0, 2.0)
+
+
+def test_max_and_mean_are_error_stats_numbers_for_any_answer():
+    rng = np.random.default_rng(3)
+    want = rng.standard_normal((2, 3, 8, 4))
+    valid = rng.random((2, 3, 8, 1)) > 0.3
+    nan_answer = want.copy()
+    nan_answer[0, 0, 0, 0] = np.nan
+    infinite_ref = want.copy()
+    infinite_ref[1, 2, 3] = -np.inf  # matched by the answer below: no error there
+    for got, ref in (
+        (-want, want),
+        (np.roll(want, 1, axis=2), want),
+        (nan_answer, want),
+        (infinite_ref, infinite_ref),
+    ):
+        for keep in (None, valid):
+            stats = metrics.error_stats(got, ref, keep)
+            assert metrics.max_and_mean(got, ref, keep) == pytest.approx((stats.max_abs, stats.mean_abs))
