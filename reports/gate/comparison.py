@@ -20,6 +20,7 @@ from reports.gate.rules import (
     newly_failing,
     precision_improvements,
     ratio_drifts,
+    ratio_pairs,
     results_by_key,
 )
 from reports.gate.thresholds import Thresholds
@@ -57,7 +58,8 @@ def compare(
             else:
                 regressions.append(finding)
     regressions += newly_failing(base, candidate)
-    regressions += ratio_drifts(base, candidate, thresholds)
+    pairs = ratio_pairs(base, candidate)  # read by the drift rules and the precision gains alike
+    regressions += ratio_drifts(pairs, thresholds)
     regressions += lost_capabilities(base, candidate)
     changes = behaviour_changes(base, candidate)
     if thresholds.allow_behaviour_change:
@@ -69,7 +71,7 @@ def compare(
             )
     else:
         regressions += changes
-    notes += precision_improvements(base, candidate, thresholds)
+    notes += precision_improvements(pairs, thresholds)
     for label in fixed_known_issues(base, candidate):
         notes.append(f"The candidate fixes {label}: every check it explained in the base passes now.")
     for label, count in known_issues_unexplained_in_candidate(base, candidate):

@@ -223,12 +223,12 @@ def drifted(drift: GroupDrift, thresholds: Thresholds) -> bool:
     return bound is not None and bound > 1 + thresholds.ratio_drift
 
 
-def precision_improvements(base: Run, candidate: Run, thresholds: Thresholds) -> list[str]:
+def precision_improvements(pairs: list[RatioPair], thresholds: Thresholds) -> list[str]:
     """Groups (subject, dtype, tensor, statistic) whose typical case got more precise by more than
     ``ratio_drift``, beyond doubt at ``drift_confidence``: the mirror of ``systematic_drifts``, so a
     release that fixes a precision defect shows, not only one that adds one."""
     notes = []
-    for drift in group_drifts(ratio_pairs(base, candidate)):
+    for drift in group_drifts(pairs):
         if drift.n < thresholds.drift_min_cases:
             continue
         inverse = sorted(1 / change for change in drift.changes)
@@ -299,9 +299,9 @@ def case_jumps(pairs: list[RatioPair], thresholds: Thresholds) -> list[Finding]:
     ]
 
 
-def ratio_drifts(base: Run, candidate: Run, thresholds: Thresholds) -> list[Finding]:
-    """Error-ratio regressions on checks both runs pass: systematic drifts, then single jumps."""
-    pairs = ratio_pairs(base, candidate)
+def ratio_drifts(pairs: list[RatioPair], thresholds: Thresholds) -> list[Finding]:
+    """Error-ratio regressions on checks both runs pass (``ratio_pairs``): systematic drifts,
+    then single jumps."""
     return systematic_drifts(pairs, thresholds) + case_jumps(pairs, thresholds)
 
 
