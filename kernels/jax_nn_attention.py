@@ -31,9 +31,10 @@ from kernels.chunked_mask import as_mask, chunk_plane, fold_chunk
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
+    TracedPrimitives,
     array_key,
-    count_primitives,
     installed_jax_versions,
+    jit_observed,
     to_jax,
     to_numpy,
     unavailable_because,
@@ -188,7 +189,6 @@ class JaxNnRunner:
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec, lse: bool) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype; ``lse: [B, Hq, Sq]`` (dtype of k) or None."""
-        import jax
 
         inputs, spec = as_mask(inputs, spec)
         static = _static(self.implementation, inputs.shape, spec)
@@ -198,7 +198,7 @@ class JaxNnRunner:
         def build() -> Compiled:
             _load_api()  # the arguments used here exist on this JAX
             fn = functools.partial(jax_nn_attention, **static.options(), lse=lse)
-            return Compiled(jax.jit(fn), self._ran(fn, args))
+            return jit_observed(fn, args, self._ran)
 
         compiled = self._cache.get(("forward", static, lse, array_key(*arrays)), build)
         out, lse_out = compiled.fn(*args)
@@ -208,7 +208,6 @@ class JaxNnRunner:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` by JAX autodiff; ``dbias`` has the bias's own shape."""
-        import jax
 
         inputs, spec = as_mask(inputs, spec)
         static = _static(self.implementation, inputs.shape, spec)
@@ -219,7 +218,7 @@ class JaxNnRunner:
         def build() -> Compiled:
             _load_api()
             grads = functools.partial(jax_nn_gradients, **static.options())
-            return Compiled(jax.jit(grads), self._ran(grads, (*args, dout_j)))
+            return jit_observed(grads, (*args, dout_j), self._ran)
 
         compiled = self._cache.get(("backward", static, array_key(*arrays)), build)
         dq, dk, dv, dbias = compiled.fn(*args, dout_j)
@@ -261,14 +260,14 @@ class JaxNnRunner:
             note=f"jax.nn.dot_product_attention(implementation={self.implementation!r}), jitted",
         )
 
-    def _ran(self, fn: Any, args: tuple) -> str:
+    def _ran(self, primitives: TracedPrimitives) -> str:
         if self.implementation == "cudnn":
             # jax.nn's cuDNN path traces to dot_product_attention_fwd/_bwd primitives.
-            n = count_primitives(fn, args, "dot_product_attention")
+            n = primitives.count("dot_product_attention")
             if n == 0:
                 return "no cuDNN attention primitive traced: fell back"
             return f"cuDNN fused attention x{n}"
-        n = count_primitives(fn, args, "pallas_call") + count_primitives(fn, args, "dot_product_attention")
+        n = primitives.count("pallas_call") + primitives.count("dot_product_attention")
         if n:
             return f"unexpected fused kernel x{n} under implementation='xla'"
         return "XLA ops (jax.nn.dot_product_attention, implementation='xla')"

@@ -85,17 +85,49 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+@dataclasses.dataclass(frozen=True)
+class TracedPrimitives:
+    """The primitive names of one traced call, nested jaxprs included, in order: what ran.
+
+    An adapter whose trace holds no ``pallas_call`` has fallen back to something else, and
+    its ``ran`` sentence must say so."""
+
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, jaxpr: Any) -> TracedPrimitives:
+        """From a ``ClosedJaxpr`` (``make_jaxpr``) or a ``Jaxpr`` (``jit(f).trace(...).jaxpr``
+        on JAX >= 0.12)."""
+        inner = getattr(jaxpr, "jaxpr", jaxpr)
+        return cls(tuple(eqn.primitive.name for eqn in _iter_equations(inner)))
+
+    def count(self, name_prefix: str) -> int:
+        """How many equations' primitive names start with ``name_prefix``."""
+        return sum(1 for name in self.names if name.startswith(name_prefix))
+
+
 def count_primitives(fn: Callable[..., Any], args: tuple[Any, ...], name_prefix: str) -> int:
     """How many equations whose primitive name starts with ``name_prefix`` tracing
-    ``fn(*args)`` produces, nested jaxprs included.
-
-    Used to report what actually ran: an adapter whose jaxpr holds no
-    ``pallas_call`` has fallen back to something else, and must say so.
-    """
+    ``fn(*args)`` produces, nested jaxprs included (a trace of its own: ``jit_observed``
+    reads the same from the trace that runs)."""
     import jax
 
-    closed = jax.make_jaxpr(fn)(*args)
-    return sum(1 for eqn in _iter_equations(closed.jaxpr) if eqn.primitive.name.startswith(name_prefix))
+    return TracedPrimitives.of(jax.make_jaxpr(fn)(*args)).count(name_prefix)
+
+
+def jit_observed(
+    fn: Callable[..., Any], args: tuple[Any, ...], describe: Callable[[TracedPrimitives], str]
+) -> Compiled:
+    """``fn`` jitted, with the sentence ``describe`` writes from the primitives it traces to.
+
+    The call is traced once: ``jit(fn).trace(*args)`` says what ran, and JAX keeps that trace
+    on the jitted function, so its first call on arrays shaped like ``args`` (in the same
+    context, e.g. TPU interpret mode) lowers and compiles it without tracing again. A second
+    ``make_jaxpr`` trace cost the main job about 10% of its subject time."""
+    import jax
+
+    jitted = jax.jit(fn)
+    return Compiled(jitted, describe(TracedPrimitives.of(jitted.trace(*args).jaxpr)))
 
 
 def _iter_equations(jaxpr: Any):

@@ -52,7 +52,7 @@ from kernels.base import (
     SubjectOutput,
     compiled_where_run,
 )
-from kernels.jax_runtime import Compiled, CompiledCache, array_key, to_jax, to_numpy
+from kernels.jax_runtime import Compiled, CompiledCache, array_key, jit_observed, to_jax, to_numpy
 from kernels.kv_storage import INT8_LIMIT, int8_quantize
 from kernels.lowering import LoweringCall, abstract_arrays
 from kernels.standalone import StandaloneCall, source_of
@@ -420,14 +420,15 @@ def _build(
     args: tuple,
 ) -> Compiled:
 
-    import jax
-
     fn = functools.partial(paged_forward, _load(), _quantized_tensor(), scale, softcap, block, megacore, kv)
 
-    ran = pallas_ran(fn, args, execution, fallback="no kernel")
     cores = "" if megacore == "none" else f", megacore {megacore} on 2 cores"
     int8 = " (int8, a scale per token)" if kv == "int8" else ""
-    return Compiled(
-        jax.jit(fn),
-        f"{ran}; pages of {PAGE_SIZE} tokens{int8}, random page order, garbage in unowned slots{cores}",
+    return jit_observed(
+        fn,
+        args,
+        lambda primitives: (
+            f"{pallas_ran(primitives, execution, fallback='no kernel')}; pages of "
+            f"{PAGE_SIZE} tokens{int8}, random page order, garbage in unowned slots{cores}"
+        ),
     )

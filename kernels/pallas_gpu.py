@@ -39,11 +39,12 @@ from kernels.dtypes import FP8_DTYPES
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
+    TracedPrimitives,
     array_key,
-    count_primitives,
     default_backend,
     installed_jax_versions,
     jax_version,
+    jit_observed,
     to_jax,
     to_numpy,
     unavailable_because,
@@ -317,7 +318,6 @@ class PallasGpuAdapter:
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32 where exposed."""
-        import jax
 
         api = _load_api()
         scale = spec.resolved_scale(inputs.q.shape[-1])
@@ -333,7 +333,7 @@ class PallasGpuAdapter:
 
         def build() -> Compiled:
             forward = functools.partial(mha_forward, api.mha, **options)
-            return Compiled(jax.jit(forward), self._ran(forward, args))
+            return jit_observed(forward, args, self._ran)
 
         compiled = self._cache.get(("forward", array_key(*arrays), scale, spec.causal), build)
         out, lse = compiled.fn(*args)
@@ -341,7 +341,6 @@ class PallasGpuAdapter:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` through the kernel's custom VJP (Triton backward)."""
-        import jax
 
         api = _load_api()
         scale = spec.resolved_scale(inputs.q.shape[-1])
@@ -356,7 +355,7 @@ class PallasGpuAdapter:
 
         def build() -> Compiled:
             grads = functools.partial(mha_gradients, api.mha, **options)
-            return Compiled(jax.jit(grads), self._ran(grads, args))
+            return jit_observed(grads, args, self._ran)
 
         compiled = self._cache.get(("backward", array_key(*arrays), scale, spec.causal), build)
         dq, dk, dv = compiled.fn(*args)
@@ -420,8 +419,8 @@ class PallasGpuAdapter:
             + (f"; block sizes {dict(self.config)}" if self.config else ""),
         )
 
-    def _ran(self, fn: Any, args: tuple) -> str:
-        n = count_primitives(fn, args, "pallas_call")
+    def _ran(self, primitives: TracedPrimitives) -> str:
+        n = primitives.count("pallas_call")
         if n == 0:
             return f"no pallas_call traced: fell back ({self._execution()})"
         return f"pallas_call x{n} ({self._execution()})"

@@ -49,6 +49,7 @@ from kernels.jax_runtime import (
     CompiledCache,
     array_key,
     installed_jax_versions,
+    jit_observed,
     to_jax,
 )
 from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
@@ -448,12 +449,14 @@ def _call(options: tuple) -> Any:
 
 
 def _build(execution: TpuExecution, options: tuple, args: tuple) -> Compiled:
-    import jax
 
     fn = _call(options)
-    ran = pallas_ran(fn, args, execution, fallback="no kernel")
-    return Compiled(
-        jax.jit(fn),
-        f"{ran}; {len(args[4]) - 2} sequences packed, pages of {PAGE_SIZE} tokens in random order, "
-        "finite garbage in unowned pages, slots, spare tokens and the spare sequence slot",
+    return jit_observed(
+        fn,
+        args,
+        lambda primitives: (
+            f"{pallas_ran(primitives, execution, fallback='no kernel')}; "
+            f"{len(args[4]) - 2} sequences packed, pages of {PAGE_SIZE} tokens in random order, "
+            "finite garbage in unowned pages, slots, spare tokens and the spare sequence slot"
+        ),
     )

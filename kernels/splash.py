@@ -61,6 +61,7 @@ from kernels.jax_runtime import (
     CompiledCache,
     array_key,
     jax_version,
+    jit_observed,
     to_jax,
     to_numpy,
 )
@@ -455,10 +456,10 @@ class SplashAdapter:
         softcap: float | None,
         args: tuple,
     ) -> Compiled:
-        import jax
 
         fn = self._fn(direction, execution.mode != "native", inputs, plan, scale, softcap)
-        return Compiled(jax.jit(fn), pallas_ran(fn, args, execution, fallback="fell back"))
+        describe = functools.partial(pallas_ran, execution=execution, fallback="fell back")
+        return jit_observed(fn, args, describe)
 
     def _fn(
         self,

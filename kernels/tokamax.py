@@ -69,11 +69,12 @@ from kernels.jax_nn_attention import jax_nn_window
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
+    TracedPrimitives,
     array_key,
-    count_primitives,
     default_backend,
     installed_jax_versions,
     installed_version,
+    jit_observed,
     to_jax,
     to_numpy,
     unavailable_because,
@@ -934,7 +935,6 @@ class TokamaxAdapter:
         return functools.partial(tokamax_gradients, api.attention, op, loop=loop, **options), True
 
     def _build(self, direction: str, static: _Static, args: tuple, with_lse: bool) -> Compiled:
-        import jax
         import jax.numpy as jnp
 
         kind = self._kind
@@ -946,8 +946,14 @@ class TokamaxAdapter:
         if takes_dout:
             q, v = args[0], args[2]
             traced = (*args, jnp.zeros((*q.shape[:-1], v.shape[-1]), q.dtype))  # dout: out's shape
-        ran = self._ran(fn, traced, execution, forward_config, vjp_config, direction)
-        return Compiled(jax.jit(fn), ran)
+        describe = functools.partial(
+            self._ran,
+            execution=execution,
+            forward_config=forward_config,
+            vjp_config=vjp_config,
+            direction=direction,
+        )
+        return jit_observed(fn, traced, describe)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call as it runs on the kernel's own hardware, for its compiler
@@ -1094,9 +1100,14 @@ class TokamaxAdapter:
         return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
 
     def _ran(
-        self, fn: Any, args: tuple, execution: Execution, forward_config: Any, vjp_config: Any, direction: str
+        self,
+        primitives: TracedPrimitives,
+        execution: Execution,
+        forward_config: Any,
+        vjp_config: Any,
+        direction: str,
     ) -> str:
-        kernels = count_primitives(fn, args, "pallas_call")
+        kernels = primitives.count("pallas_call")
         where = _EXECUTION_WORDS[execution]
         if self._kind.hardware != "cpu" and kernels == 0:
             what = f"no pallas_call traced: tokamax fell back ({where})"

@@ -67,11 +67,12 @@ from kernels.base import (
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
+    TracedPrimitives,
     array_key,
-    count_primitives,
     default_backend,
     installed_jax_versions,
     installed_version,
+    jit_observed,
     to_jax,
     to_numpy,
 )
@@ -516,7 +517,6 @@ class TokamaxSplashAdapter:
             args = tuple(None if a is None else to_jax(a) for a in arrays)
 
             def build() -> Compiled:
-                import jax
 
                 op, config = self._op(api, execution, args)
                 options = dict(scale=scale, layout=layout, softcap=softcap, loop=execution == "tpu")
@@ -534,7 +534,9 @@ class TokamaxSplashAdapter:
                     fn = functools.partial(
                         tokamax_splash_gradients, api.attention, op, api.segment_ids, api.masks, **options
                     )
-                return Compiled(jax.jit(fn), self._ran(fn, args, execution, config))
+                return jit_observed(
+                    fn, args, functools.partial(self._ran, execution=execution, config=config)
+                )
 
             compiled = self._cache.get(key, build)
         return compiled, args, execution
@@ -558,8 +560,8 @@ class TokamaxSplashAdapter:
                 dsinks=None if dsinks is None else to_numpy(dsinks),
             )
 
-    def _ran(self, fn: Any, args: tuple, execution: str, config: Any) -> str:
-        kernels = count_primitives(fn, args, "pallas_call")
+    def _ran(self, primitives: TracedPrimitives, execution: str, config: Any) -> str:
+        kernels = primitives.count("pallas_call")
         where = _EXECUTION_WORDS[execution]
         if self._kind.hardware != "cpu" and kernels == 0:
             what = f"no pallas_call traced: tokamax fell back ({where})"

@@ -42,7 +42,9 @@ from kernels.dtypes import FP8_DTYPES
 from kernels.jax_runtime import (
     Compiled,
     CompiledCache,
+    TracedPrimitives,
     array_key,
+    jit_observed,
     to_jax,
     to_numpy,
 )
@@ -296,10 +298,8 @@ class TpuFlashAdapter:
         return SubjectOutput(out=out, lse=lse, ran=compiled.ran)
 
     def _build_forward(self, execution: TpuExecution, scale: float, causal: bool, args: tuple) -> Compiled:
-        import jax
-
         forward = self._forward_fn(_load_api(execution), scale, causal)
-        return Compiled(jax.jit(forward), _ran(forward, args, execution))
+        return jit_observed(forward, args, functools.partial(_ran, execution=execution))
 
     def _forward_fn(self, api: _Api, scale: float, causal: bool) -> Any:
         return functools.partial(
@@ -342,12 +342,11 @@ class TpuFlashAdapter:
         return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
 
     def _build_gradients(self, execution: TpuExecution, scale: float, causal: bool, args: tuple) -> Compiled:
-        import jax
         import jax.numpy as jnp
 
         grads = self._gradients_fn(_load_api(execution), scale, causal)
         dout = jnp.zeros(args[0].shape, args[0].dtype)
-        return Compiled(jax.jit(grads), _ran(grads, (*args, dout), execution))
+        return jit_observed(grads, (*args, dout), functools.partial(_ran, execution=execution))
 
     # -- standalone repro ------------------------------------------------------------
 
@@ -480,5 +479,5 @@ def flash_gradients(module, q, k, v, bias, q_seg, kv_seg, dout, *, scale, causal
     return vjp(dout)
 
 
-def _ran(fn: Any, args: tuple, execution: TpuExecution) -> str:
-    return pallas_ran(fn, args, execution, fallback="fell back to plain attention")
+def _ran(primitives: TracedPrimitives, execution: TpuExecution) -> str:
+    return pallas_ran(primitives, execution, fallback="fell back to plain attention")

@@ -55,7 +55,7 @@ from typing import Any, Literal, TypeVar
 
 from kernels.base import Availability, Execution
 from kernels.jax_runtime import (
-    count_primitives,
+    TracedPrimitives,
     default_backend,
     installed_jax_versions,
     jax_version,
@@ -155,10 +155,10 @@ def pallas_tpu_availability(
     return Availability(True, "", installed_jax_versions(), execution.kind, execution.description)
 
 
-def pallas_ran(fn: Any, args: tuple, execution: TpuExecution, fallback: str) -> str:
+def pallas_ran(primitives: TracedPrimitives, execution: TpuExecution, fallback: str) -> str:
     """What ran: ``"pallas_call x2 (<execution>)"``; a trace without a pallas_call says so
     (``"no pallas_call traced: <fallback> (<execution>)"``) instead of passing silently."""
-    n = count_primitives(fn, args, "pallas_call")
+    n = primitives.count("pallas_call")
     if n == 0:
         return f"no pallas_call traced: {fallback} ({execution.description})"
     return f"pallas_call x{n} ({execution.description})"

@@ -112,9 +112,9 @@ def test_tpu_interpret_mode():
 
 def test_fallback_without_pallas_call_is_reported(adapter, monkeypatch):
     """If the traced function held no pallas_call, ``ran`` must say so rather than look normal."""
-    import kernels.tpu_interpret as module  # where the Pallas TPU adapters count their pallas_calls
+    from kernels.jax_runtime import TracedPrimitives  # what the Pallas TPU adapters count
 
-    monkeypatch.setattr(module, "count_primitives", lambda fn, args, name: 0)
+    monkeypatch.setattr(TracedPrimitives, "count", lambda self, name_prefix: 0)
     fresh = TpuFlashAdapter()
     ran = fresh.forward(make_inputs(10, 1, 1, 1, 128, 128, 128), AttentionSpec()).ran
     assert ran.startswith("no pallas_call traced")
