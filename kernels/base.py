@@ -467,6 +467,9 @@ class Adapter(Protocol):
         """Only called when ``capabilities().backward`` is True."""
         ...
 
+    # Optional, for subjects built on JAX (the ``vmap`` check transforms it; without it, unsupported):
+    #   def jax_call(self, inputs, spec, dout=None) -> kernels.jax_runtime.JaxCall
+    # the forward call (dout None) or the gradients call, as JAX arrays and a function of them.
     # Optional, for subjects that declare ``Capabilities.lowers_for``:
     #   def lowering(self, inputs, spec, direction: "forward" | "backward") -> kernels.lowering.LoweringCall
     # the same call as forward/gradients, built for the target hardware with the interpreter off.

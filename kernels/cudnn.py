@@ -26,7 +26,7 @@ import numpy as np
 
 from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
-from kernels.jax_runtime import default_backend, installed_jax_versions
+from kernels.jax_runtime import JaxCall, default_backend, installed_jax_versions
 from kernels.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
 
@@ -107,6 +107,12 @@ class CudnnAdapter:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         return self._runner.gradients(inputs, spec, dout)
+
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        """The forward or gradients call, for checks that transform it (``vmap``)."""
+        return self._runner.jax_call(inputs, spec, api_has_lse(), dout)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """This adapter's calls as standalone script text (``kernels.standalone``)."""

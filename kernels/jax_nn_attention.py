@@ -29,8 +29,8 @@ import numpy as np
 from kernels.base import Availability, SubjectGrads, SubjectOutput
 from kernels.chunked_mask import as_mask, chunk_plane, fold_chunk
 from kernels.jax_runtime import (
-    Compiled,
     CompiledCache,
+    JaxCall,
     TracedPrimitives,
     array_key,
     installed_jax_versions,
@@ -103,6 +103,11 @@ class _Static:
 def _static(implementation: Implementation, shape: AttentionShape, spec: AttentionSpec) -> _Static:
     window = jax_nn_window(spec.window, shape.q_len, shape.kv_len)
     return _Static(implementation, spec.resolved_scale(shape.head_dim), spec.causal, window)
+
+
+def _key(call: JaxCall) -> tuple:
+    """A compiled call's cache key: its static options and its arrays' shapes and dtypes."""
+    return (tuple(sorted(call.fn.keywords.items())), array_key(*call.args))
 
 
 def _arrays(inputs: AttentionInputs) -> tuple[np.ndarray | None, ...]:
@@ -187,41 +192,41 @@ class JaxNnRunner:
     implementation: Implementation
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, lse: bool, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        """The forward call (``dout`` None) or the gradients call, on JAX arrays in the canonical
+        layout (every array batch-first: q, k, v, bias, mask, lengths)."""
+        _load_api()  # the arguments used here exist on this JAX
+        inputs, spec = as_mask(inputs, spec)
+        options = _static(self.implementation, inputs.shape, spec).options()
+        args = tuple(to_jax(a) for a in _arrays(inputs))
+        if dout is None:
+            fn = functools.partial(jax_nn_attention, **options, lse=lse)
+        else:
+            fn = functools.partial(jax_nn_gradients, **options)
+            args += (to_jax(np.asarray(dout, dtype=inputs.q.dtype)),)
+        return JaxCall(fn, args, (True,) * len(args))
+
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec, lse: bool) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype; ``lse: [B, Hq, Sq]`` (dtype of k) or None."""
-
-        inputs, spec = as_mask(inputs, spec)
-        static = _static(self.implementation, inputs.shape, spec)
-        arrays = _arrays(inputs)
-        args = tuple(to_jax(a) for a in arrays)
-
-        def build() -> Compiled:
-            _load_api()  # the arguments used here exist on this JAX
-            fn = functools.partial(jax_nn_attention, **static.options(), lse=lse)
-            return jit_observed(fn, args, self._ran)
-
-        compiled = self._cache.get(("forward", static, lse, array_key(*arrays)), build)
-        out, lse_out = compiled.fn(*args)
+        call = self.jax_call(inputs, spec, lse)
+        compiled = self._cache.get(
+            ("forward", _key(call)),
+            lambda: jit_observed(call.fn, call.args, self._ran),
+        )
+        out, lse_out = compiled.fn(*call.args)
         return SubjectOutput(
             out=to_numpy(out), lse=None if lse_out is None else to_numpy(lse_out), ran=compiled.ran
         )
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` by JAX autodiff; ``dbias`` has the bias's own shape."""
-
-        inputs, spec = as_mask(inputs, spec)
-        static = _static(self.implementation, inputs.shape, spec)
-        arrays = _arrays(inputs)
-        args = tuple(to_jax(a) for a in arrays)
-        dout_j = to_jax(np.asarray(dout, dtype=inputs.q.dtype))
-
-        def build() -> Compiled:
-            _load_api()
-            grads = functools.partial(jax_nn_gradients, **static.options())
-            return jit_observed(grads, (*args, dout_j), self._ran)
-
-        compiled = self._cache.get(("backward", static, array_key(*arrays)), build)
-        dq, dk, dv, dbias = compiled.fn(*args, dout_j)
+        call = self.jax_call(inputs, spec, False, dout)
+        compiled = self._cache.get(
+            ("backward", _key(call)), lambda: jit_observed(call.fn, call.args, self._ran)
+        )
+        dq, dk, dv, dbias = compiled.fn(*call.args)
         dbias = None if dbias is None else to_numpy(dbias)
         return SubjectGrads(to_numpy(dq), to_numpy(dk), to_numpy(dv), dbias)
 

@@ -8,10 +8,12 @@ unavailable instead of crashing the run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
 from collections.abc import Callable, Hashable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -156,6 +158,27 @@ class Compiled:
 
     fn: Callable[..., Any]
     ran: str
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxCall:
+    """An adapter's call as JAX sees it: ``fn(*args)`` returns the canonical outputs, ``(out,
+    lse)`` forward or ``(dq, dk, dv, dbias)`` backward (``args`` then end with ``dout``), and runs
+    inside ``context()`` (TPU interpret mode is a tracing-time setting).
+
+    It is what a check transforms the way users do (``jax.vmap`` adds a leading axis to every
+    array in ``batched``: each one's axis 0 is the case's batch). The adapter's own
+    ``forward``/``gradients`` run this same call, so what is transformed is what was judged.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    batched: tuple[bool, ...]
+    context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
+
+    def __post_init__(self) -> None:
+        if len(self.batched) != len(self.args):
+            raise ValueError(f"JaxCall: {len(self.args)} args but {len(self.batched)} batched flags")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

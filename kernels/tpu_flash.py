@@ -40,8 +40,8 @@ from kernels.base import (
 )
 from kernels.dtypes import FP8_DTYPES
 from kernels.jax_runtime import (
-    Compiled,
     CompiledCache,
+    JaxCall,
     TracedPrimitives,
     array_key,
     jit_observed,
@@ -286,20 +286,37 @@ class TpuFlashAdapter:
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32."""
-        execution = choose_execution(self.interpreter)
+        call = self.jax_call(inputs, spec)
         scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q, inputs.k, inputs.v, inputs.bias, inputs.q_segment_ids, inputs.kv_segment_ids)
-        key = ("forward", execution.mode, array_key(*arrays), scale, spec.causal)
-        with execution.context():
-            args = tuple(to_jax(a) for a in arrays)
-            compiled = self._cache.get(key, lambda: self._build_forward(execution, scale, spec.causal, args))
-            out, lse = compiled.fn(*args)
+        key = ("forward", choose_execution(self.interpreter).mode, array_key(*call.args), scale, spec.causal)
+        with call.context():
+            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, self._ran))
+            out, lse = compiled.fn(*call.args)
             out, lse = to_numpy(out), None if lse is None else to_numpy(lse)
         return SubjectOutput(out=out, lse=lse, ran=compiled.ran)
 
-    def _build_forward(self, execution: TpuExecution, scale: float, causal: bool, args: tuple) -> Compiled:
-        forward = self._forward_fn(_load_api(execution), scale, causal)
-        return jit_observed(forward, args, functools.partial(_ran, execution=execution))
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        """The forward call (``dout`` None) or the gradients call on the kernel module as this
+        adapter runs it (interpreted off TPU), on JAX arrays in the canonical layout."""
+        execution = choose_execution(self.interpreter)
+        api = _load_api(execution)
+        scale = spec.resolved_scale(inputs.q.shape[-1])
+        arrays = (inputs.q, inputs.k, inputs.v, inputs.bias, inputs.q_segment_ids, inputs.kv_segment_ids)
+        args = tuple(to_jax(a) for a in arrays)
+        if dout is None:
+            fn = self._forward_fn(api, scale, spec.causal)
+        else:
+            fn = self._gradients_fn(api, scale, spec.causal)
+            args += (to_jax(np.asarray(dout, dtype=inputs.q.dtype)),)
+        # Every array is batch-first; a broadcast bias's batch axis is 1, as one row's would be.
+        return JaxCall(fn, args, (True,) * len(args), execution.context)
+
+    def _ran(self, primitives: TracedPrimitives) -> str:
+        return pallas_ran(
+            primitives, choose_execution(self.interpreter), fallback="fell back to plain attention"
+        )
 
     def _forward_fn(self, api: _Api, scale: float, causal: bool) -> Any:
         return functools.partial(
@@ -328,25 +345,14 @@ class TpuFlashAdapter:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` through the kernel's custom VJP, canonical layout."""
-        execution = choose_execution(self.interpreter)
+        call = self.jax_call(inputs, spec, dout)
         scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q, inputs.k, inputs.v, inputs.bias, inputs.q_segment_ids, inputs.kv_segment_ids)
-        key = ("backward", execution.mode, array_key(*arrays), scale, spec.causal)
-        with execution.context():
-            args = tuple(to_jax(a) for a in arrays)
-            compiled = self._cache.get(
-                key, lambda: self._build_gradients(execution, scale, spec.causal, args)
-            )
-            grads = compiled.fn(*args, to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
+        key = ("backward", choose_execution(self.interpreter).mode, array_key(*call.args), scale, spec.causal)
+        with call.context():
+            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, self._ran))
+            grads = compiled.fn(*call.args)
             dq, dk, dv, dbias = (None if g is None else to_numpy(g) for g in grads)
         return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
-
-    def _build_gradients(self, execution: TpuExecution, scale: float, causal: bool, args: tuple) -> Compiled:
-        import jax.numpy as jnp
-
-        grads = self._gradients_fn(_load_api(execution), scale, causal)
-        dout = jnp.zeros(args[0].shape, args[0].dtype)
-        return jit_observed(grads, (*args, dout), functools.partial(_ran, execution=execution))
 
     # -- standalone repro ------------------------------------------------------------
 
@@ -477,7 +483,3 @@ def flash_gradients(module, q, k, v, bias, q_seg, kv_seg, dout, *, scale, causal
         return (*vjp(dout), None)
     _, vjp = jax.vjp(attention, q, k, v, bias)
     return vjp(dout)
-
-
-def _ran(primitives: TracedPrimitives, execution: TpuExecution) -> str:
-    return pallas_ran(primitives, execution, fallback="fell back to plain attention")

@@ -25,7 +25,7 @@ from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGra
 from kernels.chunked_mask import diagonal_offsets
 from kernels.dtypes import FP8_DTYPES
 from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
-from kernels.jax_runtime import default_backend, jax_version
+from kernels.jax_runtime import JaxCall, default_backend, jax_version
 from kernels.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
 
@@ -96,6 +96,12 @@ class XlaAdapter:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         return self._runner.gradients(inputs, spec, dout)
+
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        """The forward or gradients call, for checks that transform it (``vmap``)."""
+        return self._runner.jax_call(inputs, spec, api_has_lse(), dout)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """This adapter's calls as standalone script text (``kernels.standalone``)."""

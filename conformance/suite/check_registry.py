@@ -203,6 +203,15 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         repro="rerun_bitwise",
     ),
     CheckDeclaration(
+        "vmap",
+        f"{_CHECKS}.batching:vmap",
+        "jax.vmap",
+        17,
+        # No ``needs``: a subject without ``Adapter.jax_call`` is unsupported, with that reason.
+        sampling="runtime_sample",  # one more program (two with the backward) per case: a sample
+        shrinks=False,
+    ),
+    CheckDeclaration(
         "recompile",
         f"{_CHECKS}.runtime:recompile",
         "no recompilation",

@@ -152,6 +152,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "~1% of elements move one ulp between runs",
     ),
     _m(
+        "vmap_first_slice",
+        "batching:FirstSliceUnderVmap",
+        "vmap",
+        "vmap",
+        "right unbatched; its batching rule answers every vmapped slice with the first one's answer",
+    ),
+    _m(
         "leaks_buffers",
         "runtime:leaks_buffers",
         "leak",
@@ -394,6 +401,8 @@ RUNS_EVERYWHERE = ("shape_dtype", "forward", "finite", "no_mutation", "determini
 CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.correct:attention", (*RUNS_EVERYWHERE, "lse", "fully_masked")),
     Control(f"{PACKAGE}.correct:CorrectAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
+    # The same call exposed to jax.vmap (Adapter.jax_call): batched as it computes.
+    Control(f"{PACKAGE}.batching:VmapAdapter", (*RUNS_EVERYWHERE, "lse", "backward", "vmap")),
     Control(f"{PACKAGE}.precision:CarefulAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
     # The blocked online softmax with a bias, its running max guarded: right on -inf bias blocks.
     # fully_masked runs on it where a smoke case has a fully masked row; no smoke case it admits has.
