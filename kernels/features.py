@@ -13,7 +13,9 @@ everything the suite needs to know of it, and every consumer iterates ``FEATURES
   and the ``AttentionSpec`` fields it sets,
 * its case-id token, its grid column and label, and its words in a review,
 * how ``--case`` spells it, how hypothesis draws and shrinks it, and its pairwise
-  present/absent edits.
+  present/absent edits,
+* how one request of a batch is cut out of it (``batch_inputs``, ``request``, ``not_per_request``:
+  the ``batch_invariance`` check runs a request alone).
 
 Standard library only: report tools that run with no installs read the labels here. The
 callables take a case, a ``Capabilities`` or ``AttentionInputs`` by attribute access; the
@@ -134,6 +136,13 @@ class Feature:
                  is the case's own (drawn, where the feature draws).
     for_subject: ``(case, caps) -> field updates`` that a template left to the subject (a curated
                  or ``--case`` case, before it is a subject's): e.g. a bias fill's kv block.
+    batch_inputs: the ``inputs`` it adds that carry a leading batch axis (``[B, ...]``; a size-1
+                 axis there is a broadcast, the same for every request): one request's slice is
+                 its own (segment ids, lengths, a ``b...`` bias or mask).
+    request:     ``(case, b) -> field updates`` of request ``b`` run alone (a batch of 1): its
+                 per-request fields (lengths: ``(lengths[b],)``).
+    not_per_request: ``case -> reason|None``: why a request alone would not be the same input as
+                 the request in its batch (a storage scale shared across the batch).
     """
 
     name: str
@@ -160,6 +169,9 @@ class Feature:
     gradients: tuple[Gradient, ...] = ()
     from_subject: str | None = None
     for_subject: Callable[[Any, Any], Fields] = _no_fields
+    batch_inputs: tuple[str, ...] = ()
+    request: Callable[[Any, int], Fields] = _no_fields
+    not_per_request: Callable[[Any], str | None] = _none
 
     def declared(self, caps: Any) -> bool:
         """Whether ``caps`` declares this feature (always, for one no attribute declares)."""
@@ -540,6 +552,7 @@ SEGMENTS = Feature(
     ),
     validate=_segments_validate,
     pads=lambda case: case.segments > 0,
+    batch_inputs=("q_segment_ids", "kv_segment_ids"),
 )
 
 
@@ -663,6 +676,12 @@ LENGTHS = Feature(
     ),
     validate=_lengths_validate,
     pads=lambda case: case.q_lengths is not None or case.kv_lengths is not None,
+    batch_inputs=("q_lengths", "kv_lengths"),
+    request=lambda case, b: {
+        name: None if lengths is None else (lengths[b],)
+        for name in ("q_lengths", "kv_lengths")
+        for lengths in (getattr(case, name),)
+    },
 )
 
 
@@ -721,6 +740,7 @@ MASK = Feature(
     shrinks=(Draw(110, lambda ctx: {"mask": _maybe(ctx, ctx.case.mask)}),),
     pairwise=(_pattern_field_edit("mask", "bool_mask", "b1qk"),),
     validate=_pattern_validate("mask"),
+    batch_inputs=("mask",),
 )
 
 
@@ -788,6 +808,7 @@ BIAS = Feature(
     ),
     validate=_pattern_validate("bias"),
     gradients=(Gradient("dbias", "bias", "bias_grad"),),
+    batch_inputs=("bias",),
 )
 
 
@@ -1102,6 +1123,25 @@ def _storage_draw(field: str, declared: str, fixed: Callable[[Any], bool]) -> Ca
     return draw
 
 
+def _storage_across_batch(field: str, tensors: str) -> Callable[[Any], str | None]:
+    """Why a request alone is another input where ``field``'s storage shares a scale across the
+    batch (a ``channel``, ``head`` or ``tensor`` group): its stored form depends on its neighbours."""
+
+    def reason(case: Any) -> str | None:
+        storage = getattr(case, field)
+        if storage is None:
+            return None
+        _, group = kv_storage_names.storage_parts(storage)
+        if 0 not in kv_storage_names.GROUP_AXES[group]:  # axis 0 of [B, H, S, D]: the batch
+            return None
+        return (
+            f"{tensors} stored as {storage}: one scale spans the batch, so a request's stored "
+            "values depend on the other requests, and alone it is another input"
+        )
+
+    return reason
+
+
 def _storage_feature(field: str, declared: str, prefix: str, at: int, fixed_by: str | None = None) -> Feature:
     """A tensor's storage (``kernels/kv_storage.py``): the case passes it quantized, weights with
     scales, in the named storage, and its values are rounded to what that storage holds when the
@@ -1147,6 +1187,7 @@ def _storage_feature(field: str, declared: str, prefix: str, at: int, fixed_by: 
         ),
         validate=_storage_validate(field),
         from_subject=fixed_by,
+        not_per_request=_storage_across_batch(field, tensors),
     )
 
 
@@ -1328,6 +1369,24 @@ def pairwise_edits() -> tuple[PairwiseEdit, ...]:
 
 def gradients() -> tuple[Gradient, ...]:
     return tuple(g for f in FEATURES for g in f.gradients)
+
+
+def batch_inputs() -> tuple[str, ...]:
+    """The optional ``AttentionInputs`` arrays with a leading batch axis (``Feature.batch_inputs``)."""
+    return tuple(name for f in FEATURES for name in f.batch_inputs)
+
+
+def request_fields(case: Any, b: int) -> Fields:
+    """The feature field updates of request ``b`` of ``case`` run alone (``Feature.request``)."""
+    out: Fields = {}
+    for f in FEATURES:
+        out.update(f.request(case, b))
+    return out
+
+
+def not_per_request(case: Any) -> list[str]:
+    """Why a request of ``case`` alone is not the same input as in its batch (empty: it is)."""
+    return [text for f in FEATURES if (text := f.not_per_request(case))]
 
 
 def subject_fields(caps: Any) -> Fields:

@@ -143,6 +143,26 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
     )
 
 
+# The arrays of every case with a leading batch axis; the features add theirs (``batch_inputs``).
+BATCH_INPUTS = ("q", "k", "v", *features.batch_inputs())
+
+
+def request_inputs(case: Case, inputs: AttentionInputs, b: int) -> AttentionInputs:
+    """``inputs`` of ``case`` cut to request ``b`` (``Case.request(b)``'s inputs): every array with a
+    batch axis sliced to ``[b:b+1]``, a broadcast (size-1) batch axis and arrays without one
+    (sinks ``[Hq]``) kept. The values are the batch's own bits: nothing is drawn again."""
+
+    def cut(name: str) -> np.ndarray | None:
+        array = getattr(inputs, name)
+        if array is None or name not in BATCH_INPUTS or array.shape[0] == 1:
+            return array
+        if array.shape[0] != case.batch:
+            raise ValueError(f"{name} has {array.shape[0]} rows, not the case's batch {case.batch}")
+        return array[b : b + 1]
+
+    return dataclasses.replace(inputs, **{f.name: cut(f.name) for f in dataclasses.fields(inputs)})
+
+
 def build_dout(case: Case, fully_masked: np.ndarray) -> np.ndarray:
     """The cotangent ``dout: [B, Hq, Sq, Dv]`` in the subject's dtype, N(0, 1), and zero on
     fully masked rows: their forward value is each subject's own convention

@@ -176,6 +176,15 @@ class _CaseBehaviour:
             **arrays,
         )
 
+    def request(self, b: int) -> _CaseBehaviour:
+        """Request ``b`` of this case run alone: the same case at batch 1, with that request's own
+        per-request fields (its lengths: ``features.request_fields``). Its arrays are the batch's,
+        cut to row ``b`` (``conformance.judge.inputs.request_inputs``), never drawn from its own
+        seed (which its id changes): the request is the same input, only its neighbours are gone."""
+        if not 0 <= b < self.batch:
+            raise ValueError(f"request {b} of a batch of {self.batch}: choose 0 to {self.batch - 1}")
+        return dataclasses.replace(self, batch=1, **feature_table.request_fields(self, b))
+
     def field_values(self) -> dict[str, object]:
         """Every field but ``subject`` and ``dtype``, by name: what a record keeps to rebuild it."""
         return {

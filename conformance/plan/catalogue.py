@@ -379,6 +379,43 @@ def _runtime_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
     return chosen
 
 
+NO_BATCHED_CASE = (
+    "no runnable case of this subject has batch >= 2: with one request there is no neighbour "
+    "whose presence could change its answer"
+)
+
+
+def _distinct_requests(case: Case) -> bool:
+    """Whether the requests of ``case`` differ by more than their values: per-request inputs
+    (lengths, segment ids, a bias or mask with a batch axis: ``Feature.batch_inputs``), whose
+    rows a kernel may slice, offset or pad per request."""
+    skeleton = case.skeleton()
+    return any(
+        (array := getattr(skeleton, name)) is not None and array.shape[0] == case.batch
+        for name in features.batch_inputs()
+    )
+
+
+def _batched_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
+    """The batch-invariance check's cases (``batched_sample``): ``_runtime_subset`` of the cases
+    with batch >= 2, first from those whose requests differ beyond their values (the request cut
+    out then has its own lengths or ids, where a per-request offset goes wrong). A subject with
+    no such case keeps one item, unsupported with the reason: the check is planned, never absent."""
+    batched = [p for p in planned if p.case.batch >= 2]
+    if not [p for p in batched if p.status == "run"]:
+        first = planned[:1]
+        return [dataclasses.replace(p, status="unsupported", reason=NO_BATCHED_CASE) for p in first]
+    chosen: list[Planned] = []
+    counts: dict[str, int] = {}
+    for distinct in (True, False):
+        tier = [p for p in batched if _distinct_requests(p.case) == distinct]
+        for item in _runtime_subset(tier, per_dtype):
+            if counts.get(item.case.dtype, 0) < per_dtype:
+                counts[item.case.dtype] = counts.get(item.case.dtype, 0) + 1
+                chosen.append(item)
+    return chosen
+
+
 def _race_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
     """The race check's cases: ``_runtime_subset``, first from cases with one batch row and
     several heads, then several programs of any kind, then any. Races need programs that may
@@ -423,6 +460,7 @@ SAMPLES: dict[str, Callable[[list[Planned], Profile], list[Planned]]] = {
     "one_case": lambda items, profile: _largest_output_case([p for p in items if p.status == "run"]),
     "runtime_sample": lambda items, profile: _runtime_subset(items, profile.runtime_cases_per_dtype),
     "race_sample": lambda items, profile: _race_subset(items, profile.runtime_cases_per_dtype),
+    "batched_sample": lambda items, profile: _batched_subset(items, profile.runtime_cases_per_dtype),
     "config_cases": lambda items, profile: _configured(items),
 }
 

@@ -62,6 +62,9 @@ NEED_REASONS: dict[str, str] = {
 #   fully_masked_cases  cases where some query row sees no key;
 #   raising_cases       cases outside a constraint declared to raise (the call must raise);
 #   runtime_sample      the largest cheap runnable cases, a few per dtype (calls repeat);
+#   batched_sample      like runtime_sample, among the cases with batch >= 2, those whose
+#                       requests differ by more than values (lengths, segment ids, a bias or mask
+#                       with a batch axis) first; a subject with none keeps one item, unsupported;
 #   one_case            one cheap case with the largest output (a per-call leak stands out);
 #   race_sample         a few cheap cases per dtype with parallel work inside one kernel call;
 #   lowering_cases      every case and config, those declared to raise included (they must
@@ -74,6 +77,7 @@ Sampling = Literal[
     "fully_masked_cases",
     "raising_cases",
     "runtime_sample",
+    "batched_sample",
     "one_case",
     "race_sample",
     "lowering_cases",
@@ -203,10 +207,20 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         repro="rerun_bitwise",
     ),
     CheckDeclaration(
+        "batch_invariance",
+        f"{_CHECKS}.batch:batch_invariance",
+        "batch invariance",
+        9,
+        # A sample: the request alone is one more call (and compile) per case. No ``needs``: any
+        # subject takes a batch of 1; one whose case cannot be cut per request says why itself.
+        sampling="batched_sample",
+        shrinks=False,  # a smaller batch changes the neighbours: the failing batch is the repro
+    ),
+    CheckDeclaration(
         "vmap",
-        f"{_CHECKS}.batching:vmap",
+        f"{_CHECKS}.vmap:vmap",
         "jax.vmap",
-        17,
+        18,
         # No ``needs``: a subject without ``Adapter.jax_call`` is unsupported, with that reason.
         sampling="runtime_sample",  # one more program (two with the backward) per case: a sample
         shrinks=False,
@@ -215,7 +229,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "recompile",
         f"{_CHECKS}.runtime:recompile",
         "no recompilation",
-        9,
+        10,
         # No ``needs``: whether the subject runs through JAX is observed on its first call
         # (runtime.observe_jax), not only declared; unsupported where nothing compiled.
         sampling="runtime_sample",
@@ -225,7 +239,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "leak",
         f"{_CHECKS}.runtime:leak",
         "no leak",
-        10,
+        11,
         # No ``needs``: host memory (RSS, traced allocations) is judged on every subject; live
         # JAX arrays where JAX ran in its first call (runtime.observe_jax), declared or not.
         sampling="one_case",
@@ -236,7 +250,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "races",
         f"{_CHECKS}.races:races",
         "no data races (TPU interpret)",
-        11,
+        12,
         needs=("race_detection",),
         sampling="race_sample",  # each call runs the detector: seconds per case
         shrinks=False,
@@ -245,7 +259,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "lowers",
         f"{_CHECKS}.hardware:lowers",
         "lowers for its hardware",
-        12,
+        13,
         needs=("lowering",),
         sampling="lowering_cases",
         shrinks=False,  # lowering is shape-exact: the failing case is already the repro
@@ -254,7 +268,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "vmem",
         f"{_CHECKS}.hardware:vmem",
         "fits VMEM",
-        13,
+        14,
         needs=("tpu_lowering",),
         sampling="lowered_cases",
         shrinks=False,
@@ -263,7 +277,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "observable",
         f"{_CHECKS}.hardware:observable",
         "kernel name and cost estimate",
-        15,
+        16,
         needs=("tpu_lowering",),
         sampling="lowered_cases",
         shrinks=False,
@@ -272,7 +286,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "smem",
         f"{_CHECKS}.hardware:smem",
         "fits GPU shared memory",
-        14,
+        15,
         needs=("gpu_lowering",),
         sampling="lowered_cases",
         shrinks=False,
@@ -281,7 +295,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "config_applied",
         f"{_CHECKS}.config:config_applied",
         "config applied (traced blocks)",
-        16,
+        17,
         # The blocks are read from the call traced for lowering (the one lowers, vmem and
         # observable share): a subject needs tunables, and a call built for its hardware.
         needs=("tunables", "lowering"),

@@ -152,8 +152,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "~1% of elements move one ulp between runs",
     ),
     _m(
+        "batch_wide_softmax_max",
+        "batch:batch_wide_max",
+        "batch_invariance",
+        "batch invariance",
+        "softmax max over every request of the batch: right within rounding, bits move with the neighbours",
+    ),
+    _m(
         "vmap_first_slice",
-        "batching:FirstSliceUnderVmap",
+        "vmap:FirstSliceUnderVmap",
         "vmap",
         "vmap",
         "right unbatched; its batching rule answers every vmapped slice with the first one's answer",
@@ -391,23 +398,28 @@ MUTANTS: tuple[Mutant, ...] = (
 
 @dataclasses.dataclass(frozen=True)
 class Control:
-    """A correct subject: every check it runs must pass, and ``checks`` must run (and pass)."""
+    """A correct subject: every check it runs must pass, and ``checks`` must run (and pass).
+    ``known``: checks where a built-in subject used as a control has a ledger entry at the tests'
+    JAX (``kernels/known_issues.toml``): there ``known`` is accepted too, never ``fail``."""
 
     path: str
     checks: tuple[str, ...]
+    known: tuple[str, ...] = ()
 
 
 RUNS_EVERYWHERE = ("shape_dtype", "forward", "finite", "no_mutation", "determinism", "recompile", "leak")
 CONTROLS: tuple[Control, ...] = (
-    Control(f"{PACKAGE}.correct:attention", (*RUNS_EVERYWHERE, "lse", "fully_masked")),
-    Control(f"{PACKAGE}.correct:CorrectAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
+    Control(f"{PACKAGE}.correct:attention", (*RUNS_EVERYWHERE, "lse", "fully_masked", "batch_invariance")),
+    Control(f"{PACKAGE}.correct:CorrectAdapter", (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance")),
     # The same call exposed to jax.vmap (Adapter.jax_call): batched as it computes.
-    Control(f"{PACKAGE}.batching:VmapAdapter", (*RUNS_EVERYWHERE, "lse", "backward", "vmap")),
+    Control(f"{PACKAGE}.vmap:VmapAdapter", (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance", "vmap")),
     Control(f"{PACKAGE}.precision:CarefulAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
     # The blocked online softmax with a bias, its running max guarded: right on -inf bias blocks.
     # fully_masked runs on it where a smoke case has a fully masked row; no smoke case it admits has.
     Control(f"{PACKAGE}.blocked:online_softmax_bias", RUNS_EVERYWHERE),
-    Control("xla", (*RUNS_EVERYWHERE, "backward")),
+    # Its bfloat16 requests are not batch-invariant from jax 0.11.2 on (ledger:
+    # xla-cpu-bfloat16-batch-dependent-dot): batch_invariance there is ``known``.
+    Control("xla", (*RUNS_EVERYWHERE, "backward"), known=("batch_invariance",)),
     # Correct at every edge config its tunables get (the mutants' own blocks).
     Control(f"{PACKAGE}.tuned:TunedAdapter", (*RUNS_EVERYWHERE, "backward", "raises")),
     # Paged decode over paged_attention's layout: right at every row length and edge config.

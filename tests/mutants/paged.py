@@ -75,14 +75,21 @@ def _decode(q, k_pages, v_pages, lengths, table, *, scale, softcap, shift):
         g = pages[:, read]  # [Hkv, B, width, page, D]
         return jnp.moveaxis(g, 0, 1).reshape(read.shape[0], pages.shape[0], -1, pages.shape[-1])
 
-    k, v = gather(k_pages), gather(v_pages)
-    s, _ = core.logits(q, k.astype(jnp.float32), scale, softcap=softcap)
-    keys = jnp.arange(k.shape[2])
-    s = jnp.where(keys[None, None, None, :] < lengths[:, None, None, None], s, -jnp.inf)
-    p = jax.nn.softmax(s, axis=-1)
-    return jnp.einsum(
-        "bhqk,bhkd->bhqd", p, core.group(v, q.shape[1]).astype(jnp.float32), precision=core.HIGHEST
-    )
+    def attend(request):  # one request's [1, H, S, D] slices, as a server decodes it
+        q, k, v, length = (x[None] for x in request)
+        s, _ = core.logits(q, k.astype(jnp.float32), scale, softcap=softcap)
+        keys = jnp.arange(k.shape[2])
+        s = jnp.where(keys[None, None, None, :] < length[:, None, None, None], s, -jnp.inf)
+        p = jax.nn.softmax(s, axis=-1)
+        out = jnp.einsum(
+            "bhqk,bhkd->bhqd", p, core.group(v, q.shape[1]).astype(jnp.float32), precision=core.HIGHEST
+        )
+        return out[0]
+
+    # Request by request (lax.map), not one batched dot: XLA:CPU picks its dot kernel per shape
+    # (a YNN fusion or not, by the batch's size), so a batched einsum's bits change with the
+    # batch, and this control must pass batch_invariance.
+    return jax.lax.map(attend, (q, gather(k_pages), gather(v_pages), lengths))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -17,11 +17,11 @@ import gc
 import tracemalloc
 from collections.abc import Callable
 
-import numpy as np
 import psutil
 
 from conformance.judge import jax_compat
 from conformance.judge.artifacts import call_forward, call_gradients
+from conformance.judge.bitwise import bitwise_diff
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed, unsupported
 from conformance.judge.inputs import build_inputs
 from reports.records.results_file import UNDECLARED_JAX_RUNTIME
@@ -34,34 +34,15 @@ LEAK_MIN_TRACED_BYTES = 256 << 10  # traced growth below this is caches (e.g. a 
 LEAK_MIN_RSS_BYTES = 4 << 20  # RSS growth below this is allocator noise whatever the per-call rate
 
 
-def _bitwise_diff(name: str, a: np.ndarray | None, b: np.ndarray | None) -> str | None:
-    if a is None and b is None:
-        return None
-    if a is None or b is None or np.shape(a) != np.shape(b):
-        return f"{name}: present or shaped differently between runs"
-    if np.asarray(a).tobytes() == np.asarray(b).tobytes():
-        return None
-    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    differ = ~((a64 == b64) | (np.isnan(a64) & np.isnan(b64)))
-    where = tuple(int(i) for i in np.argwhere(differ)[0])
-    with np.errstate(invalid="ignore"):
-        biggest = float(np.nanmax(np.abs(a64 - b64)))
-    return (
-        f"{name}: {int(differ.sum())} of {differ.size} elements differ between two runs on the "
-        f"same inputs (max difference {biggest:.3g}); first at {list(where)}: "
-        f"{a64[where]!r} then {b64[where]!r}"
-    )
-
-
 def determinism(ctx: CheckContext) -> Outcome:
     """A second call on bit-identical inputs returns bit-identical outputs (and gradients)."""
     first = ctx.run.forward
     again = call_forward(ctx.adapter, ctx.case, ctx.oracle.inputs).get("forward")
-    problems = [_bitwise_diff("out", first.out, again.out), _bitwise_diff("lse", first.lse, again.lse)]
+    problems = [bitwise_diff("out", first.out, again.out), bitwise_diff("lse", first.lse, again.lse)]
     if ctx.backward:
         g1 = ctx.run.gradients
         g2 = call_gradients(ctx.adapter, ctx.case, ctx.oracle.inputs, ctx.oracle.dout).get("gradients")
-        problems += [_bitwise_diff(n, getattr(g1, n), getattr(g2, n)) for n in ("dq", "dk", "dv", "dbias")]
+        problems += [bitwise_diff(n, getattr(g1, n), getattr(g2, n)) for n in ("dq", "dk", "dv", "dbias")]
     found = [p for p in problems if p]
     return failed("\n".join(found)) if found else passed()
 
