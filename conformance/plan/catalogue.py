@@ -416,6 +416,16 @@ def _batched_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
     return chosen
 
 
+def _one_batched_case(planned: list[Planned]) -> list[Planned]:
+    """vmap's case (``one_batched_case``): one of ``batched_sample``'s, float32 first. A batching
+    rule is structure, not arithmetic: one case shows it, and float32's tolerance is the tightest
+    on a slice answered wrong. With no batch >= 2 case, the largest cheap one (a B = 1 case still
+    shows a dropped or misplaced axis)."""
+    batched = [p for p in _batched_subset(planned, 1) if p.status == "run"]
+    chosen = batched or _runtime_subset(planned, 1)
+    return sorted(chosen, key=lambda p: p.case.dtype != "float32")[:1]
+
+
 def _race_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
     """The race check's cases: ``_runtime_subset``, first from cases with one batch row and
     several heads, then several programs of any kind, then any. Races need programs that may
@@ -461,6 +471,7 @@ SAMPLES: dict[str, Callable[[list[Planned], Profile], list[Planned]]] = {
     "runtime_sample": lambda items, profile: _runtime_subset(items, profile.runtime_cases_per_dtype),
     "race_sample": lambda items, profile: _race_subset(items, profile.runtime_cases_per_dtype),
     "batched_sample": lambda items, profile: _batched_subset(items, profile.runtime_cases_per_dtype),
+    "one_batched_case": lambda items, profile: _one_batched_case(items),
     "config_cases": lambda items, profile: _configured(items),
 }
 

@@ -65,6 +65,8 @@ NEED_REASONS: dict[str, str] = {
 #   batched_sample      like runtime_sample, among the cases with batch >= 2, those whose
 #                       requests differ by more than values (lengths, segment ids, a bias or mask
 #                       with a batch axis) first; a subject with none keeps one item, unsupported;
+#   one_batched_case    one of batched_sample's cases, float32 first (a batching rule is structure:
+#                       one case shows it); without a batch >= 2 case, the largest cheap one;
 #   one_case            one cheap case with the largest output (a per-call leak stands out);
 #   race_sample         a few cheap cases per dtype with parallel work inside one kernel call;
 #   lowering_cases      every case and config, those declared to raise included (they must
@@ -78,6 +80,7 @@ Sampling = Literal[
     "raising_cases",
     "runtime_sample",
     "batched_sample",
+    "one_batched_case",
     "one_case",
     "race_sample",
     "lowering_cases",
@@ -222,7 +225,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "jax.vmap",
         18,
         # No ``needs``: a subject without ``Adapter.jax_call`` is unsupported, with that reason.
-        sampling="runtime_sample",  # one more program (two with the backward) per case: a sample
+        sampling="one_batched_case",  # two more programs (forward, backward) per case: one case
         shrinks=False,
     ),
     CheckDeclaration(
