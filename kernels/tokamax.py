@@ -30,10 +30,15 @@ Translation from canonical semantics (``docs/semantics.md``), read in tokamax's
   (``j <= i + offset`` and ``j > i + offset - window_size``), the same keys for any Sq and Sk.
 * ``query_seq_lengths``/``key_value_seq_lengths`` (int32 ``[B]``) mask rows ``i >= q_len[b]``
   and keys ``j >= kv_len[b]``; the boolean mask is True where a key may be seen.
-* Masked logits become ``finfo(logits dtype).min``, so a row that sees no key averages V
-  (``mean_v``) in the XLA implementation; the kernels skip blocks, so theirs is unspecified.
-* lse: the XLA and Triton residuals are ``(row max, softmax denominator)`` (lse = max +
-  log(denominator)); Mosaic TPU's are ``(max_logits, logsumexp)`` (splash's statistics).
+* Fully masked rows: tokamax documents no value for a row that sees no key (the base class only
+  masks with ``finfo(logits dtype).min`` so that such a row is not NaN), so the family declares
+  ``unspecified``, every implementation alike: the XLA ones happen to average V, the kernels skip
+  blocks. What each really returns is recorded as observed behaviour, and a gate sees it change.
+* lse: from the residuals as the op base class documents them for every implementation
+  (``base.Residuals``: "(maximum softmax input values, softmax denominator)"), lse = max +
+  log(denominator), read one way for the family. Mosaic TPU returns ``(max_logits, logsumexp)``
+  instead (splash's statistics): a departure from its library's contract, so a known issue
+  (``tokamax-mosaic-tpu-residuals-not-documented-pair``), not a reading of its own.
   xla_chunked raises on ``return_residuals=True``: no lse.
 
 On CPU (``kernels/tokamax_runtime.py``): Triton runs in JAX's generic Pallas interpreter under
@@ -99,7 +104,6 @@ from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 Implementation = Literal["xla", "xla_chunked", "mosaic_tpu", "triton", "mosaic_gpu", "cudnn"]
 IMPLEMENTATIONS: tuple[str, ...] = ("xla", "xla_chunked", "mosaic_tpu", "triton", "mosaic_gpu", "cudnn")
 Execution = Literal["native", "generic", "tpu"]
-LseFrom = Literal["max_denominator", "logsumexp"]
 
 ATTENTION = "tokamax._src.ops.attention"
 # The Pallas implementations whose call the lowering checks lower with the interpreter off, and
@@ -167,7 +171,7 @@ class _Kind:
     op_class: str
     execution: Execution  # on this CPU; native wherever its hardware is
     hardware: str  # the platform it is written for ("cpu" for the XLA ones)
-    lse_from: LseFrom | None
+    residuals: bool  # return_residuals=True gives base.Residuals (False: raises or returns None)
     tunables: Tunables = Tunables()
     fully_masked_rows: str = "unspecified"
     op_kwargs: tuple[tuple[str, Any], ...] = ()
@@ -274,8 +278,7 @@ KINDS: dict[str, _Kind] = {
             "DotProductAttention",
             "native",
             "cpu",
-            "max_denominator",
-            fully_masked_rows="mean_v",
+            True,
         ),
         _Kind(
             "xla_chunked",
@@ -283,9 +286,8 @@ KINDS: dict[str, _Kind] = {
             "XlaChunkedDotProductAttention",
             "native",
             "cpu",
-            None,
+            False,
             XLA_CHUNKED_TUNABLES,
-            fully_masked_rows="mean_v",
         ),
         _Kind(
             "mosaic_tpu",
@@ -293,7 +295,7 @@ KINDS: dict[str, _Kind] = {
             "PallasMosaicTpuFlashAttention",
             "tpu",
             "tpu",
-            "logsumexp",
+            True,
             MOSAIC_TPU_TUNABLES,
         ),
         _Kind(
@@ -302,17 +304,17 @@ KINDS: dict[str, _Kind] = {
             "PallasTritonFlashAttention",
             "generic",
             "gpu",
-            "max_denominator",
+            True,
             TRITON_TUNABLES,
         ),
-        _Kind("mosaic_gpu", "pallas_mosaic_gpu", "PallasMosaicGpuFlashAttention", "native", "gpu", None),
+        _Kind("mosaic_gpu", "pallas_mosaic_gpu", "PallasMosaicGpuFlashAttention", "native", "gpu", False),
         _Kind(
             "cudnn",
             "jax_nn",
             "JaxNnDotProductAttention",
             "native",
             "gpu",
-            None,
+            False,
             op_kwargs=(("implementation", "cudnn"),),
         ),
     )
@@ -351,7 +353,7 @@ def _release_kind(kind: _Kind) -> _Kind:
     version = tokamax_version()
     if kind.name == "mosaic_tpu" and version and version < MOSAIC_TPU_FULL_SINCE:
         params = tuple(_one_layout(p) for p in kind.tunables.params if p.name in MOSAIC_TPU_0_0_10)
-        return dataclasses.replace(kind, tunables=Tunables(params), lse_from=None)
+        return dataclasses.replace(kind, tunables=Tunables(params), residuals=False)
     if kind.name == "mosaic_tpu" and _since(SPLASH_PRNG_KEY_SINCE):
         params = tuple(_later_operands(p, 1) for p in kind.tunables.params)
         return dataclasses.replace(kind, tunables=Tunables(params))
@@ -546,7 +548,7 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         distinct_v_dim=True,
         backward=True,
         bias_grad=xla or kind.name == "triton",
-        lse=kind.lse_from is not None,
+        lse=kind.residuals,
         # pallas_mosaic_tpu.py and pallas_mosaic_tpu_vjp.py: ``q *= logits_scale`` in q's dtype
         # before the splash kernels (whose q.k then takes it as is)
         q_prescaled=mosaic,
@@ -636,14 +638,13 @@ def _running(kind: _Kind, execution: Execution) -> Iterator[None]:
 # --- the translation: pure functions of JAX arrays ----------------------------------------
 
 
-def lse_from_residuals(residuals, lse_from):
-    """``[B, H, T]`` lse from the op's residuals: (max, denominator) or (max, logsumexp)."""
+def lse_from_residuals(residuals):
+    """``[B, H, T]`` lse from the op's residuals as tokamax documents them for every
+    implementation (``base.Residuals``): (row max of the logits, softmax denominator)."""
     import jax.numpy as jnp
 
-    first, second = residuals
-    if lse_from == "logsumexp":
-        return second.astype(jnp.float32)
-    return (first + jnp.log(second)).astype(jnp.float32)
+    row_max, denominator = residuals
+    return (row_max + jnp.log(denominator)).astype(jnp.float32)
 
 
 def _with_residuals(op, *args, **kwargs):
@@ -652,14 +653,14 @@ def _with_residuals(op, *args, **kwargs):
 
 
 def tokamax_attention(
-    attention, op, q, k, v, bias, mask, q_lengths, kv_lengths, *, scale, causal, window, softcap, lse_from
+    attention, op, q, k, v, bias, mask, q_lengths, kv_lengths, *, scale, causal, window, softcap, with_lse
 ):
     """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None) through
     ``tokamax.dot_product_attention(..., implementation=(op,))``, in ``[B, T, N, H]``."""
     import jax.numpy as jnp
 
     to_btnh = (0, 2, 1, 3)  # its own inverse
-    implementation = op if lse_from is None else functools.partial(_with_residuals, op)
+    implementation = functools.partial(_with_residuals, op) if with_lse else op
     result = attention(
         q.transpose(to_btnh),  # an array or a QArray (which transposes its weights and scales)
         k.transpose(to_btnh),
@@ -679,10 +680,10 @@ def tokamax_attention(
         # NotImplementedError still propagates as is (no fallback, no ExceptionGroup).
         implementation=(implementation,),
     )
-    if lse_from is None:
+    if not with_lse:
         return jnp.transpose(result, to_btnh), None
     out, residuals = result
-    return jnp.transpose(out, to_btnh), lse_from_residuals(residuals, lse_from)
+    return jnp.transpose(out, to_btnh), lse_from_residuals(residuals)
 
 
 def per_batch_row(fn, q, k, v, bias, mask, q_lengths, kv_lengths, **options):
@@ -711,7 +712,7 @@ def tokamax_gradients(
     own VJP op. dbias has the bias's own shape."""
     import jax
 
-    options = dict(scale=scale, causal=causal, window=window, softcap=softcap, lse_from=None)
+    options = dict(scale=scale, causal=causal, window=window, softcap=softcap, with_lse=False)
     call = (
         functools.partial(per_batch_row, functools.partial(tokamax_attention, attention, op))
         if loop
@@ -927,11 +928,10 @@ class TokamaxAdapter:
         row (the TPU interpreter's limit). Returns it and whether it takes dout."""
         options = dict(scale=static.scale, causal=static.causal, window=static.window, softcap=static.softcap)
         if direction == "forward":
-            lse_from = self._kind.lse_from if with_lse else None
             call = functools.partial(tokamax_attention, api.attention, op)
             if loop:
                 call = functools.partial(per_batch_row, call)
-            return functools.partial(call, lse_from=lse_from, **options), False
+            return functools.partial(call, with_lse=with_lse and self._kind.residuals, **options), False
         return functools.partial(tokamax_gradients, api.attention, op, loop=loop, **options), True
 
     def _build(self, direction: str, static: _Static, args: tuple, with_lse: bool) -> Compiled:
@@ -975,7 +975,7 @@ class TokamaxAdapter:
         args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), concrete)
         with _running(kind, _execution(kind)):  # the default config as the call picks it
             op, _, _ = self._ops(api, True, static, args)
-        fn, takes_dout = self._call_fn(direction, api, op, static, False, kind.lse_from is not None)
+        fn, takes_dout = self._call_fn(direction, api, op, static, False, kind.residuals)
         if takes_dout:
             q, v = inputs.q, inputs.v
             args = (*args, jax.ShapeDtypeStruct((*q.shape[:-1], v.shape[-1]), q.dtype))
@@ -1046,7 +1046,7 @@ class TokamaxAdapter:
             forward=(
                 "attention = jax.jit(functools.partial(\n"
                 f"    tokamax_attention, tokamax.dot_product_attention, op, {options}, "
-                f"lse_from={kind.lse_from!r}\n"
+                f"with_lse={kind.residuals!r}\n"
                 "))\n"
                 "# q, k and v as qwix QArrays where the case stores them quantized\n"
                 f"out, lse = attention(*call_inputs({arrays}, {storages}))\n"
@@ -1074,7 +1074,7 @@ class TokamaxAdapter:
         kind = self._kind
         static = _static(inputs.shape, spec)
         arrays = _arrays(inputs)
-        with_lse = kind.lse_from is not None
+        with_lse = kind.residuals
         with _running(kind, _execution(kind)):
             args = call_inputs(arrays, spec.q_storage, spec.kv_storage)
             compiled = self._cache.get(

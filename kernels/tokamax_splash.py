@@ -35,9 +35,10 @@ Translation from canonical semantics (``docs/semantics.md``), read in tokamax 0.
 * ``segment_ids`` is ``SegmentIds(q, kv)`` per row; ``attn_logits_soft_cap`` caps ``q.k`` (after the
   scale, which q carries); ``sinks: [Hq]`` per query head, shared by every batch row (unbatched under
   the vmap), not capped (``reference.py:94-106``), as canonical.
-* ``mask_value`` is left at its default, ``-0.7 * float32 max`` (``reference.py:28``): finite, so in
-  the XLA implementation a row that sees no key averages V (``mean_v``); the kernel skips whole
-  masked blocks, so its rows are unspecified.
+* ``mask_value`` is left at its default, ``-0.7 * float32 max`` (``reference.py:28``). The API
+  documents no value for a row that sees no key, so both implementations declare ``unspecified``
+  (one reading for the family): the XLA one happens to average V, the kernel skips whole masked
+  blocks; what each returns is recorded as observed behaviour.
 * No bias, no valid lengths, dropout off (``dropout_rate=0``).
 
 Finding: ``base.py:90-91`` turns any ``CausalMask`` into ``Mask(is_causal=True)`` in ``bind``, for
@@ -111,7 +112,13 @@ KINDS: dict[str, _Kind] = {
     for k in (
         # base.py: float32 logits and softmax, out cast to q's dtype; any float dtype.
         _Kind(
-            "base", "base", "SplashAttention", "native", "cpu", ("float32", "bfloat16", "float16"), "mean_v"
+            "base",
+            "base",
+            "SplashAttention",
+            "native",
+            "cpu",
+            ("float32", "bfloat16", "float16"),
+            "unspecified",
         ),
         # The TPU kernel: float32 and bfloat16 (float16 runs in the interpreter, but no TPU runs it:
         # not declared).

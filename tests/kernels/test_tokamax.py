@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import pathlib
 import re
 
@@ -141,7 +142,9 @@ def test_gpu_implementations_say_why_they_are_unavailable_on_cpu(impl):
 def test_each_cpu_implementation_matches_the_reference_forward_and_backward(cpu_adapter):
     inputs = make_inputs(0, b=2, hq=2, hkv=1, sq=128, sk=128, d=64)
     spec = AttentionSpec(causal=True, scale=0.2)
-    ran = check_forward(cpu_adapter, inputs, spec, "float32")
+    # Mosaic TPU's residuals depart from the documented pair: its lse is the known issue
+    # tokamax-mosaic-tpu-residuals-not-documented-pair, judged (and failing) in the suite itself.
+    ran = check_forward(cpu_adapter, inputs, spec, "float32", lse=cpu_adapter.impl != "mosaic_tpu")
     assert ran.startswith(f"{cpu_adapter.impl}: ")
     check_gradients(cpu_adapter, inputs, spec, "float32")
 
@@ -375,3 +378,20 @@ def test_tokamax_0_0_10_mosaic_tpu_reads_block_kv_where_its_one_layout_puts_it()
     assert place.when == () and place.operand == "args[7]" and place.dim == -2
     assert place.holds_under({"block_kv": 256})
     assert _one_layout(MOSAIC_TPU_TUNABLES.get("block_q")).blocks == MOSAIC_TPU_TUNABLES.get("block_q").blocks
+
+
+def test_the_family_reads_what_tokamax_documents_one_way():
+    """Every implementation behind tokamax's API is read the same way: the residuals as the op base
+    class documents them, ``(row max, softmax denominator)``, and fully masked rows, whose value
+    tokamax does not document, ``unspecified``. An implementation that departs is a known issue
+    (``tokamax-mosaic-tpu-residuals-not-documented-pair``), never a reading of its own."""
+    import math
+
+    import jax.numpy as jnp
+
+    from kernels.tokamax import KINDS, lse_from_residuals
+
+    assert {kind.fully_masked_rows for kind in KINDS.values()} == {"unspecified"}
+    lse = lse_from_residuals((jnp.array([1.5]), jnp.array([4.0])))
+    assert abs(float(lse[0]) - (1.5 + math.log(4.0))) < 1e-6
+    assert "lse_from" not in inspect.signature(lse_from_residuals).parameters
