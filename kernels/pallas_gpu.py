@@ -37,8 +37,8 @@ from kernels.base import (
 )
 from kernels.dtypes import FP8_DTYPES
 from kernels.jax_runtime import (
-    Compiled,
     CompiledCache,
+    JaxCall,
     TracedPrimitives,
     array_key,
     default_backend,
@@ -316,49 +316,40 @@ class PallasGpuAdapter:
             lowers_for="cuda",
         )
 
-    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
-        """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32 where exposed."""
-
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        """The forward call (``dout`` None) or the gradients call through the kernel's custom VJP,
+        interpreted off GPU, on JAX arrays in the canonical layout (q, k, v and dout batch-first)."""
         api = _load_api()
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q, inputs.k, inputs.v)
-        args = tuple(to_jax(a) for a in arrays)
         options = dict(
-            scale=scale,
+            scale=spec.resolved_scale(inputs.q.shape[-1]),
             causal=spec.causal,
             interpret=not self._native(),
-            with_lse=api.has_lse,
             block_kwargs=self._block_kwargs(api),
         )
+        args = tuple(to_jax(a) for a in (inputs.q, inputs.k, inputs.v))
+        if dout is None:
+            fn = functools.partial(mha_forward, api.mha, **options, with_lse=api.has_lse)
+        else:
+            fn = functools.partial(mha_gradients, api.mha, **options)
+            args += (to_jax(np.asarray(dout, dtype=inputs.q.dtype)),)
+        return JaxCall(fn, args, (True,) * len(args))
 
-        def build() -> Compiled:
-            forward = functools.partial(mha_forward, api.mha, **options)
-            return jit_observed(forward, args, self._ran)
-
-        compiled = self._cache.get(("forward", array_key(*arrays), scale, spec.causal), build)
-        out, lse = compiled.fn(*args)
+    def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
+        """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32 where exposed."""
+        call = self.jax_call(inputs, spec)
+        key = ("forward", array_key(*call.args), spec.resolved_scale(inputs.q.shape[-1]), spec.causal)
+        compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, self._ran))
+        out, lse = compiled.fn(*call.args)
         return SubjectOutput(out=to_numpy(out), lse=None if lse is None else to_numpy(lse), ran=compiled.ran)
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` through the kernel's custom VJP (Triton backward)."""
-
-        api = _load_api()
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q, inputs.k, inputs.v)
-        args = (*(to_jax(a) for a in arrays), to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
-        options = dict(
-            scale=scale,
-            causal=spec.causal,
-            interpret=not self._native(),
-            block_kwargs=self._block_kwargs(api),
-        )
-
-        def build() -> Compiled:
-            grads = functools.partial(mha_gradients, api.mha, **options)
-            return jit_observed(grads, args, self._ran)
-
-        compiled = self._cache.get(("backward", array_key(*arrays), scale, spec.causal), build)
-        dq, dk, dv = compiled.fn(*args)
+        call = self.jax_call(inputs, spec, dout)
+        key = ("backward", array_key(*call.args), spec.resolved_scale(inputs.q.shape[-1]), spec.causal)
+        compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, self._ran))
+        dq, dk, dv = compiled.fn(*call.args)
         return SubjectGrads(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv))
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
