@@ -1,0 +1,26 @@
+"""The vmap check: a subject's JAX call under ``jax.vmap`` over two stacked requests, each slice
+judged against the reference with the unbatched call as its baseline."""
+
+from __future__ import annotations
+
+from conformance.judge.checks.vmap import NO_JAX_CALL
+from conformance.judge.runner import run_check
+from conformance.plan.cases import Case
+from tests.support import toy_subjects
+
+CASE = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=64, kv_len=64, causal=True)
+
+
+def test_a_subject_without_a_jax_call_is_unsupported_with_the_reason():
+    outcome = run_check(CASE, "vmap", impl=f"{toy_subjects.__name__}:exact")
+    assert outcome.verdict == "unsupported" and outcome.reason == NO_JAX_CALL
+
+
+def test_batching_as_it_computes_passes_and_answering_every_slice_with_the_first_fails():
+    passing = run_check(CASE, "vmap", impl="tests.mutants.vmap:VmapAdapter")
+    assert passing.verdict == "pass", passing.reason
+    failing = run_check(CASE, "vmap", impl="tests.mutants.vmap:FirstSliceUnderVmap")
+    assert failing.verdict == "fail"
+    # the first slice is right; the batch-reversed one gets the first one's answer
+    assert "out (slice 1, batch reversed): OUT OF TOLERANCE" in failing.reason
+    assert "out (slice 0): ok" in failing.reason
