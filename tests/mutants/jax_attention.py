@@ -126,13 +126,18 @@ def logits(
 
 
 def softmax_attend(
-    s: jax.Array, keep: jax.Array | None, v: jax.Array, sinks: jax.Array | None = None
+    s: jax.Array,
+    keep: jax.Array | None,
+    v: jax.Array,
+    sinks: jax.Array | None = None,
+    max_axes: tuple[int, ...] = (-1,),
 ) -> tuple[jax.Array, jax.Array]:
     """(out [B, Hq, Sq, Dv], lse [B, Hq, Sq]), float32; rows with no visible key: out 0, lse -inf
-    (lse = the sink with sinks [Hq]: one more logit in each row's denominator, no value)."""
+    (lse = the sink with sinks [Hq]: one more logit in each row's denominator, no value).
+    ``max_axes``: where the stabilising max is taken (a mutant widens it past the row)."""
     if keep is not None:
         s = jnp.where(keep, s, -jnp.inf)
-    m = s.max(axis=-1, keepdims=True)
+    m = s.max(axis=max_axes, keepdims=True)
     sink = None if sinks is None else sinks.astype(jnp.float32)[None, :, None, None]
     if sink is not None:
         m = jnp.maximum(m, sink)
@@ -151,7 +156,7 @@ def softmax_attend(
 
 STATIC = ("scale", "causal", "alignment", "window", "softcap")
 # ``attention`` also takes ``chunk`` (chunked causal): static too, for the functions that declare it.
-STATIC_OPTIONS = (*STATIC, "chunk")
+STATIC_OPTIONS = (*STATIC, "chunk", "max_axes")
 
 
 @functools.partial(jax.jit, static_argnames=STATIC_OPTIONS)
@@ -173,6 +178,7 @@ def attention(
     window: Window = None,
     softcap: float | None = None,
     chunk: int | None = None,
+    max_axes: tuple[int, ...] = (-1,),
 ) -> tuple[jax.Array, jax.Array]:
     """Correct attention: (out [B, Hq, Sq, Dv], lse [B, Hq, Sq]) in float32; sinks: [Hq]."""
     s, bias_mask = logits(q, k, scale, bias, softcap)
@@ -191,7 +197,7 @@ def attention(
     )
     if bias_mask is not None:
         keep = keep & bias_mask
-    return softmax_attend(s, keep, v, sinks)
+    return softmax_attend(s, keep, v, sinks, max_axes)
 
 
 def call(fn: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, **keywords: Any) -> Any:
