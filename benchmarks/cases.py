@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from benchmarks.shapes import BenchShape, Execution, numpy_dtype, select_shape_list, shape_list
-from kernels.base import Adapter, Capabilities
+from kernels.contract.base import Adapter, Capabilities
 
 Mode = Literal["forward", "forward_backward", "compile"]
 MODES: tuple[Mode, ...] = ("forward", "forward_backward", "compile")

@@ -13,8 +13,8 @@ import pytest
 
 from benchmarks.cases import EXECUTION_FILTERS, order_key, plan_subject
 from benchmarks.shapes import LIST_NAMES
-from kernels.jax_runtime import default_backend, installed_jax_versions
 from kernels.registry import UnknownSubjectError, resolve, subject_names
+from kernels.runtime.jax_runtime import default_backend, installed_jax_versions
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

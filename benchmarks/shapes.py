@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from kernels.base import Execution
+from kernels.contract.base import Execution
 from reference.spec import AttentionInputs, AttentionSpec
 
 LIST_NAMES = ("interpret", "cpu", "accelerator", "smoke")

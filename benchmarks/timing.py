@@ -27,7 +27,7 @@ from typing import Any
 from benchmarks.cases import BenchCase
 from benchmarks.memory import DeviceStats, MemoryReading, jax_device_stats, measure_peak
 from benchmarks.shapes import ShapeList, shape_list
-from kernels.base import Adapter
+from kernels.contract.base import Adapter
 
 AdapterFactory = Callable[[], Adapter]
 

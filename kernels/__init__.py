@@ -1,1 +1,1 @@
-"""Adapters: one module per attention implementation under test (see ``kernels.base``)."""
+"""Adapters: one module per attention implementation under test (see ``kernels.contract.base``)."""

@@ -5,7 +5,7 @@
 * a built-in subject name (``subject_names()``: ``tpu_flash``, ``splash``, ``pallas_gpu``,
   ``xla``, ``cudnn``, ``torch_sdpa``);
 * a dotted path ``package.module:attribute`` to a function with the canonical
-  signature (``kernels.function_adapter``), or to an adapter class or instance;
+  signature (``kernels.adapters.function_adapter``), or to an adapter class or instance;
 * the name of an adapter registered by an installed distribution in the entry-point
   group ``attention_conformance.adapters``. In ``pyproject.toml``::
 
@@ -28,25 +28,25 @@ import importlib.metadata
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kernels.base import Adapter
-from kernels.function_adapter import FunctionAdapter, PluginSignatureError
-from kernels.subject_spec import SubjectSpec, SubjectSyntaxError, parse_subject, split_subjects
+from kernels.adapters.function_adapter import FunctionAdapter, PluginSignatureError
+from kernels.contract.base import Adapter
+from kernels.contract.subject_spec import SubjectSpec, SubjectSyntaxError, parse_subject, split_subjects
 
 ENTRY_POINT_GROUP = "attention_conformance.adapters"
 
 # name -> "module:factory". Lazy strings: importing the registry imports no JAX.
 BUILTIN: dict[str, str] = {
-    "tpu_flash": "kernels.tpu_flash:TpuFlashAdapter",
-    "splash": "kernels.splash:SplashAdapter",
-    "pallas_gpu": "kernels.pallas_gpu:PallasGpuAdapter",
-    "xla": "kernels.xla:XlaAdapter",
-    "cudnn": "kernels.cudnn:CudnnAdapter",
-    "torch_sdpa": "kernels.torch_sdpa:TorchSdpaAdapter",
-    "paged_attention": "kernels.paged_attention:PagedAttentionAdapter",
-    "ragged_paged_attention": "kernels.ragged_paged_attention:RaggedPagedAttentionAdapter",
-    "tokamax": "kernels.tokamax:TokamaxAdapter",
-    "pallas_mgpu": "kernels.pallas_mgpu:PallasMgpuAdapter",
-    "tokamax_splash": "kernels.tokamax_splash:TokamaxSplashAdapter",
+    "tpu_flash": "kernels.adapters.tpu_flash:TpuFlashAdapter",
+    "splash": "kernels.adapters.splash:SplashAdapter",
+    "pallas_gpu": "kernels.adapters.pallas_gpu:PallasGpuAdapter",
+    "xla": "kernels.adapters.xla:XlaAdapter",
+    "cudnn": "kernels.adapters.cudnn:CudnnAdapter",
+    "torch_sdpa": "kernels.adapters.torch_sdpa:TorchSdpaAdapter",
+    "paged_attention": "kernels.adapters.paged_attention:PagedAttentionAdapter",
+    "ragged_paged_attention": "kernels.adapters.ragged_paged_attention:RaggedPagedAttentionAdapter",
+    "tokamax": "kernels.adapters.tokamax:TokamaxAdapter",
+    "pallas_mgpu": "kernels.adapters.pallas_mgpu:PallasMgpuAdapter",
+    "tokamax_splash": "kernels.adapters.tokamax_splash:TokamaxSplashAdapter",
 }
 
 
@@ -79,7 +79,7 @@ def expand_family(name: str) -> tuple[str, ...]:
 
 def resolve(name: str, **options: Any) -> Adapter:
     """The adapter for ``name`` (see module docstring). A built-in takes options, in the name
-    (``"tpu_flash[interpreter=tpu]"``, ``kernels.subject_spec``) or as keywords
+    (``"tpu_flash[interpreter=tpu]"``, ``kernels.contract.subject_spec``) or as keywords
     (``resolve("tpu_flash", interpreter="tpu")``); the adapter is named by the canonical text."""
     try:
         spec = parse_subject(name)
@@ -230,6 +230,6 @@ def _check_adapter(obj: Any, where: str) -> Adapter:
         ]
         raise UnknownSubjectError(
             f"{where}: {type(obj).__name__} is not an adapter (missing {missing}); "
-            f"implement kernels.base.Adapter"
+            f"implement kernels.contract.base.Adapter"
         )
     return obj

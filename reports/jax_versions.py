@@ -61,7 +61,7 @@ def _selector(session: str) -> re.Pattern[str]:
 
 def parse_version(version: str) -> Version:
     """``"0.7.0rc1"`` -> ``Version("0.7.0rc1")`` (PEP 440, so 0.7.0rc1 < 0.7.0 < 0.10.2); raises
-    ``packaging.version.InvalidVersion``. PEP 440 through ``packaging``, as ``kernels.jax_runtime``
+    ``packaging.version.InvalidVersion``. PEP 440 through ``packaging``, as ``kernels.runtime.jax_runtime``
     reads the installed version.
 
     ``packaging`` is imported here, not at module level: the gate (``nox -s gate``) runs with

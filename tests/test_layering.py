@@ -20,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[str, ...] = (
     "versions",
     "reference",
+    "kernels.contract",
+    "kernels.runtime",
+    "kernels.hardware",
+    "kernels.adapters",
     "kernels",
     "conformance.suite",
     "reports.jax_versions",

@@ -37,10 +37,10 @@ from conformance.plan import profiles, shards, user_cases
 from conformance.plan.catalogue import Planned, pairwise_coverage, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
 from conformance.suite.check_registry import CHECKS
-from kernels.base import DTYPES
-from kernels.gpu_chips import DEFAULT_GPU_TARGETS, GPU_CHIPS, parse_gpu_targets
+from kernels.contract.base import DTYPES
+from kernels.hardware.gpu_chips import DEFAULT_GPU_TARGETS, GPU_CHIPS, parse_gpu_targets
+from kernels.hardware.tpu_chips import DEFAULT_TPU_TARGETS, TPU_CHIPS, parse_targets
 from kernels.registry import UnknownSubjectError, subject_names
-from kernels.tpu_chips import DEFAULT_TPU_TARGETS, TPU_CHIPS, parse_targets
 from reports.records.environment import environment_block
 from reports.records.folder_lock import FolderBusyError, FolderLock
 from reports.records.results_file import (

@@ -27,9 +27,9 @@ from conformance.judge import inputs as case_inputs
 from conformance.judge.baseline import BaselineGrads, BaselineOutput, Numerics
 from conformance.plan import subject_warnings
 from conformance.plan.cases import Case
-from kernels import features
-from kernels.base import Adapter, SubjectGrads, SubjectOutput
-from kernels.lowering import Lowering, lower
+from kernels.contract import features
+from kernels.contract.base import Adapter, SubjectGrads, SubjectOutput
+from kernels.hardware.lowering import Lowering, lower
 from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
 from reference.spec import AttentionInputs
 

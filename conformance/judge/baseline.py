@@ -34,7 +34,7 @@ from collections.abc import Callable
 import numpy as np
 
 from conformance.judge import dtypes
-from kernels.base import Capabilities
+from kernels.contract.base import Capabilities
 from reference.masks import full_visibility, has_mask
 from reference.spec import AttentionInputs, AttentionSpec
 

@@ -12,9 +12,9 @@ import math
 import ml_dtypes
 import numpy as np
 
-from kernels.dtypes import DTYPES, FP8_DTYPES
+from kernels.contract.dtypes import DTYPES, FP8_DTYPES
 
-DTYPE_NAMES = DTYPES  # the one list (kernels.dtypes), under the name conformance uses
+DTYPE_NAMES = DTYPES  # the one list (kernels.contract.dtypes), under the name conformance uses
 ML_DTYPES: tuple[str, ...] = ("bfloat16", *FP8_DTYPES)  # not NumPy's own: held by ml_dtypes
 
 
@@ -28,7 +28,7 @@ def numpy_dtype(name: str) -> np.dtype:
 
 
 def is_fp8(name: str) -> bool:
-    """One of the 8-bit floats (``kernels.dtypes.FP8_DTYPES``)."""
+    """One of the 8-bit floats (``kernels.contract.dtypes.FP8_DTYPES``)."""
     return name in FP8_DTYPES
 
 

@@ -3,7 +3,7 @@
 Everything is drawn in float64 from ``np.random.default_rng([case.seed, stream])``
 (one stream per tensor, so adding a bias never changes q: ``conformance/plan/draws.py``)
 and then rounded to the subject's dtype, and q and K/V then to their storages where the case
-names one (``int8``, ``float8_e4m3fn_per_head``, ...: ``kernels.kv_storage``). The reference
+names one (``int8``, ``float8_e4m3fn_per_head``, ...: ``kernels.runtime.kv_storage``). The reference
 sees exactly those rounded values, up-cast.
 
 Input kinds (only uniform [0, 1) inputs would let wrong kernels pass as mean(V)):
@@ -43,7 +43,8 @@ from conformance.plan.draws import (
     draw_values,
     mask_arrays,
 )
-from kernels import features, kv_storage
+from kernels.contract import features
+from kernels.runtime import kv_storage
 from reference.masks import full_visibility
 from reference.spec import AttentionInputs
 

@@ -8,7 +8,7 @@ whole record (metrics, reason, repro) and gets the verdict ``known`` plus
 
 An entry never changes what a check measures or which cases run: it only names a
 failure that is already understood. Entries describe wrong answers; declarations
-(``kernels.base.ShapeConstraint``) describe what an API rejects or cannot express.
+(``kernels.contract.base.ShapeConstraint``) describe what an API rejects or cannot express.
 
 The pytest plugin matches each record as it is judged; the report tools (``reports/``, a
 lower layer) read only the statuses it writes into summary.json. Parsing needs ``packaging``
@@ -39,7 +39,7 @@ RANGE_KEYS: tuple[str, ...] = tuple(library.name for library in table.LIBRARIES)
 
 BUILTIN_LEDGER = Path(__file__).resolve().parents[2] / "kernels" / "known_issues.toml"
 FAILING = ("fail", "error")
-EXECUTIONS = ("native", "interpret")  # Availability.execution; kernels.base is not imported here
+EXECUTIONS = ("native", "interpret")  # Availability.execution; kernels.contract.base is not imported here
 _KEYS = {
     "id",
     "subject",

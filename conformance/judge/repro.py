@@ -28,7 +28,7 @@ _FORWARD = """from conformance.judge import baseline
 from conformance.judge.inputs import build_inputs
 from conformance.judge.tolerance import judge
 from kernels.registry import resolve
-from kernels.tunables import configured
+from kernels.contract.tunables import configured
 from reference import attention_forward
 
 case = {case!r}
@@ -47,7 +47,7 @@ _BACKWARD = """from conformance.judge import baseline
 from conformance.judge.inputs import build_dout, build_inputs
 from conformance.judge.tolerance import judge
 from kernels.registry import resolve
-from kernels.tunables import configured
+from kernels.contract.tunables import configured
 from reference import attention_backward, attention_forward
 
 case = {case!r}

@@ -6,11 +6,11 @@ The script is assembled from the code the suite ran, so the two cannot drift apa
 * inputs: the pure draws of ``conformance/plan/draws.py`` (source embedded), called with
   the case's seed and streams (``conformance.judge.inputs.script_draws``); a SHA-256 of the float
   inputs (``inputs.FLOAT_INPUTS``) proves they are bit-identical;
-* the subject's call: ``adapter.standalone(inputs, spec)`` (``kernels/standalone.py``), the
+* the subject's call: ``adapter.standalone(inputs, spec)`` (``kernels/runtime/standalone.py``), the
   adapter's own translation functions, interpret shim included;
 * the float64 answer: ``reference/dense.py``, only the features the case uses, in the
   statements ``reference/script.py`` writes (each feature's gradient where the subject
-  returns it, ``kernels/features.py``);
+  returns it, ``kernels/contract/features.py``);
 * the verdict: the tolerance the suite judged with (``TensorMetrics.tolerance`` and
   ``mean_tolerance``), as numbers.
 
@@ -38,8 +38,9 @@ from conformance.judge.metrics import abs_error
 from conformance.plan import draws
 from conformance.plan.cases import Case
 from conformance.suite.check_registry import CheckDeclaration
-from kernels import features, kv_storage
-from kernels.standalone import StandaloneCall
+from kernels.contract import features
+from kernels.runtime import kv_storage
+from kernels.runtime.standalone import StandaloneCall
 from reference import script as answer_script
 from reports.records.results_file import TensorMetrics
 
@@ -186,7 +187,7 @@ def _case_block(case: Case) -> str:
 
 def _observed_gradients(case: Case, caps: Any) -> tuple[features.Gradient, ...]:
     """The feature gradients judged for this case: its input is there and the subject returns
-    it (``kernels/features.py``; a bias's is the reference's and is compared where declared)."""
+    it (``kernels/contract/features.py``; a bias's is the reference's and is compared where declared)."""
     present = {name for name, value in case.skeleton().__dict__.items() if value is not None}
     return tuple(g for g in features.gradients() if g.input in present and getattr(caps, g.declared_by))
 
@@ -205,7 +206,7 @@ def _padding_lines(case: Case) -> str:
 
 
 def _storage_lines(case: Case) -> str:
-    """q and K/V rounded to their storages, as ``build_inputs`` does (``kernels/kv_storage.py``)."""
+    """q and K/V rounded to their storages, as ``build_inputs`` does (``kernels/runtime/kv_storage.py``)."""
     if case.kv_storage is None and case.q_storage is None:
         return ""
     constants = "".join(

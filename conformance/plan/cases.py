@@ -21,15 +21,15 @@ from typing import Literal
 
 import numpy as np
 
-from kernels import features as feature_table
-from kernels.tunables import Config, config_token, normalize
+from kernels.contract import features as feature_table
+from kernels.contract.tunables import Config, config_token, normalize
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 InputKind = Literal["normal", "large", "integers", "nan_padding"]
 INPUT_KINDS: tuple[str, ...] = ("normal", "large", "integers", "nan_padding")
 
 # The shape, dtype, values and tunables of a case; every optional input or option is a
-# feature's field (``kernels/features.py``), added to ``Case`` from the table.
+# feature's field (``kernels/contract/features.py``), added to ``Case`` from the table.
 CORE_FIELDS: tuple[tuple[str, object, object], ...] = (
     ("subject", str, dataclasses.MISSING),
     ("dtype", str, dataclasses.MISSING),
@@ -51,9 +51,9 @@ class _CaseBehaviour:
     Core fields: ``subject``, ``dtype``, the sizes (``batch``, ``q_heads``, ``kv_heads``,
     ``q_len``, ``kv_len``, ``head_dim``, ``v_head_dim``), ``input_kind`` (how values are
     drawn, ``conformance.judge.inputs``) and ``config`` (the subject's tunables this case
-    sets, ``kernels.tunables``, as sorted (name, value) pairs; () is the implementation's
+    sets, ``kernels.contract.tunables``, as sorted (name, value) pairs; () is the implementation's
     default; a mapping given here is stored sorted). Every other field is a feature's, as
-    ``kernels/features.py`` declares it (e.g. ``causal``/``alignment``, ``window``,
+    ``kernels/contract/features.py`` declares it (e.g. ``causal``/``alignment``, ``window``,
     ``segments``/``orphan_segment``, ``q_lengths``/``kv_lengths``, ``mask``, ``bias``,
     ``kv_storage``), with its meaning and default there.
     """
@@ -194,7 +194,7 @@ class _CaseBehaviour:
         }
 
     def words(self) -> str:
-        """The features of the case in words (``kernels/features.py``), for a review."""
+        """The features of the case in words (``kernels/contract/features.py``), for a review."""
         return ", ".join(feature_table.words(self))
 
     def summary(self) -> str:

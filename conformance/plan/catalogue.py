@@ -34,9 +34,9 @@ from conformance.suite.check_registry import (
     CheckDeclaration,
     declaration,
 )
-from kernels import features
-from kernels.base import CONSTRAINT_STAGES, Capabilities, ShapeConstraint
-from kernels.dtypes import DTYPES
+from kernels.contract import features
+from kernels.contract.base import CONSTRAINT_STAGES, Capabilities, ShapeConstraint
+from kernels.contract.dtypes import DTYPES
 from reference.masks import full_visibility, has_mask
 from reference.spec import AttentionInputs
 

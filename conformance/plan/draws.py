@@ -98,7 +98,7 @@ def draw_mask(seed: int, stream: int, shape: tuple[int, ...]):
 
 
 def draw_bias_fill(seed: int, stream: int, shape: tuple[int, ...], place: str, block: int, kv_len: int):
-    """Where a bias fill goes (``kernels/features.py``: ``BIAS_FILL``): a bool array of the bias's
+    """Where a bias fill goes (``kernels/contract/features.py``: ``BIAS_FILL``): a bool array of the bias's
     ``shape`` ([B|1, Hq|1, Sq|1, Sk|1]). ``first_block``: keys [0, block); ``last_block``: the last
     block of keys, [block * ((Sk - 1) // block), Sk); ``row``: query row Sq // 2 (every row where the
     bias has no query axis); ``scattered``: each entry with probability 1/4. A kv axis of size 1

@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 
 from conformance.plan.cases import Case
-from kernels import features
-from kernels.dtypes import FP8_DTYPES
-from kernels.kv_storage_names import storage_parts
-from kernels.tunables import Config, Tunable, Tunables
+from kernels.contract import features
+from kernels.contract.dtypes import FP8_DTYPES
+from kernels.contract.kv_storage_names import storage_parts
+from kernels.contract.tunables import Config, Tunable, Tunables
 
 CURATED_LENGTHS = (1, 7, 113, 127, 128, 129, 1000, 1023)
 
@@ -404,7 +404,7 @@ def config_cases(
 # one-token or a page-edge row sits *before* others. Each triple below is rotated over a batch of
 # three, so each of its patterns sits in the first, the middle and the last row once. The lengths
 # come from the subject's own declaration (``Tunables.length_boundaries``: its page and its default
-# kv block, in tokens; ``kernels.features.ragged_row_lengths``), never from its name. The patterns:
+# kv block, in tokens; ``kernels.contract.features.ragged_row_lengths``), never from its name. The patterns:
 #   empty      0 keys: a finished request; its pages are none, the next row's offset must not move
 #   one        1 key: a fresh decode step; a kernel that treats it as empty skips a live row
 #   page+1     one key into a second page: a partial last page after a full one

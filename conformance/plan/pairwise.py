@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from conformance.plan import edge_matrix
 from conformance.plan.cases import Case
-from kernels import features as feature_table
-from kernels.base import Capabilities
+from kernels.contract import features as feature_table
+from kernels.contract.base import Capabilities
 
 # A combination: (feature, present?, feature, present?), the first name sorting first.
 Combo = tuple[str, bool, str, bool]
@@ -48,7 +48,7 @@ class OptionalFeature:
 
 
 def _from_table(edit: feature_table.PairwiseEdit) -> OptionalFeature:
-    """A feature table's present/absent edit (``kernels/features.py``) as case -> case."""
+    """A feature table's present/absent edit (``kernels/contract/features.py``) as case -> case."""
     return OptionalFeature(
         edit.name,
         edit.declared,

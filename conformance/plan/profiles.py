@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from kernels.gpu_chips import DEFAULT_GPU_TARGETS
-from kernels.tpu_chips import DEFAULT_TPU_TARGETS
+from kernels.hardware.gpu_chips import DEFAULT_GPU_TARGETS
+from kernels.hardware.tpu_chips import DEFAULT_TPU_TARGETS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Profile:
     runtime_cases_per_dtype: cases per (subject, dtype) for determinism and recompilation.
     leak_calls: calls per leak measurement. shrink_seconds: budget per session for shrinking.
     derandomize: fixed seed 0 unless one is given. all_variants: subjects with options that
-    ``--impl all`` adds (kernels/subject_spec.py)."""
+    ``--impl all`` adds (kernels/contract/subject_spec.py)."""
 
     name: str
     edge_level: int
@@ -44,9 +44,9 @@ class Profile:
     # Drawn cases also draw a config of the subject's tunables (``ci`` keeps the defaults
     # for its draws: its edge configs come from the curated matrix).
     draw_configs: bool = False
-    # TPU chips the vmem check budgets for (``--tpu``; kernels/tpu_chips.py).
+    # TPU chips the vmem check budgets for (``--tpu``; kernels/hardware/tpu_chips.py).
     tpu_targets: tuple[str, ...] = DEFAULT_TPU_TARGETS
-    # GPUs the smem check budgets for (``--gpu``; kernels/gpu_chips.py).
+    # GPUs the smem check budgets for (``--gpu``; kernels/hardware/gpu_chips.py).
     gpu_targets: tuple[str, ...] = DEFAULT_GPU_TARGETS
 
 

@@ -16,7 +16,7 @@ from hypothesis.errors import NoSuchExample, Unsatisfiable
 
 from conformance.plan import strategies
 from conformance.plan.cases import Case
-from kernels.base import Capabilities
+from kernels.contract.base import Capabilities
 
 MAX_EXAMPLES = 40
 

@@ -18,17 +18,17 @@ from hypothesis import strategies as st
 
 from conformance.plan.cases import Case
 from conformance.plan.profiles import Profile
-from kernels import features as feature_table
-from kernels.base import Capabilities
-from kernels.dtypes import DTYPES
-from kernels.features import Draw
-from kernels.tunables import Config, Tunables
+from kernels.contract import features as feature_table
+from kernels.contract.base import Capabilities
+from kernels.contract.dtypes import DTYPES
+from kernels.contract.features import Draw
+from kernels.contract.tunables import Config, Tunables
 from reference.spec import AttentionShape, AttentionSpec
 
 
 @dataclasses.dataclass
 class DrawContext:
-    """What a feature's draw sees (``kernels.features.Draw``): hypothesis's ``draw`` and
+    """What a feature's draw sees (``kernels.contract.features.Draw``): hypothesis's ``draw`` and
     strategies, the subject's declaration, the fields drawn so far (``fields``), the case
     being shrunk (``case``, when shrinking) and the admissible head dims."""
 

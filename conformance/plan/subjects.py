@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 
 from conformance.plan import subject_warnings
-from kernels.base import Adapter, Availability, Capabilities
+from kernels.contract.base import Adapter, Availability, Capabilities
+from kernels.contract.subject_spec import SubjectSyntaxError, split_subjects
+from kernels.contract.tunables import Config, configured
 from kernels.registry import UnknownSubjectError, expand_family, resolve, subject_names
-from kernels.subject_spec import SubjectSyntaxError, split_subjects
-from kernels.tunables import Config, configured
 
 PRIMARY_SUBJECT = "tpu_flash"
 

@@ -4,7 +4,7 @@
 
 Keys (all optional; defaults are ``conformance.plan.cases.Case``'s): ``B Hq Hkv Sq Sk D Dv``
 sizes, ``dtype``, ``input`` = normal | large | integers | nan_padding, and each feature's
-keys as ``kernels/features.py`` declares them (``causal`` = top_left | bottom_right | no,
+keys as ``kernels/contract/features.py`` declares them (``causal`` = top_left | bottom_right | no,
 ``window`` = LEFT:RIGHT, ``q_lengths`` = ``100/128``, ...; an unknown key's error lists them all).
 
 A case is parsed and validated here, once, with ``reference.spec.validate``: a case that
@@ -23,7 +23,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned, classify
 from conformance.plan.subjects import Subject
 from conformance.suite.check_registry import REGISTRY
-from kernels import features
+from kernels.contract import features
 from reference.spec import validate
 
 EXAMPLE = "B=1,Hq=4,Hkv=2,Sq=128,Sk=256,D=64,causal=bottom_right,dtype=bfloat16"

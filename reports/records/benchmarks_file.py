@@ -10,7 +10,7 @@ per entry of ``benchmarks``:
 * ``extra_info.peak_memory_bytes`` (also accepted: ``peak_device_bytes``,
   ``peak_rss_bytes``): the peak memory compared, with ``extra_info.memory_kind``
   (e.g. "device", "host_rss") saying what was measured;
-* ``extra_info.execution`` ("interpret" or "native", ``kernels.base.Availability.execution``):
+* ``extra_info.execution`` ("interpret" or "native", ``kernels.contract.base.Availability.execution``):
   timings are compared only between entries that ran the same way; interpret-mode
   timings describe the interpreter, not the kernel. Older files may carry a sentence
   here instead; ``execution_kind`` reads it.

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
 
-from kernels import features
+from kernels.contract import features
 
 # 2: a case is described generically (its fields by name, its words); 1 (read, never written):
 # a fixed list of fields. A gate compares a folder of either against one of the other.
@@ -70,7 +70,7 @@ NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 class CaseDescription:
     """Everything needed to rebuild a case: its id, subject, dtype, seed, every other field of
     ``conformance.plan.cases.Case`` by name (``fields``, sorted pairs), and its features in
-    words (``kernels/features.py``). A field reads as an attribute: ``description.q_len``."""
+    words (``kernels/contract/features.py``). A field reads as an attribute: ``description.q_len``."""
 
     case_id: str
     subject: str

@@ -11,7 +11,7 @@ from reports.run_report.markdown import number, plural
 def describe_case(case: CaseDescription) -> str:
     """E.g. 'bfloat16, batch 2, 8 query heads on 2 KV heads (GQA 4), q 129 x kv 128, head dim 64,
     causal (bottom-right), segment ids, scaled-normal inputs, seed 7': the shape in words, then
-    the features' words as the record keeps them (``kernels/features.py``)."""
+    the features' words as the record keeps them (``kernels/contract/features.py``)."""
     parts = [case.dtype, f"batch {case.batch}"]
     if case.q_heads == case.kv_heads:
         parts.append(plural(case.q_heads, "head"))

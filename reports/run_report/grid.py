@@ -20,8 +20,8 @@ from typing import Literal
 
 from conformance.suite.check_registry import LABELS as CHECK_LABELS
 from conformance.suite.check_registry import REPORT_ORDER
-from kernels import features
-from kernels.dtypes import DTYPES  # stdlib only: the gate imports this module with no installs
+from kernels.contract import features
+from kernels.contract.dtypes import DTYPES  # stdlib only: the gate imports this module with no installs
 from reports.records.results_file import CaseResult
 
 Status = Literal["fail", "known", "flaky", "pass", "unsupported", "unavailable", "not run"]

@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Iterable
 
-from kernels.dtypes import DTYPES
+from kernels.contract.dtypes import DTYPES
 from reports.records.results_file import CaseResult
 from reports.run_report.describe import excess, worst_metric
 from reports.run_report.grid import CHECK_ORDER

@@ -8,8 +8,8 @@ import pytest
 
 from benchmarks.cases import order_key, plan_subject, skip_reason
 from benchmarks.shapes import BenchShape
-from kernels.base import Availability, Capabilities, ShapeConstraint
-from kernels.xla import XlaAdapter
+from kernels.adapters.xla import XlaAdapter
+from kernels.contract.base import Availability, Capabilities, ShapeConstraint
 
 
 @dataclasses.dataclass(frozen=True)

@@ -87,7 +87,7 @@ def test_bad_arguments_exit_2_with_usage(args: list[str]) -> None:
 
 def test_backend_check_refuses_a_cpu_only_jax() -> None:
     """The check the script runs inside its interpreter, before any benchmark: here JAX is on CPU."""
-    from kernels.jax_runtime import default_backend
+    from kernels.runtime.jax_runtime import default_backend
 
     if default_backend() != "cpu":
         pytest.skip("JAX runs on an accelerator here")
@@ -126,8 +126,8 @@ def test_gpu_subjects_plan_runs_only_the_gpu_only_subjects_at_ci(tmp_path: Path)
 
 
 def test_gpu_subjects_name_real_subjects_and_on_a_cpu_only_tritons_interpreter_runs_one() -> None:
-    from kernels.jax_runtime import default_backend
     from kernels.registry import resolve
+    from kernels.runtime.jax_runtime import default_backend
 
     subjects = _script_namespace()["GPU_SUBJECTS"]
     assert {"pallas_mgpu", "tokamax[impl=mosaic_gpu]", "tokamax[impl=cudnn]"} <= set(subjects)

@@ -47,7 +47,7 @@ def test_device_peak_is_exact_only_when_the_work_raised_it(peaks, kind, value) -
 
 def test_jax_cpu_has_no_device_statistics_so_host_rss_is_the_proxy() -> None:
     from benchmarks.memory import jax_device_stats
-    from kernels.jax_runtime import default_backend
+    from kernels.runtime.jax_runtime import default_backend
 
     if default_backend() != "cpu":
         pytest.skip("an accelerator backend reports device statistics")

@@ -16,8 +16,8 @@ from conformance.plan import catalogue, edge_matrix, profiles
 from conformance.plan.cases import Case
 from conformance.plan.subjects import resolve_subjects
 from conformance.plan.user_cases import parse_case
-from kernels.base import Capabilities, ShapeConstraint
-from kernels.dtypes import DTYPES, FP8_DTYPES
+from kernels.contract.base import Capabilities, ShapeConstraint
+from kernels.contract.dtypes import DTYPES, FP8_DTYPES
 from reference import attention_forward
 
 FP8 = pytest.mark.parametrize("dtype", FP8_DTYPES)

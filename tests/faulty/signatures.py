@@ -1,4 +1,5 @@
-"""Plug-in functions whose signatures do not fit the canonical one (``kernels/function_adapter.py``)."""
+"""Plug-in functions whose signatures do not fit the canonical one
+(``kernels/adapters/function_adapter.py``)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from kernels.base import Adapter
+from kernels.contract.base import Adapter
 from reference.attention import attention_backward, attention_forward
 from reference.spec import AttentionInputs, AttentionSpec
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernels.base import Capabilities, Exclusion, ShapeConstraint
+from kernels.contract.base import Capabilities, Exclusion, ShapeConstraint
 from reference.spec import AttentionShape, AttentionSpec
 from tests.kernels.cases import make_inputs
 
@@ -39,7 +39,7 @@ def test_a_case_inside_the_declaration_is_admitted() -> None:
 def test_every_reason_is_returned_not_only_the_first() -> None:
     # float16 (undeclared), GQA (undeclared), a softcap (undeclared), an odd Sq (raises)
     # and a long Sk (api): five things wrong, five reasons, declarations first (in the feature
-    # table's order, kernels/features.py).
+    # table's order, kernels/contract/features.py).
     inputs = make_inputs(0, 1, 4, 2, 7, 32, 4)
     outside = CAPS.admits(inputs, AttentionSpec(softcap=5.0), "float16", "forward")
     assert [e.text for e in outside] == [
@@ -99,7 +99,7 @@ def test_a_subject_broadcasting_only_over_batch_and_heads_rejects_a_bias_or_mask
 
     import numpy as np
 
-    from kernels.base import Capabilities
+    from kernels.contract.base import Capabilities
     from reference.spec import AttentionSpec
     from tests.kernels.cases import make_inputs
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.cudnn import CudnnAdapter
-from kernels.jax_runtime import default_backend
+from kernels.adapters.cudnn import CudnnAdapter
+from kernels.adapters.xla import XlaAdapter
 from kernels.registry import resolve
-from kernels.xla import XlaAdapter
+from kernels.runtime.jax_runtime import default_backend
 
 
 @pytest.mark.skipif(default_backend() == "gpu", reason="a GPU is attached, so cuDNN may well be available")
@@ -31,7 +31,7 @@ def test_missing_api_makes_xla_unavailable(monkeypatch):
 
 
 def test_missing_module_makes_tpu_flash_unavailable(monkeypatch):
-    import kernels.tpu_flash as module
+    import kernels.adapters.tpu_flash as module
 
     def missing(execution):
         raise ImportError("No module named 'jax.experimental.pallas.ops.tpu.flash_attention'")

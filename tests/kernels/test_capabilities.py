@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.base import Capabilities
-from kernels.jax_runtime import default_backend
+from kernels.contract.base import Capabilities
 from kernels.registry import BUILTIN, resolve
+from kernels.runtime.jax_runtime import default_backend
 from reference.spec import AttentionShape, AttentionSpec
 from tests.kernels.cases import make_inputs
 

@@ -1,4 +1,4 @@
-"""The boolean-mask fallback for chunked causal attention (``kernels/chunked_mask.py``) against the
+"""The boolean-mask fallback for chunked causal attention (``kernels/runtime/chunked_mask.py``) against the
 reference's visibility, written apart from it, at every alignment and the chunk edges."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.chunked_mask import as_mask, chunk_plane
+from kernels.runtime.chunked_mask import as_mask, chunk_plane
 from reference.masks import full_visibility
 from reference.spec import AttentionInputs, AttentionSpec
 

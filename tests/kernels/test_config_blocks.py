@@ -1,6 +1,6 @@
 """Each built-in adapter's ``Tunable.blocks`` against its kernel as traced: a config of
 non-default blocks shows at every declared place, and the default call (the config dropped)
-does not, so the ``config_applied`` check can tell the two apart (``kernels/lowering.py``'s
+does not, so the ``config_applied`` check can tell the two apart (``kernels/hardware/lowering.py``'s
 ``traced_kernels``; ``conformance/judge/checks/config.py``'s ``compare``)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from conformance.judge.checks.config import compare
-from kernels.lowering import abstract_tpu, traced_kernels
+from kernels.contract.tunables import normalize
+from kernels.hardware.lowering import abstract_tpu, traced_kernels
 from kernels.registry import resolve
-from kernels.tunables import normalize
 from tests.kernels.cases import make_inputs
 
 pytestmark = pytest.mark.timeout(600)
@@ -107,7 +107,7 @@ TOKAMAX = (
 
 
 def _tokamax_traces(adapter, inputs) -> dict:
-    from kernels import tokamax
+    from kernels.adapters import tokamax
 
     kind = adapter._kind
     static = tokamax._static(inputs.shape, _spec())

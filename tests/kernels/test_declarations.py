@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from kernels.base import CONSTRAINT_BASES, ShapeConstraint
+from kernels.contract.base import CONSTRAINT_BASES, ShapeConstraint
 from kernels.registry import BUILTIN, resolve
 
 # Words of a reason that describe wrong results rather than a rejection or a missing parameter.
@@ -54,7 +54,7 @@ def test_a_constraint_without_a_basis_cannot_be_written():
 
 
 def test_a_feature_scoped_constraint_concerns_only_cases_with_that_feature():
-    from kernels.base import Capabilities
+    from kernels.contract.base import Capabilities
     from reference.spec import AttentionShape, AttentionSpec
 
     odd = ShapeConstraint(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels.jax_runtime import TracedPrimitives, count_primitives, jit_observed
+from kernels.runtime.jax_runtime import TracedPrimitives, count_primitives, jit_observed
 
 
 def test_what_ran_and_the_call_share_one_trace():

@@ -13,8 +13,8 @@ from conformance.judge.inputs import build_inputs
 from conformance.plan import catalogue, profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.user_cases import extend_plan
-from kernels.base import Capabilities
-from kernels.kv_storage import (
+from kernels.contract.base import Capabilities
+from kernels.runtime.kv_storage import (
     ELEMENT_LIMITS,
     INT8_LIMIT,
     KV_STORAGES,
@@ -138,10 +138,10 @@ def test_storage_names_read_element_and_group():
 
 
 def test_every_storage_has_its_own_grid_column_and_label():
-    """The feature table labels a column per storage from its name (kernels/kv_storage_names.py),
+    """The feature table labels a column per storage from its name (kernels/contract/kv_storage_names.py),
     so a new storage gets a grid row with no edit to the table; the storage's case counts there."""
     from conformance.judge.runner import case_description
-    from kernels import features
+    from kernels.contract import features
     from reports.records.results_file import CaseResult
     from reports.run_report.grid import feature_grid, label
 

@@ -1,4 +1,4 @@
-"""kernels/lowering.py and kernels/tpu_chips.py: what a lowered Pallas call is read as."""
+"""kernels/hardware/lowering.py and kernels/hardware/tpu_chips.py: what a lowered Pallas call is read as."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from kernels.lowering import LoweringCall, lower, tile_padded_bytes, traced_kernels, vmem_footprint
-from kernels.tpu_chips import MIB, parse_targets, vmem_budget
+from kernels.hardware.lowering import LoweringCall, lower, tile_padded_bytes, traced_kernels, vmem_footprint
+from kernels.hardware.tpu_chips import MIB, parse_targets, vmem_budget
 
 
 def test_tile_padding_rounds_rows_to_the_sublane_tile_and_lanes_to_128():
@@ -73,7 +73,7 @@ def test_without_a_cost_estimate_the_kernel_carries_none():
 def test_the_chip_table_in_the_docs_is_the_one_in_the_code():
     from pathlib import Path
 
-    from kernels.tpu_chips import MIB, TPU_CHIPS
+    from kernels.hardware.tpu_chips import MIB, TPU_CHIPS
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "hardware.md").read_text(encoding="utf-8")
     rows = [line for line in text.splitlines() if line.startswith("| TPU ")]

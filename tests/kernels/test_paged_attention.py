@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.jax_runtime import jax_version
-from kernels.kv_storage import represent
-from kernels.paged_attention import (
+from kernels.adapters.paged_attention import (
     INT8_SCALE_DIVISOR,
     PAGE_SIZE,
     SPARE_PAGES,
@@ -19,7 +17,9 @@ from kernels.paged_attention import (
     scatter_pages,
 )
 from kernels.registry import resolve
-from kernels.tpu_interpret import TPU_INTERPRET_MODE_SINCE
+from kernels.runtime.jax_runtime import jax_version
+from kernels.runtime.kv_storage import represent
+from kernels.runtime.tpu_interpret import TPU_INTERPRET_MODE_SINCE
 from reference.attention import attention_forward
 from reference.spec import AttentionInputs, AttentionSpec
 

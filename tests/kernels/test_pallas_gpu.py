@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import pallas_gpu
-from kernels.jax_runtime import default_backend
-from kernels.pallas_gpu import PallasGpuAdapter
+from kernels.adapters import pallas_gpu
+from kernels.adapters.pallas_gpu import PallasGpuAdapter
+from kernels.runtime.jax_runtime import default_backend
 from reference.spec import AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
 
@@ -92,7 +92,7 @@ def test_lowering_stage_constraints_are_what_triton_rejects(adapter):
     """A lowering-stage constraint is what Triton refuses: the case breaks it and lowering for
     CUDA fails. In the interpreter the call still runs (its numbers are judged); on a GPU the
     compiler runs inside the call, so the constraint is a call-stage one and the call raises."""
-    from kernels.lowering import lower
+    from kernels.hardware.lowering import lower
 
     capabilities = adapter.capabilities()
     if capabilities.lowers_for != "cuda":
@@ -143,7 +143,7 @@ SHARED_MEMORY = "Shared memory size limit exceeded"
 def test_the_cpu_lowering_verdict_is_what_the_gpu_does(adapter, direction):
     """The ``lowers`` check decides on a CPU from a CUDA lowering; on a GPU, the native call
     runs exactly when that lowering succeeds."""
-    from kernels.lowering import lower
+    from kernels.hardware.lowering import lower
 
     disagreements = []
     for sq, sk, d in NATIVE_SHAPES:

@@ -10,9 +10,9 @@ import importlib.util
 import numpy as np
 import pytest
 
-from kernels.jax_runtime import default_backend
-from kernels.pallas_mgpu import MODULE, PallasMgpuAdapter, constraints, mgpu_forward
+from kernels.adapters.pallas_mgpu import MODULE, PallasMgpuAdapter, constraints, mgpu_forward
 from kernels.registry import resolve
+from kernels.runtime.jax_runtime import default_backend
 from reference.attention import attention_forward
 from reference.spec import AttentionShape, AttentionSpec
 from tests.kernels.cases import make_inputs
@@ -32,7 +32,7 @@ def test_without_a_gpu_it_is_unavailable_and_says_it_needs_hopper_and_why_no_int
 
 
 def test_a_module_that_does_not_import_is_unavailable_with_the_import_named(monkeypatch):
-    import kernels.pallas_mgpu as adapter_module
+    import kernels.adapters.pallas_mgpu as adapter_module
 
     monkeypatch.setattr(adapter_module, "MODULE", "jax.experimental.pallas.ops.gpu.no_such_module")
     availability = PallasMgpuAdapter().availability()

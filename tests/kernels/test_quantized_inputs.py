@@ -14,10 +14,10 @@ from conformance.judge.inputs import build_inputs
 from conformance.plan import catalogue, edge_matrix, pairwise, profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.user_cases import CaseSyntaxError, parse_case
-from kernels import features
-from kernels.base import Capabilities
-from kernels.kv_storage import quantize, represent
-from kernels.kv_storage_names import STORAGES, storage_parts
+from kernels.contract import features
+from kernels.contract.base import Capabilities
+from kernels.contract.kv_storage_names import STORAGES, storage_parts
+from kernels.runtime.kv_storage import quantize, represent
 from tests.support.fakes import FULL, subject
 
 STORED = dataclasses.replace(FULL, q_storages=STORAGES, kv_storages=STORAGES)
@@ -127,7 +127,7 @@ def test_a_stored_q_is_on_its_grid_and_k_v_are_left_alone():
 
 
 def test_ragged_pages_hold_weights_whose_per_tensor_scales_give_back_k_and_v_exactly():
-    from kernels.ragged_paged_attention import CONSTRAINTS, KV_STORAGES, stored_kv
+    from kernels.adapters.ragged_paged_attention import CONSTRAINTS, KV_STORAGES, stored_kv
     from reference.spec import AttentionShape, AttentionSpec
 
     case = Case("s", "bfloat16", kv_storage="float8_e4m3fn_per_tensor", batch=2, q_heads=4, kv_heads=2)
@@ -153,8 +153,8 @@ def test_ragged_pages_hold_weights_whose_per_tensor_scales_give_back_k_and_v_exa
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs JAX")
 def test_ragged_declares_8bit_pages_where_its_kernel_takes_scales_and_lowers_them():
-    from kernels.lowering import lower
-    from kernels.ragged_paged_attention import RaggedPagedAttentionAdapter
+    from kernels.adapters.ragged_paged_attention import RaggedPagedAttentionAdapter
+    from kernels.hardware.lowering import lower
 
     adapter = RaggedPagedAttentionAdapter()
     assert adapter.capabilities().kv_storages == (
@@ -179,7 +179,7 @@ def test_ragged_declares_8bit_pages_where_its_kernel_takes_scales_and_lowers_the
 def test_tokamax_takes_a_qarray_whose_dequantization_is_the_case_value_exactly():
     import qwix
 
-    from kernels.tokamax import MOSAIC_TPU_DEQUANTIZES_Q_SINCE, TokamaxAdapter, _since, quantized
+    from kernels.adapters.tokamax import MOSAIC_TPU_DEQUANTIZES_Q_SINCE, TokamaxAdapter, _since, quantized
 
     case = Case("s", "bfloat16", q_storage="int8_per_channel", q_heads=2, kv_heads=2)
     q = build_inputs(case).q

@@ -10,11 +10,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kernels import ragged_paged_attention
-from kernels.base import Availability
-from kernels.jax_runtime import default_backend, jax_version
-from kernels.paged_attention import PAGE_SIZE, SPARE_PAGES
-from kernels.ragged_paged_attention import (
+from kernels.adapters import ragged_paged_attention
+from kernels.adapters.paged_attention import PAGE_SIZE, SPARE_PAGES
+from kernels.adapters.ragged_paged_attention import (
     CONSTRAINTS,
     MODULE,
     SPARE_TOKENS,
@@ -25,7 +23,9 @@ from kernels.ragged_paged_attention import (
     sliding_window,
     unpack,
 )
-from kernels.tpu_interpret import TPU_INTERPRET_MODE_SINCE
+from kernels.contract.base import Availability
+from kernels.runtime.jax_runtime import default_backend, jax_version
+from kernels.runtime.tpu_interpret import TPU_INTERPRET_MODE_SINCE
 from reference.attention import attention_forward
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 

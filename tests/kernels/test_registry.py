@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from kernels import registry
-from kernels.base import Adapter, Capabilities
-from kernels.function_adapter import DEFAULT_CAPABILITIES, FunctionAdapter
+from kernels.adapters.function_adapter import DEFAULT_CAPABILITIES, FunctionAdapter
+from kernels.contract.base import Adapter, Capabilities
 from kernels.registry import UnknownSubjectError, resolve, resolve_many, subject_names
 from reference.spec import AttentionSpec
 from tests.kernels.cases import check_forward, make_inputs
@@ -115,7 +115,7 @@ def test_dotted_path_without_declaration_gets_conservative_default():
 
 
 def test_dotted_path_to_adapter_class_is_instantiated():
-    adapter = resolve("kernels.xla:XlaAdapter")
+    adapter = resolve("kernels.adapters.xla:XlaAdapter")
     assert not isinstance(adapter, type)
     assert adapter.name == "xla"
 
@@ -169,7 +169,7 @@ def needs_extra(q, k, v, extra, *, scale):
         ("two_arguments", r"takes 2 positional parameters; the canonical signature is fn\(q, k, v"),
         ("no_causal_keyword", r"does not accept keyword\(s\) \['causal', 'alignment'\]"),
         ("claims_backward", "forward-only"),
-        ("bad_declaration", "must be a kernels.base.Capabilities"),
+        ("bad_declaration", "must be a kernels.contract.base.Capabilities"),
         ("needs_extra", r"required parameter\(s\) \['extra'\] are never passed"),
     ],
 )
@@ -203,7 +203,7 @@ def _fake_entry_points(monkeypatch, *entries: tuple[str, str]) -> None:
 
 
 def test_entry_point_adapter_is_listed_and_resolved(monkeypatch):
-    _fake_entry_points(monkeypatch, ("my_xla", "kernels.xla:XlaAdapter"))
+    _fake_entry_points(monkeypatch, ("my_xla", "kernels.adapters.xla:XlaAdapter"))
     assert "my_xla" in subject_names()
     adapter = resolve("my_xla")
     assert not isinstance(adapter, type), "the class must be instantiated, not returned"
@@ -237,7 +237,7 @@ def test_real_entry_point_from_an_installed_distribution(tmp_path, monkeypatch):
     package.mkdir()
     (package / "__init__.py").write_text(
         textwrap.dedent("""
-        from kernels.xla import XlaAdapter
+        from kernels.adapters.xla import XlaAdapter
 
         def make():
             return XlaAdapter(name="plugin_xla", description="XLA through an entry point")

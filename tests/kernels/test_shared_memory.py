@@ -1,6 +1,6 @@
-"""The shared memory estimate of Pallas Triton kernels (``kernels/shared_memory.py``), on kernels made
-by hand and on JAX's Pallas Triton attention at the shapes a native H200 run measured, and the GPU
-table the ``smem`` check budgets against (``kernels/gpu_chips.py``)."""
+"""The shared memory estimate of Pallas Triton kernels (``kernels/hardware/shared_memory.py``),
+on kernels made by hand and on JAX's Pallas Triton attention at the shapes a native H200 run
+measured, and the GPU table the ``smem`` check budgets against (``kernels/hardware/gpu_chips.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from kernels.gpu_chips import GPU_CHIPS, parse_gpu_targets, smallest_shared_memory
-from kernels.lowering import lower, shared_memory_footprints
-from kernels.shared_memory import DEFAULT_NUM_STAGES, num_stages
+from kernels.hardware.gpu_chips import GPU_CHIPS, parse_gpu_targets, smallest_shared_memory
+from kernels.hardware.lowering import lower, shared_memory_footprints
+from kernels.hardware.shared_memory import DEFAULT_NUM_STAGES, num_stages
 from reference.spec import AttentionSpec
 from tests.kernels.cases import make_inputs
 
@@ -98,7 +98,7 @@ def test_a_tile_read_by_two_dots_counts_once():
 
 @pytest.fixture(scope="module")
 def pallas_gpu():
-    from kernels.pallas_gpu import PallasGpuAdapter
+    from kernels.adapters.pallas_gpu import PallasGpuAdapter
 
     return PallasGpuAdapter()
 

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kernels.splash import SplashAdapter
+from kernels.adapters.splash import SplashAdapter
 from reference.spec import AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
 
@@ -82,7 +82,7 @@ def test_declared_raising_constraints_really_raise(adapter, name, sq, sk):
 
 
 def test_sinks_are_declared_from_jax_0_7_1(adapter):
-    from kernels.jax_runtime import jax_version
+    from kernels.runtime.jax_runtime import jax_version
 
     assert adapter.capabilities().sinks == (jax_version() >= (0, 7, 1))
     assert adapter.capabilities().sinks_grad == adapter.capabilities().sinks
@@ -107,7 +107,7 @@ def test_window_unbounded_on_both_sides_is_no_window(adapter, causal):
 
 
 def test_chunked_causal_is_declared_top_left_from_jax_0_6_0(adapter):
-    from kernels.jax_runtime import jax_version
+    from kernels.runtime.jax_runtime import jax_version
 
     capabilities = adapter.capabilities()
     assert capabilities.chunked_causal_alignments == ("top_left",), "ChunkedCausalMask has no offset"
@@ -116,7 +116,7 @@ def test_chunked_causal_is_declared_top_left_from_jax_0_6_0(adapter):
 
 
 def test_chunked_causal_is_unsupported_with_its_reason_where_splash_has_no_chunked_mask(monkeypatch):
-    from kernels import splash
+    from kernels.adapters import splash
 
     api = splash._load_api()
     monkeypatch.setattr(splash, "_load_api", lambda: dataclasses.replace(api, chunked=False))
@@ -130,7 +130,7 @@ def test_chunked_causal_is_unsupported_with_its_reason_where_splash_has_no_chunk
 @pytest.mark.parametrize("sq, sk", [(128, 128), (128, 256), (256, 128)])
 def test_chunked_causal_mask_is_the_canonical_top_left_chunk(adapter, sq, sk):
     """ChunkedCausalMask's own mask equals the reference's visibility, Sq == Sk and both Sq != Sk."""
-    from kernels import splash
+    from kernels.adapters import splash
     from reference.masks import full_visibility
 
     spec = AttentionSpec(causal=True, chunk=48)

@@ -6,8 +6,8 @@ import pytest
 
 from conformance.plan.profiles import PROFILES
 from conformance.plan.subjects import impl_names, resolve_subjects
+from kernels.contract.subject_spec import SubjectSpec, SubjectSyntaxError, parse_subject, split_subjects
 from kernels.registry import UnknownSubjectError, resolve, resolve_many
-from kernels.subject_spec import SubjectSpec, SubjectSyntaxError, parse_subject, split_subjects
 
 
 @pytest.mark.parametrize(

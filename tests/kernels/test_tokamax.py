@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from conformance.plan.subjects import impl_names
-from kernels.base import Capabilities, ShapeConstraint
-from kernels.jax_nn_attention import jax_nn_window
+from kernels.adapters.jax_nn_attention import jax_nn_window
+from kernels.adapters.tokamax import IMPLEMENTATIONS, TokamaxAdapter, mosaic_tpu_window_rejection
+from kernels.contract.base import Capabilities, ShapeConstraint
 from kernels.registry import UnknownSubjectError, expand_family, resolve, resolve_many
-from kernels.tokamax import IMPLEMENTATIONS, TokamaxAdapter, mosaic_tpu_window_rejection
 from reference.spec import AttentionShape, AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
 
@@ -129,7 +129,7 @@ def test_all_four_cpu_implementations_run_here():
 @requires_tokamax
 @pytest.mark.parametrize("impl", ("mosaic_gpu", "cudnn"))
 def test_gpu_implementations_say_why_they_are_unavailable_on_cpu(impl):
-    from kernels.jax_runtime import default_backend, installed_version
+    from kernels.runtime.jax_runtime import default_backend, installed_version
 
     if default_backend() == "gpu":
         pytest.skip("a GPU is attached")
@@ -297,7 +297,7 @@ def test_grid_index_shim_changes_no_value_and_restores_pallas(triton):
     the shim's output is bitwise the same; outside it, pallas is as it was."""
     import jax.experimental.pallas as pl
 
-    from kernels import tokamax_runtime
+    from kernels.runtime import tokamax_runtime
 
     inputs = make_inputs(9, b=1, hq=2, hkv=2, sq=64, sk=64, d=32)
     shimmed = triton.forward(inputs, AttentionSpec()).out
@@ -305,7 +305,7 @@ def test_grid_index_shim_changes_no_value_and_restores_pallas(triton):
     real = tokamax_runtime.hoisted_program_ids
     try:
         tokamax_runtime.hoisted_program_ids = contextlib.nullcontext  # type: ignore[assignment]
-        import kernels.tokamax as adapter_module
+        import kernels.adapters.tokamax as adapter_module
 
         adapter_module.hoisted_program_ids = contextlib.nullcontext  # type: ignore[assignment]
         unshimmed = plain.forward(inputs, AttentionSpec()).out
@@ -322,7 +322,7 @@ def test_grid_index_shim_changes_no_value_and_restores_pallas(triton):
 def test_remat_shim_restores_custom_vjp():
     import jax
 
-    from kernels.tokamax_runtime import remat_optimization_off
+    from kernels.runtime.tokamax_runtime import remat_optimization_off
 
     before = jax.custom_vjp.defvjp
     with remat_optimization_off():
@@ -333,7 +333,7 @@ def test_remat_shim_restores_custom_vjp():
 def test_absl_flags_are_parsed_before_the_first_call():
     from absl import flags
 
-    from kernels.tokamax_runtime import absl_flags_parsed
+    from kernels.runtime.tokamax_runtime import absl_flags_parsed
 
     absl_flags_parsed()
     assert flags.FLAGS.is_parsed()
@@ -371,7 +371,7 @@ def test_declared_shapes_answer_for_any_shape():
 def test_tokamax_0_0_10_mosaic_tpu_reads_block_kv_where_its_one_layout_puts_it():
     """0.0.10 has no q_layout to condition on: block_kv keeps the HEAD_DIM_MINOR place, unconditioned,
     so config_applied finds it (at 0.0.10 it said no place applied to every block_kv config)."""
-    from kernels.tokamax import MOSAIC_TPU_TUNABLES, _one_layout
+    from kernels.adapters.tokamax import MOSAIC_TPU_TUNABLES, _one_layout
 
     block_kv = _one_layout(MOSAIC_TPU_TUNABLES.get("block_kv"))
     (place,) = block_kv.blocks
@@ -389,7 +389,7 @@ def test_the_family_reads_what_tokamax_documents_one_way():
 
     import jax.numpy as jnp
 
-    from kernels.tokamax import KINDS, lse_from_residuals
+    from kernels.adapters.tokamax import KINDS, lse_from_residuals
 
     assert {kind.fully_masked_rows for kind in KINDS.values()} == {"unspecified"}
     lse = lse_from_residuals((jnp.array([1.5]), jnp.array([4.0])))

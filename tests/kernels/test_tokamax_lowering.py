@@ -9,8 +9,8 @@ import importlib.util
 
 import pytest
 
-from kernels.lowering import lower
-from kernels.tokamax import IMPLEMENTATIONS, LOWERS_FOR, TokamaxAdapter, mosaic_tpu_qarray_error
+from kernels.adapters.tokamax import IMPLEMENTATIONS, LOWERS_FOR, TokamaxAdapter, mosaic_tpu_qarray_error
+from kernels.hardware.lowering import lower
 from reference.spec import AttentionSpec
 from tests.kernels.cases import make_inputs
 
@@ -99,7 +99,7 @@ def test_triton_lowers_to_the_triton_custom_call_forward_and_backward():
 def _grids(call) -> list[tuple[int, ...]]:
     import jax
 
-    from kernels.jax_runtime import _iter_equations
+    from kernels.runtime.jax_runtime import _iter_equations
 
     jaxpr = jax.make_jaxpr(call.fn)(*call.args).jaxpr
     return [

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from conformance.plan.subjects import impl_names
+from kernels.adapters.tokamax_splash import IMPLEMENTATIONS, TokamaxSplashAdapter
 from kernels.registry import expand_family, resolve
-from kernels.tokamax_runtime import tokamax_version
-from kernels.tokamax_splash import IMPLEMENTATIONS, TokamaxSplashAdapter
+from kernels.runtime.tokamax_runtime import tokamax_version
 from reference.spec import AttentionShape, AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
 

@@ -7,7 +7,7 @@ import builtins
 import numpy as np
 import pytest
 
-from kernels.torch_sdpa import TorchSdpaAdapter
+from kernels.adapters.torch_sdpa import TorchSdpaAdapter
 from reference.attention import attention_forward
 from reference.spec import AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.jax_runtime import jax_version
-from kernels.tpu_flash import TpuFlashAdapter
-from kernels.tpu_interpret import tpu_interpret_mode_missing
+from kernels.adapters.tpu_flash import TpuFlashAdapter
+from kernels.runtime.jax_runtime import jax_version
+from kernels.runtime.tpu_interpret import tpu_interpret_mode_missing
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
 
@@ -112,7 +112,7 @@ def test_tpu_interpret_mode():
 
 def test_fallback_without_pallas_call_is_reported(adapter, monkeypatch):
     """If the traced function held no pallas_call, ``ran`` must say so rather than look normal."""
-    from kernels.jax_runtime import TracedPrimitives  # what the Pallas TPU adapters count
+    from kernels.runtime.jax_runtime import TracedPrimitives  # what the Pallas TPU adapters count
 
     monkeypatch.setattr(TracedPrimitives, "count", lambda self, name_prefix: 0)
     fresh = TpuFlashAdapter()
@@ -123,7 +123,11 @@ def test_fallback_without_pallas_call_is_reported(adapter, monkeypatch):
 def test_int_indexer_shim_is_gated_to_old_jax():
     from jax.experimental import pallas as pl
 
-    from kernels.tpu_interpret import INT_INDEXER_SHIM_BEFORE, interpreted_copy, interpreting_overrides
+    from kernels.runtime.tpu_interpret import (
+        INT_INDEXER_SHIM_BEFORE,
+        interpreted_copy,
+        interpreting_overrides,
+    )
 
     namespace = interpreted_copy("jax.experimental.pallas.ops.tpu.flash_attention").pl
     shimmed = "load" in vars(namespace)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from kernels.tpu_interpret import FAILURE_LINE_CHARS, failure_line, probe_failure
+from kernels.runtime.tpu_interpret import FAILURE_LINE_CHARS, failure_line, probe_failure
 
 # What JAX's io_callback raises when the TPU interpreter fails inside it (shortened, 0.12.0.1).
 CALLBACK_ERROR = (

@@ -12,8 +12,8 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import cases_for, classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
-from kernels.jax_runtime import jax_version
-from kernels.tunables import Tunable, Tunables, config_token, configured
+from kernels.contract.tunables import Tunable, Tunables, config_token, configured
+from kernels.runtime.jax_runtime import jax_version
 from reference.spec import AttentionShape, AttentionSpec
 
 PALLAS = ("tpu_flash", "splash", "pallas_gpu")

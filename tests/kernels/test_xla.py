@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.xla import XlaAdapter
+from kernels.adapters.xla import XlaAdapter
 from reference.spec import AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
 
@@ -61,8 +61,8 @@ def test_half_precision_forward(adapter, dtype):
 
 @pytest.mark.parametrize("chunk", [1, 48, 256])
 def test_chunked_causal_through_the_boolean_mask(adapter, chunk):
-    """jax.nn has no chunked mask: the adapter folds it into the boolean mask (kernels/chunked_mask.py),
-    here ANDed with a mask of the case's own and with kv lengths."""
+    """jax.nn has no chunked mask: the adapter folds it into the boolean mask
+    (kernels/runtime/chunked_mask.py), here ANDed with a mask of the case's own and with kv lengths."""
     mask = np.random.default_rng(2).random((2, 1, 256, 256)) > 0.1
     inputs = make_inputs(9, b=2, hq=2, hkv=1, sq=256, sk=256, d=32, mask=mask, kv_lengths=np.array([256, 1]))
     spec = AttentionSpec(causal=True, chunk=chunk)

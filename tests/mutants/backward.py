@@ -1,6 +1,6 @@
 """A mutant whose forward is right and whose hand-written backward is not.
 
-Plain functions are forward-only (``kernels/function_adapter.py``), so this one is an adapter
+Plain functions are forward-only (``kernels/adapters/function_adapter.py``), so this one is an adapter
 class, reached as ``--impl tests.mutants.backward:WrongDkAdapter``. Its control, the
 same adapter with autodiff gradients, is ``tests.mutants.correct:CorrectAdapter``.
 """
@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import correct
 from tests.mutants import jax_attention as core

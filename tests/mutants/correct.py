@@ -1,7 +1,7 @@
 """Correct controls: what every mutant breaks, and what the suite must accept.
 
 ``attention`` is a plain function declaring every feature the suite knows (forward
-only, as plain functions are) except bottom-right alignment: ``kernels.function_adapter`` passes
+only, as plain functions are) except bottom-right alignment: ``kernels.adapters.function_adapter`` passes
 ``alignment`` only with ``causal=True``, so a function cannot place a non-causal window
 bottom-right, and Capabilities cannot declare one without the other.
 ``CorrectAdapter`` adds gradients (``jax.vjp`` of the same code): the control for the
@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 
@@ -51,8 +51,8 @@ attention.attention_capabilities = FULL
 
 
 def keywords(inputs: AttentionInputs, spec: AttentionSpec) -> dict[str, Any]:
-    """The canonical keywords of an adapter call (as ``kernels.function_adapter`` passes them)."""
-    from kernels.function_adapter import canonical_keywords
+    """The canonical keywords of an adapter call (as ``kernels.adapters.function_adapter`` passes them)."""
+    from kernels.adapters.function_adapter import canonical_keywords
 
     return canonical_keywords(inputs, spec)
 

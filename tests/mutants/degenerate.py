@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.base import Capabilities
+from kernels.contract.base import Capabilities
 
 PLAIN = Capabilities(dtypes=("float32",), causal_alignments=("top_left",))
 

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.base import Capabilities
-from kernels.dtypes import FP8_DTYPES
+from kernels.contract.base import Capabilities
+from kernels.contract.dtypes import FP8_DTYPES
 
 OUT_DTYPE = "bfloat16"
 

@@ -29,9 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
-from kernels.lowering import LoweringCall, abstract_arrays
-from kernels.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.hardware.lowering import LoweringCall, abstract_arrays
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 from tests.mutants.correct import keywords

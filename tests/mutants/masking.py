@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.base import Capabilities
+from kernels.contract.base import Capabilities
 from tests.mutants import jax_attention as core
 
 CAUSAL_TL = Capabilities(jax_runtime=True, dtypes=("float32",), causal_alignments=("top_left",))

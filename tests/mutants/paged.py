@@ -30,8 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
-from kernels.paged_attention import (
+from kernels.adapters.paged_attention import (
     CONSTRAINTS,
     INT8_SCALE_DIVISOR,
     PAGE_SIZE,
@@ -42,7 +41,8 @@ from kernels.paged_attention import (
     scatter_pages,
     tunables,
 )
-from kernels.tunables import Config
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.contract.tunables import Config
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 

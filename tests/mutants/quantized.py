@@ -1,7 +1,7 @@
 """Attention over quantized inputs: right, and ones that forget a dequantization scale. Plain
 functions (forward only).
 
-The cases' tensors already hold the stored values (``kernels/kv_storage.py``), so each function
+The cases' tensors already hold the stored values (``kernels/runtime/kv_storage.py``), so each function
 quantizes them again (exactly: the grid is idempotent) into weights ``w`` and power-of-two
 scales, and dequantizes inside the computation as a quantized kernel does.
 
@@ -26,9 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import kv_storage
-from kernels.base import Capabilities
-from kernels.kv_storage_names import STORAGES
+from kernels.contract.base import Capabilities
+from kernels.contract.kv_storage_names import STORAGES
+from kernels.runtime import kv_storage
 
 
 def _declare(storage: str) -> Capabilities:

@@ -9,7 +9,7 @@ simulated cores each step runs on its own core, and each writes its own half of 
   the output). Only the ``races`` check, TPU interpret mode's race detector, rejects it.
 
 Both run their kernel inside ``TpuExecution("tpu").context()``, which is where
-``kernels.tpu_interpret.detect_races`` turns the detector on, and declare
+``kernels.runtime.tpu_interpret.detect_races`` turns the detector on, and declare
 ``race_detection_declared``; they are unavailable where no detector can watch them (JAX < 0.7,
 or a TPU, where the kernel would run natively).
 """
@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
-from kernels.tpu_interpret import choose_execution, race_detection_declared, race_detection_missing
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.runtime.tpu_interpret import choose_execution, race_detection_declared, race_detection_missing
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 from tests.mutants.correct import keywords

@@ -21,9 +21,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
-from kernels.ragged_paged_attention import CONSTRAINTS, PAGE_SIZE, TUNABLES, pack, sliding_window, unpack
-from kernels.tunables import Config
+from kernels.adapters.ragged_paged_attention import (
+    CONSTRAINTS,
+    PAGE_SIZE,
+    TUNABLES,
+    pack,
+    sliding_window,
+    unpack,
+)
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.contract.tunables import Config
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 

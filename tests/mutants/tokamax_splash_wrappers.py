@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from kernels.base import Capabilities, SubjectOutput
-from kernels.tokamax_splash import TokamaxSplashAdapter
+from kernels.adapters.tokamax_splash import TokamaxSplashAdapter
+from kernels.contract.base import Capabilities, SubjectOutput
 from reference.spec import AttentionInputs, AttentionSpec
 
 

@@ -13,8 +13,8 @@ import dataclasses
 
 import numpy as np
 
-from kernels.base import Capabilities, SubjectGrads
-from kernels.tokamax import TokamaxAdapter
+from kernels.adapters.tokamax import TokamaxAdapter
+from kernels.contract.base import Capabilities, SubjectGrads
 from reference.spec import AttentionInputs, AttentionSpec
 
 

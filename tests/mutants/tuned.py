@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
-from kernels.tunables import Config, Tunable, Tunables
+from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.contract.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 from tests.mutants.blocked import Blocking, online_softmax

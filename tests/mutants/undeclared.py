@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from kernels.base import Capabilities
+from kernels.contract.base import Capabilities
 from reference import AttentionInputs, AttentionSpec, attention_forward
 from tests.mutants import jax_attention as core
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.jax_runtime import JaxCall
+from kernels.runtime.jax_runtime import JaxCall
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.mutants import jax_attention as core
 from tests.mutants.correct import CorrectAdapter, keywords

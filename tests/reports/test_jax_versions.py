@@ -203,7 +203,7 @@ def test_nox_refuses_a_pair_the_tokamax_table_forbids_in_one_line(tmp_path):
     ("text", "release"), [("0.4.35", (0, 4, 35)), ("0.10.2", (0, 10, 2)), ("0.7.0rc1", (0, 7, 0))]
 )
 def test_one_parser_reads_releases_and_prereleases(text, release):
-    from kernels.jax_runtime import version_tuple
+    from kernels.runtime.jax_runtime import version_tuple
 
     assert jv.parse_version(text).release == release
     assert version_tuple(text) == release  # kernels read versions as PEP 440 too (packaging)
@@ -216,7 +216,7 @@ def test_parsed_versions_order_by_pep_440():
 
 
 def test_kernels_drop_local_labels_and_refuse_what_is_not_pep_440():
-    from kernels.jax_runtime import version_tuple
+    from kernels.runtime.jax_runtime import version_tuple
 
     assert version_tuple("2.13.0+cpu") == (2, 13, 0)
     assert version_tuple("not a version") == ()

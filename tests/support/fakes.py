@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conformance.plan.subjects import Subject
-from kernels.base import Availability, Capabilities, ShapeConstraint
+from kernels.contract.base import Availability, Capabilities, ShapeConstraint
 
 FULL = Capabilities(
     dtypes=("float32", "bfloat16", "float16"),

@@ -7,7 +7,7 @@ every program to the same stats block: on a two-core chip two programs write it 
 data race, though ``out`` is right (the numeric checks pass it). ``no_kernel`` declares race
 detection but runs NumPy: the check must not pass it, since nothing was observed.
 They run in TPU interpret mode (JAX >= 0.7.0), inside ``TpuExecution("tpu").context()``,
-which is where ``kernels.tpu_interpret.detect_races`` turns the detector on.
+which is where ``kernels.runtime.tpu_interpret.detect_races`` turns the detector on.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import functools
 
 import numpy as np
 
-from kernels.base import Capabilities
-from kernels.tpu_interpret import TpuExecution
+from kernels.contract.base import Capabilities
+from kernels.runtime.tpu_interpret import TpuExecution
 from reference import AttentionInputs, AttentionSpec, attention_forward
 
 CAPS = Capabilities(dtypes=("float32",), jax_runtime=True, race_detection=True)

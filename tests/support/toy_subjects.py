@@ -1,5 +1,5 @@
 """Tiny subjects for the suite's own meta-tests: plain functions with the canonical signature
-(``kernels/function_adapter.py``), reached as ``--impl tests.support.toy_subjects:<name>``.
+(``kernels/adapters/function_adapter.py``), reached as ``--impl tests.support.toy_subjects:<name>``.
 
 ``exact`` is float64 attention rounded to the input dtype: it must pass every check.
 ``scaled_wrong`` multiplies the logits by 1.25: the forward and lse checks must reject it.
@@ -15,7 +15,7 @@ import itertools
 
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from reference import AttentionInputs, AttentionSpec, attention_forward
 from reference.masks import full_visibility
 

@@ -11,7 +11,7 @@ from conformance.judge.baseline import BaselineGrads, BaselineOutput, numerics
 from conformance.judge.tolerance import Judgement
 from conformance.plan.cases import Case
 from conformance.plan.profiles import Profile
-from kernels.base import Adapter, Capabilities
+from kernels.contract.base import Adapter, Capabilities
 from reports.records.results_file import TensorMetrics
 
 

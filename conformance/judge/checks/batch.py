@@ -22,8 +22,8 @@ from conformance.judge.bitwise import bitwise_diff
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed, unsupported
 from conformance.judge.inputs import BATCH_INPUTS, request_inputs
 from conformance.plan.cases import Case
-from kernels import features
-from kernels.base import Capabilities
+from kernels.contract import features
+from kernels.contract.base import Capabilities
 
 ONE_REQUEST = (
     "batch 1: there is no other request whose presence could change this one's answer "

@@ -4,7 +4,7 @@ A config that silently does not apply makes every verdict on it meaningless: the
 ``block_q=64`` and the kernel tiles q by 128 (a wrapper that drops the config, a library that
 swaps in its autotuned one per device kind). So the check does not take the adapter's word for
 it: it reads the grid and block shapes of the ``pallas_call``s in the trace of the case's own
-call (``kernels/lowering.py``: ``TracedKernel``, traced once with the lowering the ``lowers``
+call (``kernels/hardware/lowering.py``: ``TracedKernel``, traced once with the lowering the ``lowers``
 check shares), and compares each tunable the config names with the block dimension its
 adapter declares it sets (``Tunable.blocks``). A tunable that no block spec carries (a loop
 step inside a kernel, a flag) cannot be read back: a config of only such tunables is
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 from conformance.judge.artifacts import SubjectError
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed, unsupported
-from kernels.lowering import TracedKernel
-from kernels.tunables import Config, Tunable, Tunables, Value
+from kernels.contract.tunables import Config, Tunable, Tunables, Value
+from kernels.hardware.lowering import TracedKernel
 
 
 def config_applied(ctx: CheckContext) -> Outcome:

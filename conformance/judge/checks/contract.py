@@ -7,7 +7,7 @@ import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
 from conformance.judge.dtypes import name_of
-from kernels import features
+from kernels.contract import features
 
 LSE_DTYPES = ("float32", "float64")
 

@@ -1,5 +1,5 @@
 """Checks of what a Pallas kernel becomes on its target hardware, judged from a CPU by lowering
-its call with the interpreter off (``kernels/lowering.py``):
+its call with the interpreter off (``kernels/hardware/lowering.py``):
 
 ``lowers``      the call lowers for its TPU or GPU, and a case declared to raise does not;
 ``vmem``        each TPU kernel's estimated VMEM fits the smallest budget of the targeted chips;
@@ -20,10 +20,10 @@ from conformance.judge import dtypes
 from conformance.judge.artifacts import SubjectError
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
 from conformance.plan.cases import Case
-from kernels import kv_storage
-from kernels.gpu_chips import GPU_CHIPS, smallest_shared_memory
-from kernels.lowering import Lowering
-from kernels.tpu_chips import TPU_CHIPS, vmem_budget
+from kernels.hardware.gpu_chips import GPU_CHIPS, smallest_shared_memory
+from kernels.hardware.lowering import Lowering
+from kernels.hardware.tpu_chips import TPU_CHIPS, vmem_budget
+from kernels.runtime import kv_storage
 from reference.masks import visible
 
 # A cost estimate's flops may be this far from the attention's (either way): kernels count
@@ -122,7 +122,7 @@ def vmem(ctx: CheckContext) -> Outcome:
 
 
 def smem(ctx: CheckContext) -> Outcome:
-    """Each Triton kernel's shared memory estimate (``kernels/shared_memory.py``)
+    """Each Triton kernel's shared memory estimate (``kernels/hardware/shared_memory.py``)
     fits the least shared memory per block among the targeted GPUs (``--gpu``): over it, Triton
     refuses to compile the kernel on that GPU."""
     gpu, budget = smallest_shared_memory(ctx.profile.gpu_targets)

@@ -11,7 +11,7 @@ from conformance.judge import behaviour
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, passed
 from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import judge
-from kernels import features
+from kernels.contract import features
 
 
 def _first(mask: np.ndarray) -> tuple[int, ...]:

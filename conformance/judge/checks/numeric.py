@@ -14,7 +14,7 @@ import numpy as np
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements
 from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import judge
-from kernels import features
+from kernels.contract import features
 
 
 def unobserved(gradient: features.Gradient) -> str:
@@ -56,7 +56,7 @@ def lse(ctx: CheckContext) -> Outcome:
 
 
 def backward(ctx: CheckContext) -> Outcome:
-    """dq, dk, dv (and each feature's gradient where declared, ``kernels/features.py``) of
+    """dq, dk, dv (and each feature's gradient where declared, ``kernels/contract/features.py``) of
     sum(out * dout), every element. A case whose input has a gradient the subject does not
     declare still judges dq, dk, dv, and says that gradient was not observed (in the reason,
     also when it passes)."""

@@ -1,5 +1,5 @@
 """``races``: no data race in the kernel's pallas_calls, seen by Pallas TPU interpret mode's
-happens-before race detector with two simulated cores (``kernels.tpu_interpret.detect_races``).
+happens-before race detector with two simulated cores (``kernels.runtime.tpu_interpret.detect_races``).
 
 A race is a property of the kernel's schedule, not of its numbers: two programs of a
 'parallel' grid dimension writing one output block, or a buffer read before the DMA that
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from conformance.judge.artifacts import call_forward, call_gradients
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed
-from kernels import tpu_interpret
+from kernels.runtime import tpu_interpret
 
 SHOWN_RACES = 3  # per call; the count says how many more there were
 
@@ -43,7 +43,7 @@ def races(ctx: CheckContext) -> Outcome:
             problems.append(
                 f"{where}: no pallas_call ran under the race detector, so nothing was checked; "
                 "a subject declaring race_detection runs its kernels in "
-                "kernels.tpu_interpret.TpuExecution('tpu').context()"
+                "kernels.runtime.tpu_interpret.TpuExecution('tpu').context()"
             )
         elif found.found:
             shown = (

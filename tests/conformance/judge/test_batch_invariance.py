@@ -11,7 +11,7 @@ from conformance.judge.inputs import build_inputs, request_inputs
 from conformance.judge.runner import run_check
 from conformance.plan import catalogue, profiles
 from conformance.plan.cases import Case
-from kernels import features
+from kernels.contract import features
 from tests.support import toy_subjects
 from tests.support.fakes import FULL, subject
 

@@ -13,7 +13,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import classify, plan
 from conformance.plan.profiles import get
 from conformance.plan.subjects import Subject, resolve_subjects
-from kernels.function_adapter import FunctionAdapter
+from kernels.adapters.function_adapter import FunctionAdapter
 from reports.records.results_file import UNDECLARED_JAX_RUNTIME
 from tests.support import toy_subjects
 

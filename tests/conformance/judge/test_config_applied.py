@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.judge.checks.config import compare, unnamed_operands
-from kernels.lowering import TracedBlock, TracedKernel
-from kernels.tunables import BlockDim, Tunable, Tunables
+from kernels.contract.tunables import BlockDim, Tunable, Tunables
+from kernels.hardware.lowering import TracedBlock, TracedKernel
 
 TUNABLES = Tunables(
     (
@@ -136,7 +136,7 @@ def test_blocks_named_after_kernel_parameters_cannot_be_read_and_say_so():
 
 def test_a_kernel_pattern_matches_the_phase_and_not_a_config_in_the_name():
     """Splash up to JAX 0.4.x appends its block sizes to each kernel's name."""
-    from kernels.splash import SPLASH_KERNEL
+    from kernels.adapters.splash import SPLASH_KERNEL
 
     forward = "splash_mha_fwd_residuals_block_kv_256_block_kv_dkv_256_block_q_8"
     dkv = BlockDim(SPLASH_KERNEL["dkv"], "args[3]", -2)

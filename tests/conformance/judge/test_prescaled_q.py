@@ -21,7 +21,7 @@ from conformance.judge import baseline
 from conformance.judge.inputs import build_dout, build_inputs
 from conformance.judge.tolerance import judge
 from conformance.plan.cases import Case
-from kernels.base import Capabilities
+from kernels.contract.base import Capabilities
 from reference import attention_backward, attention_forward
 
 CASE = Case(

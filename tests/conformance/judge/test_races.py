@@ -1,4 +1,4 @@
-"""The ``races`` check: TPU interpret mode's race detector, read through ``kernels.tpu_interpret``.
+"""The ``races`` check: TPU interpret mode's race detector, read through ``kernels.runtime.tpu_interpret``.
 
 A racy toy kernel (two programs of a 'parallel' grid axis writing one output block) must fail
 it while its numbers pass; the same kernel with a block per program must pass; a subject that
@@ -18,8 +18,8 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import plan
 from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
-from kernels import tpu_interpret
-from kernels.tpu_interpret import parse_races
+from kernels.runtime import tpu_interpret
+from kernels.runtime.tpu_interpret import parse_races
 from tests.support import fakes, race_toys
 
 TOYS = "tests.support.race_toys"

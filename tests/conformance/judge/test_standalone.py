@@ -28,9 +28,9 @@ from conformance.plan.catalogue import classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
 from conformance.suite.check_registry import declaration
-from kernels import pallas_gpu, splash
-from kernels.jax_runtime import jax_version
+from kernels.adapters import pallas_gpu, splash
 from kernels.registry import resolve
+from kernels.runtime.jax_runtime import jax_version
 from reference import attention_backward, attention_forward
 from reports.records.results_file import CaseResult
 
@@ -40,7 +40,7 @@ USER_SOURCE = '''
 import numpy as np
 
 try:  # the suite reads the declaration; a standalone repro runs without the checkout
-    from kernels.base import Capabilities
+    from kernels.contract.base import Capabilities
 except ImportError:
     Capabilities = None
 
@@ -190,7 +190,7 @@ def test_xla_masks_lengths_bias_gqa_in_bfloat16_pass_standalone(tmp_path, check)
 
 
 def test_xla_chunked_causal_as_its_boolean_mask_passes_standalone(tmp_path):
-    """The script folds the chunk into jax.nn's mask as the adapter does (kernels/chunked_mask.py)."""
+    """The script folds the chunk into jax.nn's mask as the adapter does (kernels/runtime/chunked_mask.py)."""
     case = Case("xla", "float32", batch=2, q_heads=2, kv_heads=1, q_len=96, kv_len=96, head_dim=16,
                 v_head_dim=16, causal=True, chunk=40, mask="b1qk")  # fmt: skip
     result = record(case, "forward", "xla")
@@ -728,7 +728,7 @@ def test_finite_and_shape_dtype_look_at_the_gradients_when_the_backward_pass_ran
         assert "dbias:" in done.stdout and "dq:" in done.stdout
 
 
-# --- tokamax (kernels/tokamax.py): the XLA implementations ---------------------------------
+# --- tokamax (kernels/adapters/tokamax.py): the XLA implementations ---------------------------------
 
 
 def _tokamax_or_skip(impl: str):

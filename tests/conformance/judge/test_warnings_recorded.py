@@ -11,7 +11,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import Subject
-from kernels.function_adapter import FunctionAdapter
+from kernels.adapters.function_adapter import FunctionAdapter
 from reports.records.results_file import WARNINGS
 from tests.support import toy_subjects
 

@@ -19,9 +19,9 @@ from conformance.plan import edge_matrix, profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import has_fully_masked_rows
 from conformance.plan.user_cases import CaseSyntaxError, parse_case
-from kernels import features
-from kernels.base import Capabilities, ShapeConstraint, SubjectGrads
-from kernels.tunables import Tunable, Tunables
+from kernels.contract import features
+from kernels.contract.base import Capabilities, ShapeConstraint, SubjectGrads
+from kernels.contract.tunables import Tunable, Tunables
 from reference.attention import attention_forward
 from tests.support.fakes import FULL
 

@@ -43,7 +43,7 @@ def test_a_subject_with_nothing_to_lower_gets_no_lowering_item_even_for_a_case_i
 def test_an_interpreter_limit_is_a_raises_item_but_the_lowered_call_is_lowered_and_native_drops_it():
     """Stage "interpreter": the interpreter raises, the hardware's compiler takes the case (tokamax's
     Triton backward in the generic interpreter). raises asserts it; lowers expects it to lower."""
-    from kernels.base import ShapeConstraint, compiled_where_run
+    from kernels.contract.base import ShapeConstraint, compiled_where_run
 
     limit = ShapeConstraint(
         "interpreter_odd_q",
@@ -66,7 +66,7 @@ def test_an_interpreter_limit_is_a_raises_item_but_the_lowered_call_is_lowered_a
 def test_a_case_refused_forward_lowers_no_backward_the_api_cannot_express():
     """tokamax's quantized inputs: the forward raises (declared), the backward has no gradient to take
     (basis api). lowers expects the forward to fail to lower and lowers no backward at all."""
-    from kernels.base import ShapeConstraint
+    from kernels.contract.base import ShapeConstraint
 
     refused = ShapeConstraint("odd_q_raises", "raises", lambda s, _: s.q_len % 2 == 0, "raises", "forward")
     even_q = lambda s, _: s.q_len % 2 == 0  # noqa: E731
@@ -150,7 +150,7 @@ def test_ragged_patterns_follow_the_subjects_own_page_and_block():
     """The lengths come from the declaration: a page of 8 tokens and a 2-page block give rows of
     9 (a page and one) and 15, 16, 17 (around the block); kv lengths only where q lengths are not
     declared; none at all for a subject without lengths."""
-    from kernels.tunables import Tunable, Tunables
+    from kernels.contract.tunables import Tunable, Tunables
 
     caps = dataclasses.replace(
         FULL, q_lengths=False, tunables=Tunables((Tunable("pages_per_block", 2, "kv", unit=8),))
@@ -182,7 +182,7 @@ def test_every_length_taking_subject_plans_the_ragged_patterns_at_ci(name):
 
 
 def test_config_applied_plans_the_configured_cases_and_says_why_for_a_subject_without_tunables():
-    from kernels.tunables import Tunable, Tunables
+    from kernels.contract.tunables import Tunable, Tunables
 
     tuned = dataclasses.replace(
         FULL, lowers_for="tpu", tunables=Tunables((Tunable("block_q", 128, "q", multiple_of=8),))

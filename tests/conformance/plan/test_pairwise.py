@@ -9,7 +9,7 @@ import pytest
 from conformance.plan import catalogue, pairwise, profiles
 from conformance.plan.cases import Case
 from conformance.plan.subjects import resolve_subjects
-from kernels.base import Capabilities
+from kernels.contract.base import Capabilities
 from reports.run_report.pairwise_table import pairwise_section
 from tests.support.fakes import FULL
 

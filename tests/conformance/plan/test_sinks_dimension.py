@@ -17,8 +17,8 @@ from conformance.plan import edge_matrix, profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import has_fully_masked_rows
 from conformance.plan.user_cases import CaseSyntaxError, parse_case
-from kernels.base import Capabilities, SubjectGrads
-from kernels.function_adapter import canonical_keywords, required_keywords
+from kernels.adapters.function_adapter import canonical_keywords, required_keywords
+from kernels.contract.base import Capabilities, SubjectGrads
 from reference.spec import AttentionSpec
 from tests.support.fakes import FULL
 
@@ -112,7 +112,7 @@ def test_the_backward_check_judges_dsinks_where_declared_and_says_when_it_cannot
 def test_a_sink_case_gets_a_standalone_repro_that_draws_sinks_as_the_suite_does():
     from conformance.judge import repro
     from conformance.suite.check_registry import declaration
-    from kernels.function_adapter import FunctionAdapter
+    from kernels.adapters.function_adapter import FunctionAdapter
     from tests.mutants import correct
 
     impl = "tests.mutants.correct:attention"

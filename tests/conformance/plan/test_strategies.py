@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conformance.plan import profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.shrink import shrink
-from kernels.base import Capabilities
+from kernels.contract.base import Capabilities
 from tests.support.fakes import BLOCKED, FULL
 
 FLAGS = (
@@ -125,7 +125,7 @@ def test_shrinking_that_runs_out_of_time_returns_the_best_so_far_without_raising
 
 def test_a_decode_only_subject_gets_decode_draws_with_kv_lengths_and_megacore_configs():
     """paged_attention's declaration (Sq must be 1): draws are decode cases, not none at all."""
-    from kernels.paged_attention import CONSTRAINTS, tunables
+    from kernels.adapters.paged_attention import CONSTRAINTS, tunables
 
     caps = Capabilities(
         dtypes=("float32",),
@@ -156,7 +156,7 @@ def test_chunks_are_drawn_only_where_declared_and_draw_nothing_elsewhere():
 def test_a_ragged_row_pattern_is_drawn_at_any_row_for_a_subject_with_lengths():
     """paged_attention's declaration: a page (16 tokens) and a 4-page compute block (64): drawn kv
     lengths hold an empty, one-token or boundary row somewhere other than the last row too."""
-    from kernels.paged_attention import CONSTRAINTS, tunables
+    from kernels.adapters.paged_attention import CONSTRAINTS, tunables
 
     caps = Capabilities(
         dtypes=("float32",),

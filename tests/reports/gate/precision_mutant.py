@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from kernels.base import Capabilities
+from kernels.contract.base import Capabilities
 from tests.mutants import blocked
 
 ACCUMULATOR = "GATE_CALIBRATION_ACCUMULATOR"

@@ -35,7 +35,7 @@ class BlockDim:
     its ``unit``, clipped to the array (a kernel may clip a block to a shorter sequence).
     ``when``: (tunable, value) pairs the config must resolve to for this place to hold (a
     layout choice that moves the sequence dimension); empty: always.
-    The ``config_applied`` check reads these (``kernels/lowering.py``: ``TracedKernel``)."""
+    The ``config_applied`` check reads these (``kernels/hardware/lowering.py``: ``TracedKernel``)."""
 
     kernel: str
     operand: str

@@ -15,14 +15,17 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from kernels import features as features_table
-from kernels.dtypes import DTYPES, FP8_DTYPES  # the one list, stdlib only so that reports reads it too
-from kernels.features import BROADCAST_DIMS
-from kernels.kv_storage_names import STORAGES
-from kernels.tunables import Config, Tunables
+from kernels.contract import features as features_table
+from kernels.contract.dtypes import (  # the one list, stdlib only so that reports reads it too
+    DTYPES,
+    FP8_DTYPES,
+)
+from kernels.contract.features import BROADCAST_DIMS
+from kernels.contract.kv_storage_names import STORAGES
+from kernels.contract.tunables import Config, Tunables
 from reference.spec import Alignment, AttentionInputs, AttentionShape, AttentionSpec
 
-# The hardware a kernel can be lowered for (``Capabilities.lowers_for``; kernels/lowering.py).
+# The hardware a kernel can be lowered for (``Capabilities.lowers_for``; kernels/hardware/lowering.py).
 Platform = Literal["tpu", "cuda"]
 PLATFORMS: tuple[str, ...] = ("tpu", "cuda")
 
@@ -215,10 +218,10 @@ class Capabilities:
     # a first call with JAX's caches cleared) and the report flags the missing declaration.
     jax_runtime: bool = False
     # The kernels run under Pallas TPU interpret mode with a race detector the suite can switch
-    # on (kernels/tpu_interpret.py: race_detection_declared); the races check needs it.
+    # on (kernels/runtime/tpu_interpret.py: race_detection_declared); the races check needs it.
     race_detection: bool = False
     # Parameters a user may tune (block sizes, ...) and their legal space; a case's config
-    # names values for some of them (kernels/tunables.py). Empty: nothing to tune.
+    # names values for some of them (kernels/contract/tunables.py). Empty: nothing to tune.
     tunables: Tunables = Tunables()
     # What the implementation rounds inside, beyond its inputs, in fp8 cases (the baseline follows
     # it: conformance/judge/baseline.py). None: every intermediate stays float32 (matmuls
@@ -238,7 +241,7 @@ class Capabilities:
     # where it is not the input's: e.g. (("float8_e4m3fn", "bfloat16"),) for an fp8 kernel that
     # writes bf16. The shape_dtype check expects it and the baseline rounds its out to it.
     output_dtypes: tuple[tuple[str, str], ...] = ()
-    # How the implementation stores K/V when narrower than the dtype (kernels/kv_storage.py,
+    # How the implementation stores K/V when narrower than the dtype (kernels/runtime/kv_storage.py,
     # e.g. "int8" per token, "int8_per_channel", "float8_e4m3fn_per_head"): every case of it
     # carries this storage and its K/V are rounded to it, so the reference sees exactly the
     # values the implementation computes with. None: the dtype.
@@ -250,7 +253,7 @@ class Capabilities:
     q_storages: tuple[str, ...] = ()
     kv_storages: tuple[str, ...] = ()
     # The hardware the kernel is written for, when the adapter can lower its call for it with
-    # the interpreter off (``Adapter.lowering``; kernels/lowering.py): "tpu" (Mosaic) or "cuda"
+    # the interpreter off (``Adapter.lowering``; kernels/hardware/lowering.py): "tpu" (Mosaic) or "cuda"
     # (Triton). The lowers, vmem and observable checks need it. None: nothing to lower.
     lowers_for: str | None = None
 
@@ -468,8 +471,9 @@ class Adapter(Protocol):
         ...
 
     # Optional, for subjects built on JAX (the ``vmap`` check transforms it; without it, unsupported):
-    #   def jax_call(self, inputs, spec, dout=None) -> kernels.jax_runtime.JaxCall
+    #   def jax_call(self, inputs, spec, dout=None) -> kernels.runtime.jax_runtime.JaxCall
     # the forward call (dout None) or the gradients call, as JAX arrays and a function of them.
     # Optional, for subjects that declare ``Capabilities.lowers_for``:
-    #   def lowering(self, inputs, spec, direction: "forward" | "backward") -> kernels.lowering.LoweringCall
+    #   def lowering(self, inputs, spec, direction: "forward" | "backward") -> LoweringCall
+    #   (kernels.hardware.lowering)
     # the same call as forward/gradients, built for the target hardware with the interpreter off.

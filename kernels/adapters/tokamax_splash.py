@@ -7,7 +7,8 @@ Every call goes through the public ``splash_attention(q, k, v, mask, segment_ids
 mask_value, attn_logits_soft_cap, dropout_rate, prng_key, implementation)`` with ``implementation=``
 a one-element tuple holding the implementation's op (``api.py:95-100`` takes a str, a callable or a
 sequence); Mosaic TPU's op is built with its forward ``Config`` named explicitly (the op's own
-``bind(...).default_config``), as ``kernels/tokamax.py`` does. Gradients are ``jax.vjp`` of that call:
+``bind(...).default_config``), as ``kernels/adapters/tokamax.py`` does. Gradients are ``jax.vjp``
+of that call:
 the op's own VJP op (``base.SplashAttentionVjp``, ``pallas_mosaic_tpu_vjp``). The lse comes from the
 op's residuals ``(max_logits, logsumexp)`` (``return_residuals=True``, through a callable passed as
 the implementation: the public function has no such argument).
@@ -18,14 +19,14 @@ Translation from canonical semantics (``docs/semantics.md``), read in tokamax 0.
 
 * Layout ``[H, S, D]`` per call, no batch (``api.py:50-52``): the batch is ``jax.vmap``-ed (one
   traced call, as a user batches it), or under TPU interpret mode one call per batch row (the TPU
-  interpreter cannot vmap a Pallas TPU kernel, ``kernels/tokamax.py``); rows are independent, so
+  interpreter cannot vmap a Pallas TPU kernel, ``kernels/adapters/tokamax.py``); rows are independent, so
   both give the same values.
 * No scale argument: the logits are ``q.k`` as given (``reference.py:87``, the kernel likewise). q is
   multiplied by the scale in float32 and rounded once to its dtype, as every caller must: declared
   ``q_prescaled``.
 * GQA is native, consecutive query heads sharing a kv head (``reference.py:237-252``); MQA (Hkv = 1,
   Hq > 1) is passed as the API spells it: ``is_mqa=True`` with 2-D ``k``/``v`` ``[Sk, D]``.
-* Masks are splash mask objects (``splash_attention_mask.py``), built by ``kernels.splash``'s own
+* Masks are splash mask objects (``splash_attention_mask.py``), built by ``kernels.adapters.splash``'s own
   translation (``mask_layout``, ``structural_mask``): causal ``CausalMask(offset)`` with ``offset = 0``
   (top-left) or ``Sk - Sq`` (bottom-right), a window ``LocalMask(window, offset)`` (causal folded in),
   chunked ``ChunkedCausalMask`` (no offset: top-left only), ANDed with a ``LocalMask`` for a window.
@@ -57,7 +58,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kernels.base import (
+from kernels.adapters.splash import mask_layout, structural_mask
+from kernels.contract.base import (
     Availability,
     Capabilities,
     ShapeConstraint,
@@ -65,7 +67,7 @@ from kernels.base import (
     SubjectOutput,
     compiled_where_run,
 )
-from kernels.jax_runtime import (
+from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
     TracedPrimitives,
@@ -77,14 +79,13 @@ from kernels.jax_runtime import (
     to_jax,
     to_numpy,
 )
-from kernels.splash import mask_layout, structural_mask
-from kernels.tokamax_runtime import (
+from kernels.runtime.tokamax_runtime import (
     DISTRIBUTION,
     absl_flags_parsed,
     interpretable_op,
     remat_optimization_off,
 )
-from kernels.tpu_interpret import tpu_interpret_mode_missing
+from kernels.runtime.tpu_interpret import tpu_interpret_mode_missing
 from reference.spec import AttentionInputs, AttentionSpec
 
 Implementation = Literal["base", "mosaic_tpu"]
@@ -293,7 +294,7 @@ def tokamax_splash_attention(
     """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None).
 
     q is multiplied by ``scale`` in float32 and rounded once to its dtype (splash takes no scale).
-    ``layout``: ``kernels.splash.mask_layout``'s structural mask. ``mask``: None or a boolean
+    ``layout``: ``kernels.adapters.splash.mask_layout``'s structural mask. ``mask``: None or a boolean
     ``[Bm, Hm, Sq, Sk]`` (Bm in 1, B; Hm in 1, Hq), ANDed with the structural mask; with Hm > 1 each
     query head is its own call. ``sinks: [Hq]`` or None, shared by every row. ``loop``: one call per
     batch row instead of ``vmap``."""

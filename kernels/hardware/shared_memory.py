@@ -1,6 +1,6 @@
 """How much shared memory a Pallas Triton kernel asks of its GPU, estimated from its trace on a CPU.
 
-Lowering for CUDA (``kernels/lowering.py``) stops at Triton IR: the shared memory a kernel needs
+Lowering for CUDA (``kernels/hardware/lowering.py``) stops at Triton IR: the shared memory a kernel needs
 is decided later, on the GPU, when Triton compiles it for the chip, and a kernel that needs more
 than the chip has fails there ("Shared memory size limit exceeded"). This module estimates it from
 the kernel's jaxpr, by the rule Triton's NVIDIA backend follows for the matmuls of a kernel:

@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
-from kernels.jax_runtime import (
+from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
     array_key,

@@ -25,7 +25,7 @@ Translation from canonical semantics (``docs/semantics.md``), in pure functions 
 * Quantized K/V (``k_scale``/``v_scale``, from 0.6.0): ``kv_pages`` in an 8-bit type with one
   Python float scale for K and one for V, so a scale per tensor: the subject declares
   ``kv_storages`` ``<element>_per_tensor``. A case with such a ``kv_storage`` already holds
-  ``w * step`` (``kernels/kv_storage.py``, ``step`` a power of two); the adapter quantizes K and V
+  ``w * step`` (``kernels/runtime/kv_storage.py``, ``step`` a power of two); the adapter quantizes K and V
   again (losslessly), scatters the weights into the pages and passes ``k_scale = step_k``,
   ``v_scale = step_v``. The kernel multiplies in float32 and rounds to q's dtype: exact, for a
   power of two times an 8-bit value. Unowned pages hold garbage weights.
@@ -41,10 +41,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels import kv_storage
-from kernels import paged_attention as paged
-from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
-from kernels.jax_runtime import (
+from kernels.adapters import paged_attention as paged
+from kernels.adapters.paged_attention import GARBAGE_STD, PAGE_SIZE
+from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
+from kernels.runtime import kv_storage
+from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
     array_key,
@@ -52,9 +55,7 @@ from kernels.jax_runtime import (
     jit_observed,
     to_jax,
 )
-from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
-from kernels.paged_attention import GARBAGE_STD, PAGE_SIZE
-from kernels.tpu_interpret import (
+from kernels.runtime.tpu_interpret import (
     TpuExecution,
     choose_execution,
     pallas_ran,
@@ -62,7 +63,6 @@ from kernels.tpu_interpret import (
     probe_failure,
     race_detection_declared,
 )
-from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.ragged_paged_attention"
@@ -221,7 +221,7 @@ def scatter_kv(k: np.ndarray, v: np.ndarray, table: np.ndarray, total: int, seed
 
 def stored_kv(k: np.ndarray, v: np.ndarray, storage: str | None) -> tuple[np.ndarray, np.ndarray, tuple]:
     """(K weights, V weights, (k_scale, v_scale)) for a per-tensor ``storage``: ``k == w_k * k_scale``
-    exactly (``kernels/kv_storage.py``); ``k, v, (None, None)`` for None."""
+    exactly (``kernels/runtime/kv_storage.py``); ``k, v, (None, None)`` for None."""
     if storage is None:
         return k, v, (None, None)
     (w_k, step_k), (w_v, step_v) = kv_storage.quantize(k, storage), kv_storage.quantize(v, storage)

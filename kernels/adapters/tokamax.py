@@ -41,7 +41,7 @@ Translation from canonical semantics (``docs/semantics.md``), read in tokamax's
   (``tokamax-mosaic-tpu-residuals-not-documented-pair``), not a reading of its own.
   xla_chunked raises on ``return_residuals=True``: no lse.
 
-On CPU (``kernels/tokamax_runtime.py``): Triton runs in JAX's generic Pallas interpreter under
+On CPU (``kernels/runtime/tokamax_runtime.py``): Triton runs in JAX's generic Pallas interpreter under
 ``tokamax.config.cross_compile(True)``, with its grid indices read once at each kernel's top
 level (the interpreter cannot lower ``pl.program_id`` inside the loop bodies that read it);
 Mosaic TPU in TPU interpret mode, with the ops' ``supported_on`` answered for the interpreter,
@@ -62,7 +62,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kernels.base import (
+from kernels.adapters.jax_nn_attention import jax_nn_window
+from kernels.contract.base import (
     Availability,
     Capabilities,
     ShapeConstraint,
@@ -70,8 +71,10 @@ from kernels.base import (
     SubjectOutput,
     compiled_where_run,
 )
-from kernels.jax_nn_attention import jax_nn_window
-from kernels.jax_runtime import (
+from kernels.contract.kv_storage_names import STORAGES
+from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall
+from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
     TracedPrimitives,
@@ -84,11 +87,9 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
-from kernels.kv_storage import quantize
-from kernels.kv_storage_names import STORAGES
-from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall
-from kernels.standalone import StandaloneCall, source_of
-from kernels.tokamax_runtime import (
+from kernels.runtime.kv_storage import quantize
+from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.tokamax_runtime import (
     DISTRIBUTION,
     OLDEST,
     absl_flags_parsed,
@@ -98,7 +99,6 @@ from kernels.tokamax_runtime import (
     remat_optimization_off,
     tokamax_version,
 )
-from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 Implementation = Literal["xla", "xla_chunked", "mosaic_tpu", "triton", "mosaic_gpu", "cudnn"]
@@ -731,7 +731,7 @@ def tokamax_gradients(
 
 def quantized(x, storage, dtype):
     """``x: [B, H, S, D]`` (NumPy, already on ``storage``'s grid) -> a qwix ``QArray``: its weights
-    in the storage's element type and one power-of-two scale per group (``kernels/kv_storage.py``),
+    in the storage's element type and one power-of-two scale per group (``kernels/runtime/kv_storage.py``),
     the scale in the case's ``dtype`` (qwix dequantizes to the scale's dtype). ``x`` itself, as a
     JAX array, for ``storage`` None."""
     import jax.numpy as jnp
@@ -957,7 +957,7 @@ class TokamaxAdapter:
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call as it runs on the kernel's own hardware, for its compiler
-        (``kernels/lowering.py``): the same op and configs as the interpreted call, with no
+        (``kernels/hardware/lowering.py``): the same op and configs as the interpreted call, with no
         interpreter and none of its shims (no per-batch loop, remat optimisation on, ``pl.program_id``
         as tokamax reads it); only ``supported_on`` answers True here, where the chip is absent.
         Mosaic TPU is lowered under an abstract TPU (``DEFAULT_DEVICE_KIND``): splash reads the chip's
@@ -983,7 +983,7 @@ class TokamaxAdapter:
         return LoweringCall(platform, fn, args, DEFAULT_DEVICE_KIND if platform == "tpu" else None)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """The forward and gradients calls as standalone script text (``kernels.standalone``): the
+        """The forward and gradients calls as standalone script text (``kernels.runtime.standalone``): the
         same translation functions, op, Configs (the explicit ones the suite passed) and QArray
         inputs, and the absl-flags workaround, with jax, numpy and tokamax (and qwix, tokamax's
         own dependency, for quantized inputs) only. The XLA implementations only, which run
@@ -991,7 +991,7 @@ class TokamaxAdapter:
 
         Not mosaic_tpu, triton, mosaic_gpu or cudnn (NotImplementedError, so their repros fall
         back to the checkout script, ``conformance.judge.repro``). The interpreter shims of
-        ``kernels/tokamax_runtime.py`` (``interpretable_op``, ``remat_optimization_off``,
+        ``kernels/runtime/tokamax_runtime.py`` (``interpretable_op``, ``remat_optimization_off``,
         ``generic_interpret``, ``hoisted_program_ids`` with its context variable) and
         ``per_batch_row`` are module-level JAX-only code and could be embedded like these. What
         stops it: their explicit forward Config is, outside a config case, the op's

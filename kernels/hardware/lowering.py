@@ -14,7 +14,7 @@ What the lowered module tells:
 * each kernel's grid and block shapes as traced (``TracedKernel``: the one walker of the
   pallas_calls in a call's jaxpr), kept even when the hardware rejects the call: the
   ``config_applied`` check compares them with the config the case asked for;
-* each Triton kernel's shared memory, estimated from its trace (``kernels/shared_memory.py``);
+* each Triton kernel's shared memory, estimated from its trace (``kernels/hardware/shared_memory.py``);
 * each TPU kernel's VMEM footprint, estimated from the pallas_call as traced for lowering:
   every VMEM block operand times its buffer count (2 unless the block spec says otherwise:
   Pallas double-buffers its pipeline), plus VMEM scratch once, each padded to the TPU tile
@@ -38,8 +38,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kernels.base import PLATFORMS, Platform
-from kernels.shared_memory import SharedMemoryFootprint, estimate, itemsize, num_stages
+from kernels.contract.base import PLATFORMS, Platform
+from kernels.hardware.shared_memory import SharedMemoryFootprint, estimate, itemsize, num_stages
 
 # The custom-call targets Pallas lowers to, per platform.
 _TARGETS = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
@@ -116,7 +116,7 @@ class Lowering:
     # The pallas_calls as traced, in order; set whenever tracing succeeded (a call the
     # hardware's compiler then rejects still shows what it asked for).
     traced: tuple[TracedKernel, ...] = ()
-    # CUDA: each Triton kernel's shared memory, estimated from its trace (kernels/shared_memory.py).
+    # CUDA: each Triton kernel's shared memory, estimated from its trace (kernels/hardware/shared_memory.py).
     shared_memory: tuple[SharedMemoryFootprint, ...] = ()
 
     @property
@@ -325,7 +325,7 @@ _POSITIONAL_ORIGIN = re.compile(r"(args|outputs)\[\d+\]|outputs")
 def pallas_calls(closed_jaxpr: Any) -> tuple[Any, ...]:
     """Every pallas_call equation in a traced call (``jax.make_jaxpr`` or
     ``jit(...).trace(...).jaxpr``), nested jaxprs included, in order."""
-    from kernels.jax_runtime import _iter_equations
+    from kernels.runtime.jax_runtime import _iter_equations
 
     jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
     return tuple(e for e in _iter_equations(jaxpr) if e.primitive.name == "pallas_call")

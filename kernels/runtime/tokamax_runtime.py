@@ -41,11 +41,11 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
-from kernels.jax_runtime import installed_version, version_tuple
+from kernels.runtime.jax_runtime import installed_version, version_tuple
 
 DISTRIBUTION = "tokamax"
 # tokamax 0.0.10 registers Mosaic TPU attention, reads absl flags inside the call and resolves
-# "mosaic" by device kind; the adapter is written against 0.0.10 to 0.0.17 (kernels/tokamax.py).
+# "mosaic" by device kind; the adapter is written against 0.0.10 to 0.0.17 (kernels/adapters/tokamax.py).
 OLDEST = (0, 0, 10)
 
 

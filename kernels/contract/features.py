@@ -9,7 +9,7 @@ everything the suite needs to know of it, and every consumer iterates ``FEATURES
   builds its dataclass from them),
 * the ``Capabilities`` attribute that declares it and the sentence a case outside the
   declaration gets (``Capabilities.admits``),
-* the canonical keywords a plain function receives for it (``kernels/function_adapter.py``)
+* the canonical keywords a plain function receives for it (``kernels/adapters/function_adapter.py``)
   and the ``AttentionSpec`` fields it sets,
 * its case-id token, its grid column and label, and its words in a review,
 * how ``--case`` spells it, how hypothesis draws and shrinks it, and its pairwise
@@ -34,8 +34,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernels import kv_storage_names
-from kernels.kv_storage_names import STORAGES
+from kernels.contract import kv_storage_names
+from kernels.contract.kv_storage_names import STORAGES
 
 # A broadcast pattern names the full axes; "1" marks a broadcast (size-1) axis.
 BIAS_AXES = "bhqk"
@@ -1143,7 +1143,7 @@ def _storage_across_batch(field: str, tensors: str) -> Callable[[Any], str | Non
 
 
 def _storage_feature(field: str, declared: str, prefix: str, at: int, fixed_by: str | None = None) -> Feature:
-    """A tensor's storage (``kernels/kv_storage.py``): the case passes it quantized, weights with
+    """A tensor's storage (``kernels/runtime/kv_storage.py``): the case passes it quantized, weights with
     scales, in the named storage, and its values are rounded to what that storage holds when the
     inputs are built (so the reference, the baseline and the subject all see exactly those).
     Declared by ``Capabilities.<declared>`` (the storages its call accepts); drawn at ``at``.

@@ -11,7 +11,7 @@ Translation from canonical semantics (``docs/semantics.md``):
   than any distance between a query and a key.
 * Valid lengths map to ``query_seq_lengths``/``key_value_seq_lengths`` (int32);
   the boolean mask is passed as is (True = may attend).
-* A chunked causal mask (``chunk``) has no argument: ``kernels.chunked_mask`` folds it into the
+* A chunked causal mask (``chunk``) has no argument: ``kernels.runtime.chunked_mask`` folds it into the
   boolean mask (``[B|1, 1, Sq, Sk]``, ANDed with the case's), and ``is_causal`` stays on.
 * ``lse`` comes from ``return_residual=True`` where this JAX has it; it is laid out
   ``[B, T, N]`` and transposed to ``[B, H, Sq]``.
@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kernels.base import Availability, SubjectGrads, SubjectOutput
-from kernels.chunked_mask import as_mask, chunk_plane, fold_chunk
-from kernels.jax_runtime import (
+from kernels.contract.base import Availability, SubjectGrads, SubjectOutput
+from kernels.runtime.chunked_mask import as_mask, chunk_plane, fold_chunk
+from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
     TracedPrimitives,
@@ -39,7 +39,7 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
-from kernels.standalone import StandaloneCall, source_of
+from kernels.runtime.standalone import StandaloneCall, source_of
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 Implementation = Literal["xla", "cudnn"]
@@ -233,8 +233,8 @@ class JaxNnRunner:
     def standalone(
         self, shape: AttentionShape, spec: AttentionSpec, lse: bool, chunk_offsets: tuple[int, ...] = (0,)
     ) -> StandaloneCall:
-        """The calls above as script text (``kernels.standalone``); ``chunk_offsets``: each row's
-        ``diag(i) - i`` for a chunked case (``kernels.chunked_mask.diagonal_offsets``)."""
+        """The calls above as script text (``kernels.runtime.standalone``); ``chunk_offsets``: each row's
+        ``diag(i) - i`` for a chunked case (``kernels.runtime.chunked_mask.diagonal_offsets``)."""
         options = ", ".join(
             f"{k}={v!r}" for k, v in _static(self.implementation, shape, spec).options().items()
         )

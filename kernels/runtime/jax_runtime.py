@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from packaging.version import InvalidVersion, Version
 
-from kernels.base import Availability
+from kernels.contract.base import Availability
 
 
 def installed_version(distribution: str) -> str | None:

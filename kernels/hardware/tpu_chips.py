@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kernels.target_list import parse_target_list
+from kernels.contract.target_list import parse_target_list
 
 MIB = 1 << 20
 

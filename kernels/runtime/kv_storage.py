@@ -8,7 +8,7 @@ the values the stored form holds (the project rule for dtypes, applied to the ca
 
 A storage is an element type and the group that shares one scale, named
 ``<element>_per_<group>`` (``"int8"`` alone is int8 per token, the first one there was; the
-names: ``kernels/kv_storage_names.py``):
+names: ``kernels/contract/kv_storage_names.py``):
 
 * element ``int8``: ``w`` an integer in [-127, 127]; ``float8_e4m3fn`` / ``float8_e5m2``: ``w``
   an fp8 value, at most 448 / 57344 in magnitude;
@@ -33,8 +33,8 @@ import numpy as np
 
 # The names, element limits and groups (standard library only, so the feature table and the
 # reports read them too); here as well, for the adapters and the scripts that embed this module.
-from kernels.kv_storage_names import ELEMENT_LIMITS, GROUP_AXES, storage_parts
-from kernels.kv_storage_names import KV_STORAGES as KV_STORAGES
+from kernels.contract.kv_storage_names import ELEMENT_LIMITS, GROUP_AXES, storage_parts
+from kernels.contract.kv_storage_names import KV_STORAGES as KV_STORAGES
 
 INT8_LIMIT = 127  # |w| <= 127: symmetric, so -w is representable too
 

@@ -4,7 +4,7 @@ library only.
 A storage is an element type and the group of ``x: [B, H, S, D]`` that shares one scale,
 named ``<element>_per_<group>`` (``"int8"`` alone is int8 per token, the first one there
 was). The same names serve every tensor a subject stores quantized: q (``Case.q_storage``)
-and K/V (``Case.kv_storage``). The rounding to a storage is ``kernels/kv_storage.py``
+and K/V (``Case.kv_storage``). The rounding to a storage is ``kernels/runtime/kv_storage.py``
 (NumPy); this module holds only the names, so that the feature table and the report grid
 (whose gate runs with no installs) read the same list.
 """

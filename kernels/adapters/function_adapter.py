@@ -48,9 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from kernels import features
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
-from kernels.standalone import StandaloneCall
+from kernels.contract import features
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.runtime.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
 
 CAPABILITIES_ATTRIBUTE = "attention_capabilities"
@@ -79,7 +79,7 @@ def check_signature(fn: Callable[..., Any], capabilities: Capabilities, where: s
     if len(positional) < 3 and not var_positional:
         raise PluginSignatureError(
             f"{where}: takes {len(positional)} positional parameters; the canonical signature is "
-            f"fn(q, k, v, *, scale, ...) (see kernels/function_adapter.py)"
+            f"fn(q, k, v, *, scale, ...) (see kernels/adapters/function_adapter.py)"
         )
     accepted = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
     missing = [n for n in required_keywords(capabilities) if n not in accepted and not var_keyword]
@@ -106,7 +106,7 @@ def declared_capabilities(fn: Callable[..., Any], where: str) -> Capabilities:
     declared = getattr(fn, CAPABILITIES_ATTRIBUTE, DEFAULT_CAPABILITIES)
     if not isinstance(declared, Capabilities):
         raise PluginSignatureError(
-            f"{where}: {CAPABILITIES_ATTRIBUTE} must be a kernels.base.Capabilities, "
+            f"{where}: {CAPABILITIES_ATTRIBUTE} must be a kernels.contract.base.Capabilities, "
             f"got {type(declared).__name__}"
         )
     if declared.backward or any(getattr(declared, g.declared_by) for g in features.gradients()):
@@ -164,7 +164,7 @@ class FunctionAdapter:
         return SubjectOutput(out=np.asarray(result), ran=self.name)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """The call ``forward`` makes, as standalone script text (``kernels.standalone``): the
+        """The call ``forward`` makes, as standalone script text (``kernels.runtime.standalone``): the
         user's own import line, and the keywords ``canonical_keywords`` passes for this case
         (``inputs`` may be a skeleton: only which arrays are set matters)."""
         module, _, attribute = self.name.partition(":")

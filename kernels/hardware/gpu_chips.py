@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kernels.target_list import parse_target_list
+from kernels.contract.target_list import parse_target_list
 
 KIB = 1024
 

@@ -22,7 +22,7 @@ rule for ``load`` then crashes with ``'int' object has no attribute 'shape'``.
 The private namespace's ``load``/``store`` turn those ints into int32 scalars
 first (``_int_indexer_shim``). The shim is gated to ``jax < 0.6`` and tested.
 
-The Pallas TPU adapters (``kernels.tpu_flash``, ``kernels.splash``) share two things
+The Pallas TPU adapters (``kernels.adapters.tpu_flash``, ``kernels.adapters.splash``) share two things
 from here: ``pallas_tpu_availability`` (the execution, TPU interpret mode's presence,
 the kernel module's import) and ``pallas_ran`` (the "ran" string: pallas_calls traced,
 and how they ran).
@@ -53,15 +53,15 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
 
-from kernels.base import Availability, Execution
-from kernels.jax_runtime import (
+from kernels.contract.base import Availability, Execution
+from kernels.runtime.jax_runtime import (
     TracedPrimitives,
     default_backend,
     installed_jax_versions,
     jax_version,
     unavailable_because,
 )
-from kernels.standalone import source_of
+from kernels.runtime.standalone import source_of
 
 Interpreter = Literal["generic", "tpu"]
 INTERPRETERS: tuple[Interpreter, ...] = ("generic", "tpu")
@@ -477,7 +477,7 @@ def _int_indexer_shim(pl: Any) -> tuple[Any, Any]:
 
 def standalone_shim() -> tuple[tuple[str, ...], tuple[str, ...], bool]:
     """(imports, definitions, int_indexer_shim) of the interpreting copy, for a standalone script
-    (``kernels.standalone``): the functions above, verbatim, and this JAX's shim decision."""
+    (``kernels.runtime.standalone``): the functions above, verbatim, and this JAX's shim decision."""
     imports = ("import functools", "import importlib", "import importlib.util", "import sys", "import types")
     definitions = (
         f"_COPY_PREFIX = {_COPY_PREFIX!r}  # outside any real package: it never shadows JAX's module\n",

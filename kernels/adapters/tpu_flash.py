@@ -31,15 +31,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import (
+from kernels.contract.base import (
     Availability,
     Capabilities,
     ShapeConstraint,
     SubjectGrads,
     SubjectOutput,
 )
-from kernels.dtypes import FP8_DTYPES
-from kernels.jax_runtime import (
+from kernels.contract.dtypes import FP8_DTYPES
+from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.hardware.lowering import LoweringCall, abstract_arrays
+from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
     TracedPrimitives,
@@ -48,9 +50,8 @@ from kernels.jax_runtime import (
     to_jax,
     to_numpy,
 )
-from kernels.lowering import LoweringCall, abstract_arrays
-from kernels.standalone import StandaloneCall, source_of
-from kernels.tpu_interpret import (
+from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.tpu_interpret import (
     INTERPRETERS,
     Interpreter,
     TpuExecution,
@@ -61,7 +62,6 @@ from kernels.tpu_interpret import (
     race_detection_declared,
     standalone_shim,
 )
-from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.flash_attention"
@@ -142,7 +142,7 @@ CONSTRAINTS = (
 
 # --- version compatibility: everything that differs between JAX versions --------------
 # The kernel's API is the same from 0.4.35 to 0.10.2; what differs is how it can be
-# interpreted on CPU (kernels/tpu_interpret.py) and whether the private
+# interpreted on CPU (kernels/runtime/tpu_interpret.py) and whether the private
 # _flash_attention_impl keeps the signature we call for lse.
 # Tunables: BlockSizes has the same eleven fields, defaults (all 128, block_b 1) and
 # checks at every version from 0.4.35 to 0.10.2. Minor blocks must divide their major
@@ -236,7 +236,7 @@ class TpuFlashAdapter:
     mode, JAX >= 0.7.0); ignored on a real TPU, where the kernel runs natively.
     """
 
-    # What ``--impl "NAME[interpreter=tpu]"`` may set (kernels/subject_spec.py).
+    # What ``--impl "NAME[interpreter=tpu]"`` may set (kernels/contract/subject_spec.py).
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"interpreter": INTERPRETERS}
     interpreter: Interpreter = "generic"
     config: Config = ()  # the case's tunables (TUNABLES); () = BlockSizes.get_default()
@@ -357,7 +357,7 @@ class TpuFlashAdapter:
     # -- standalone repro ------------------------------------------------------------
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's calls as standalone script text (``kernels.standalone``)."""
+        """This adapter's calls as standalone script text (``kernels.runtime.standalone``)."""
         execution = choose_execution(self.interpreter)
         shim_imports, shim, int_indexer_shim = standalone_shim()
         options = f"scale={spec.resolved_scale(inputs.shape.head_dim)!r}, causal={spec.causal!r}"
@@ -382,7 +382,7 @@ class TpuFlashAdapter:
             "    module = importlib.import_module(MODULE)  # natively, as shipped\n"
             "else:\n"
             "    # The kernel calls pl.pallas_call without interpret=: run a private copy of its module\n"
-            "    # whose pallas_call interprets (the suite's kernels/tpu_interpret.py, inline above).\n"
+            "    # whose pallas_call interprets (the suite's runtime/tpu_interpret.py, inline above).\n"
             f"    module = load_interpreting_copy(MODULE, int_indexer_shim={int_indexer_shim!r})\n"
         )
         return StandaloneCall(

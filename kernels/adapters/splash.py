@@ -30,9 +30,9 @@ Translation from canonical semantics (``docs/semantics.md``):
   sees no key averages V over the visited blocks, or is NaN when none is visited.
 
 The translation lives in module-level functions of NumPy/JAX values (``mask_layout``,
-``mask_planes``, ``structural_mask`` (shared with ``kernels/tokamax_splash.py``), ``splash_mask``,
+``mask_planes``, ``structural_mask`` (shared with ``kernels/adapters/tokamax_splash.py``), ``splash_mask``,
 ``kernel_blocks``, ``splash_kernels``, ``splash_attention``, ``splash_forward``, ``splash_gradients``)
-that the adapter calls and ``standalone()`` embeds in a repro script (``kernels/standalone.py``),
+that the adapter calls and ``standalone()`` embeds in a repro script (``kernels/runtime/standalone.py``),
 so script and suite build the same kernels.
 """
 
@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import (
+from kernels.contract.base import (
     Availability,
     Capabilities,
     ShapeConstraint,
@@ -55,8 +55,10 @@ from kernels.base import (
     SubjectOutput,
     compiled_where_run,
 )
-from kernels.dtypes import FP8_DTYPES
-from kernels.jax_runtime import (
+from kernels.contract.dtypes import FP8_DTYPES
+from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
+from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
     array_key,
@@ -65,9 +67,8 @@ from kernels.jax_runtime import (
     to_jax,
     to_numpy,
 )
-from kernels.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
-from kernels.standalone import StandaloneCall, source_of
-from kernels.tpu_interpret import (
+from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.tpu_interpret import (
     INTERPRETERS,
     Interpreter,
     TpuExecution,
@@ -76,7 +77,6 @@ from kernels.tpu_interpret import (
     pallas_tpu_availability,
     race_detection_declared,
 )
-from kernels.tunables import BlockDim, Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.splash_attention"
@@ -338,7 +338,7 @@ class SplashAdapter:
     interpreter: ``"generic"`` (every JAX version) or ``"tpu"`` (JAX >= 0.7.0); native on a TPU.
     """
 
-    # What ``--impl "NAME[interpreter=tpu]"`` may set (kernels/subject_spec.py).
+    # What ``--impl "NAME[interpreter=tpu]"`` may set (kernels/contract/subject_spec.py).
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"interpreter": INTERPRETERS}
     interpreter: Interpreter = "generic"
     config: Config = ()  # the case's tunables (TUNABLES); () = BlockSizes.get_default()
@@ -510,7 +510,7 @@ class SplashAdapter:
     # -- standalone repro ------------------------------------------------------------
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's calls as standalone script text (``kernels.standalone``): the same mask,
+        """This adapter's calls as standalone script text (``kernels.runtime.standalone``): the same mask,
         kernels and calls, decided for the installed JAX (its sharding keywords, whether it takes
         sinks); natively on a TPU, elsewhere in this subject's interpreter. ``inputs`` may be a
         skeleton: only shapes and which arrays are set matter."""

@@ -22,7 +22,7 @@ Translation from canonical semantics (``docs/semantics.md``):
   kernel dequantises ``w * scale / 127.5``. The call takes them case by case: the subject
   declares ``kv_storages=("int8",)`` and a case with ``kv_storage="int8"`` (``spec.kv_storage``)
   gets them; ``[kv=int8]`` fixes it for every case (``kv_storage="int8"``). Such a case's K/V
-  are already on the int8 grid of ``kernels.kv_storage`` (``w * step``, ``step`` a power of
+  are already on the int8 grid of ``kernels.runtime.kv_storage`` (``w * step``, ``step`` a power of
   two) when the reference sees them; the adapter quantises them again, losslessly, and passes
   ``scale = 127.5 * step``, which the kernel turns back into exactly those values.
 * ``megacore_mode`` (``none``, ``kv_head``, ``batch``) splits the grid over a chip's two
@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import (
+from kernels.contract.base import (
     Availability,
     Capabilities,
     ShapeConstraint,
@@ -52,11 +52,12 @@ from kernels.base import (
     SubjectOutput,
     compiled_where_run,
 )
-from kernels.jax_runtime import Compiled, CompiledCache, array_key, jit_observed, to_jax, to_numpy
-from kernels.kv_storage import INT8_LIMIT, int8_quantize
-from kernels.lowering import LoweringCall, abstract_arrays
-from kernels.standalone import StandaloneCall, source_of
-from kernels.tpu_interpret import (
+from kernels.contract.tunables import Config, Tunable, Tunables
+from kernels.hardware.lowering import LoweringCall, abstract_arrays
+from kernels.runtime.jax_runtime import Compiled, CompiledCache, array_key, jit_observed, to_jax, to_numpy
+from kernels.runtime.kv_storage import INT8_LIMIT, int8_quantize
+from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.tpu_interpret import (
     TpuExecution,
     choose_execution,
     interpret_params,
@@ -65,7 +66,6 @@ from kernels.tpu_interpret import (
     race_detection_declared,
     tpu_interpret_mode_missing,
 )
-from kernels.tunables import Config, Tunable, Tunables
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.tpu.paged_attention"
@@ -82,12 +82,12 @@ GARBAGE_STD = 4.0  # finite garbage in unowned pages and slots, larger than the 
 #   attn_logits_soft_cap, pages_per_compute_block, megacore_mode, inline_seq_dim) are the
 #   same from 0.4.35 to 0.10.2 (read in each installed version).
 # * It issues DMAs and waits on semaphores, which only TPU interpret mode models on CPU:
-#   from JAX 0.7.0 (kernels/tpu_interpret.py); before that the subject is unavailable.
+#   from JAX 0.7.0 (kernels/runtime/tpu_interpret.py); before that the subject is unavailable.
 # * pages_per_compute_block has no default in any version; the table width must be a
 #   multiple of it (ValueError), which the adapter guarantees by padding the table.
 # * megacore_mode ("kv_head" needs an even Hkv, "batch" an even B: ValueError otherwise) and
 #   QuantizedTensor pages are in every version. TPU interpret mode simulates the second core
-#   under a field name that changed per release (kernels/tpu_interpret.py, TpuExecution.context).
+#   under a field name that changed per release (kernels/runtime/tpu_interpret.py, TpuExecution.context).
 
 
 def tunables(megacore: bool) -> Tunables:
@@ -167,7 +167,7 @@ def scatter_pages(x: np.ndarray, table: np.ndarray, total: int, seed: int) -> np
 
 
 def int8_pages(x: np.ndarray, table: np.ndarray, total: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``x: [B, Hkv, Sk, D]`` on the int8 grid (``kernels.kv_storage``) -> (int8 weight pages
+    """``x: [B, Hkv, Sk, D]`` on the int8 grid (``kernels.runtime.kv_storage``) -> (int8 weight pages
     ``[Hkv, total, PAGE_SIZE, D]``, scale pages ``[Hkv, total, PAGE_SIZE, 1]`` in ``x``'s dtype)
     with ``x == w * scale / 127.5`` exactly; garbage in unowned slots of both. ValueError when
     ``x`` is off the grid: the reference would then see values the kernel never gets."""
@@ -189,7 +189,7 @@ class PagedAttentionAdapter:
     kv: ``"float"`` (pages in the case dtype) or ``"int8"`` (int8 pages with a scale per token).
     """
 
-    # What ``--impl "paged_attention[kv=int8]"`` may set (kernels/subject_spec.py).
+    # What ``--impl "paged_attention[kv=int8]"`` may set (kernels/contract/subject_spec.py).
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"kv": KV_FORMS}
     kv: str = "float"
     config: Config = ()
@@ -217,7 +217,7 @@ class PagedAttentionAdapter:
             constraints=compiled_where_run(CONSTRAINTS, choose_execution("tpu").mode == "native"),
             tunables=tunables(_two_cores(choose_execution("tpu"))),
             kv_storage=None if self.kv == "float" else self.kv,
-            # QuantizedTensor pages: int8 weights, one scale per token (kernels/kv_storage.py "int8").
+            # QuantizedTensor pages: int8 weights, one scale per token (kernels/runtime/kv_storage.py "int8").
             kv_storages=("int8",),
             lowers_for="tpu",
         )
@@ -251,7 +251,7 @@ class PagedAttentionAdapter:
         return LoweringCall("tpu", fn, abstract_arrays(inputs.q[:, :, 0, :], *layout))
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's call as standalone script text (``kernels.standalone``): the same layout
+        """This adapter's call as standalone script text (``kernels.runtime.standalone``): the same layout
         functions and kernel call, run natively on a TPU and in TPU interpret mode elsewhere."""
         execution = choose_execution("tpu")
         block, megacore = self._settings()

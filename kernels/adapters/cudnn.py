@@ -24,10 +24,10 @@ import dataclasses
 
 import numpy as np
 
-from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
-from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
-from kernels.jax_runtime import JaxCall, default_backend, installed_jax_versions
-from kernels.standalone import StandaloneCall
+from kernels.adapters.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
+from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.runtime.jax_runtime import JaxCall, default_backend, installed_jax_versions
+from kernels.runtime.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
 
 CONSTRAINTS = (
@@ -115,5 +115,5 @@ class CudnnAdapter:
         return self._runner.jax_call(inputs, spec, api_has_lse(), dout)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's calls as standalone script text (``kernels.standalone``)."""
+        """This adapter's calls as standalone script text (``kernels.runtime.standalone``)."""
         return self._runner.standalone(inputs.shape, spec, lse=api_has_lse())

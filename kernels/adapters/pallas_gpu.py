@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.base import (
+from kernels.contract.base import (
     Availability,
     Capabilities,
     ShapeConstraint,
@@ -35,8 +35,10 @@ from kernels.base import (
     SubjectOutput,
     compiled_where_run,
 )
-from kernels.dtypes import FP8_DTYPES
-from kernels.jax_runtime import (
+from kernels.contract.dtypes import FP8_DTYPES
+from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.hardware.lowering import LoweringCall, abstract_arrays
+from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
     TracedPrimitives,
@@ -49,9 +51,7 @@ from kernels.jax_runtime import (
     to_numpy,
     unavailable_because,
 )
-from kernels.lowering import LoweringCall, abstract_arrays
-from kernels.standalone import StandaloneCall, source_of
-from kernels.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.runtime.standalone import StandaloneCall, source_of
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.gpu.attention"
@@ -73,7 +73,7 @@ BLOCK = 128  # default forward block_q = block_k = 128 (clipped to the lengths)
 
 RAISES_ON_NON_MULTIPLE_SINCE = (0, 6, 2)
 FORWARD_BLOCKS = ("block_q", "block_k")
-# Lowered for a GPU (kernels/lowering.py), Pallas's Triton dot refused operands under 16 (its
+# Lowered for a GPU (kernels/hardware/lowering.py), Pallas's Triton dot refused operands under 16 (its
 # lowering.py, _dot_general_lowering): both operands before 0.5.1 ("all dimensions of x and y"
 # / "of a and b must be >= 16", so a q block of 1 too), the right-hand one (k and v blocks,
 # head_dim) from 0.5.1 ("all dimensions of b"); 0.9.2 dropped the check. Measured by lowering
@@ -369,7 +369,7 @@ class PallasGpuAdapter:
         return LoweringCall("cuda", functools.partial(mha_gradients, api.mha, **options), (*args, args[0]))
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's calls as standalone script text (``kernels.standalone``)."""
+        """This adapter's calls as standalone script text (``kernels.runtime.standalone``)."""
         api = _load_api()
         scale = spec.resolved_scale(inputs.shape.head_dim)
         options = f"scale={scale!r}, causal={spec.causal!r}, interpret=interpret"

@@ -1,6 +1,6 @@
 """XLA attention: ``jax.nn.dot_product_attention(implementation='xla')``, the platform-native path.
 
-Translation lives in ``kernels.jax_nn_attention`` (layout ``[B, T, N, H]``, windows,
+Translation lives in ``kernels.adapters.jax_nn_attention`` (layout ``[B, T, N, H]``, windows,
 lengths, lse). What this implementation does differently from canonical:
 
 * Softmax runs in float32 whatever the input dtype; bf16/f16 logits come from a
@@ -12,7 +12,7 @@ lengths, lse). What this implementation does differently from canonical:
 * ``value`` must have the shape of ``key`` (no Dv != D); segment ids have no
   argument (use a boolean mask); there is no softcap.
 * Chunked causal attention has no argument either: the adapter passes it as a boolean mask
-  (``kernels.chunked_mask``), top-left as ``is_causal`` is.
+  (``kernels.runtime.chunked_mask``), top-left as ``is_causal`` is.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import dataclasses
 
 import numpy as np
 
-from kernels.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
-from kernels.chunked_mask import diagonal_offsets
-from kernels.dtypes import FP8_DTYPES
-from kernels.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
-from kernels.jax_runtime import JaxCall, default_backend, jax_version
-from kernels.standalone import StandaloneCall
+from kernels.adapters.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
+from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.contract.dtypes import FP8_DTYPES
+from kernels.runtime.chunked_mask import diagonal_offsets
+from kernels.runtime.jax_runtime import JaxCall, default_backend, jax_version
+from kernels.runtime.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
 
 # --- version compatibility ---------------------------------------------------------------
@@ -76,7 +76,7 @@ class XlaAdapter:
             jax_runtime=True,
             dtypes=_dtypes(),
             causal_alignments=("top_left",),
-            chunked_causal_alignments=("top_left",),  # as a boolean mask (kernels.chunked_mask)
+            chunked_causal_alignments=("top_left",),  # as a boolean mask (kernels.runtime.chunked_mask)
             window=True,
             lengths=True,
             bool_mask=True,
@@ -104,6 +104,6 @@ class XlaAdapter:
         return self._runner.jax_call(inputs, spec, api_has_lse(), dout)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's calls as standalone script text (``kernels.standalone``)."""
+        """This adapter's calls as standalone script text (``kernels.runtime.standalone``)."""
         offsets = diagonal_offsets(inputs, spec) if spec.chunk is not None else (0,)
         return self._runner.standalone(inputs.shape, spec, lse=api_has_lse(), chunk_offsets=offsets)

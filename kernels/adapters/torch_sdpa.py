@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.base import Availability, Capabilities, SubjectGrads, SubjectOutput
-from kernels.jax_runtime import array_key, installed_version, version_tuple
+from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
+from kernels.runtime.jax_runtime import array_key, installed_version, version_tuple
 from reference.spec import AttentionInputs, AttentionSpec
 
 PINNED = "2.13.0"
