@@ -45,7 +45,7 @@ class AttentionSpec:
                belongs to the chunk of its diagonal, so key ``j`` is visible iff ``j <= diag(i)``
                and ``j // C == diag(i) // C`` (floor division). ``None`` = plain causal.
     q_storage, kv_storage: how the call receives q and K/V when quantized, weights with scales
-               (a storage name of ``kernels/kv_storage_names.py``, validated by the case);
+               (a storage name of ``kernels/contract/kv_storage_names.py``, validated by the case);
                ``None`` = plain arrays. The inputs already hold exactly the values the storage
                represents, so the math ignores them: they tell an adapter what to pass.
     """

@@ -206,7 +206,7 @@ TOKAMAX = Library(
             "0.0.17", (("jax", "0.11.1"),), "local_window_size through CausalMask; public splash attention"
         ),
     ),  # fmt: skip
-    # kernels/tokamax.py reads 0.0.10 on (Mosaic TPU attention); the newest is the pyproject pin.
+    # kernels/adapters/tokamax.py reads 0.0.10 on (Mosaic TPU attention); the newest is the pyproject pin.
     matrix=("0.0.10", "0.0.11", "0.0.12", "0.0.13", "0.0.14", "0.0.15", "0.0.16", "0.0.17"),
     pythons=(("0.0.1", "3.11"), ("0.0.13", "3.12")),  # 0.0.13 on: Requires-Python >= 3.12
     group="tokamax",
