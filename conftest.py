@@ -11,7 +11,7 @@ import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-PROJECT_PACKAGES = ("reference", "kernels", "conformance", "reports", "benchmarks")
+PROJECT_PACKAGES = ("versions", "reference", "kernels", "run_records", "conformance", "reports", "benchmarks")
 
 
 def assert_project_packages(root: Path = ROOT) -> None:

@@ -51,7 +51,7 @@ class MemoryReading:
     device_in_use_before_bytes: int | None = None
 
     def extra_info(self) -> dict[str, Any]:
-        """What ``reports/records/benchmarks_file.py`` reads (peak_memory_bytes, memory_kind), and context."""
+        """What ``run_records/benchmarks_file.py`` reads (peak_memory_bytes, memory_kind), and context."""
         info: dict[str, Any] = {
             "peak_memory_bytes": self.peak_bytes,
             "memory_kind": self.kind,

@@ -32,7 +32,7 @@ from typing import Any
 
 from benchmarks.suite_probe import KINDS, PROBE_DIR_ENV
 from conformance.suite.check_registry import declaration
-from reports.records.results_file import read_results
+from run_records.results_file import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RAN = ("pass", "fail", "error")  # verdicts of checks that ran (not unsupported/unavailable)

@@ -23,9 +23,9 @@ from reports.gate.findings import EXIT_BAD_INPUT
 from reports.gate.thresholds import add_threshold_options, thresholds_from_args
 from reports.gate.verdict_markdown import render_gate
 from reports.matrix_report.version_matrix import MATRIX_DIR, write_matrix
-from reports.records.results_file import ResultsFileError, write_text_atomic
-from reports.records.shard_merge import MergeError, merge
 from reports.run_report.render import write_report
+from run_records.results_file import ResultsFileError, write_text_atomic
+from run_records.shard_merge import MergeError, merge
 
 
 def parser() -> argparse.ArgumentParser:

@@ -38,7 +38,7 @@ import pytest
 
 from conformance.plan.subjects import resolve_subjects
 from conformance.suite.check_registry import CHECKS, REGISTRY
-from reports.records.results_file import CaseResult, read_results
+from run_records.results_file import CaseResult, read_results
 from tests.conftest import MUTANT_PROPERTY
 from tests.mutants.catalogue import CONTROLS, MUTANTS, Control, Mutant, by_name
 from tests.support.suite import run_suite

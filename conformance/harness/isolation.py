@@ -62,7 +62,7 @@ from conformance.judge.runner import case_description, run_check
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned
 from conformance.suite.check_registry import declaration
-from reports.records.results_file import CaseResult, write_json_atomic
+from run_records.results_file import CaseResult, write_json_atomic
 
 PLUGIN_NAME = "conformance-isolation"
 DIR_KEY = "conformance_isolation_dir"

@@ -41,9 +41,11 @@ from kernels.contract.base import DTYPES
 from kernels.hardware.gpu_chips import DEFAULT_GPU_TARGETS, GPU_CHIPS, parse_gpu_targets
 from kernels.hardware.tpu_chips import DEFAULT_TPU_TARGETS, TPU_CHIPS, parse_targets
 from kernels.registry import UnknownSubjectError, subject_names
-from reports.records.environment import environment_block
-from reports.records.folder_lock import FolderBusyError, FolderLock
-from reports.records.results_file import (
+from reports.run_report.grid import not_checked_reasons, nothing_checked
+from run_records.environment import environment_block
+from run_records.folder_lock import FolderBusyError, FolderLock
+from run_records.ledger_file import BUILTIN_LEDGER
+from run_records.results_file import (
     SCHEMA_VERSION,
     WARNINGS,
     CaseResult,
@@ -52,7 +54,6 @@ from reports.records.results_file import (
     completed_keys,
     read_results,
 )
-from reports.run_report.grid import not_checked_reasons, nothing_checked
 from versions import table
 
 PLUGIN_NAME = "conformance-suite"
@@ -287,7 +288,7 @@ class ConformancePlugin:
     def ledger(self) -> known_issues.Ledger:
         """The built-in ledger merged with every --known-issues file (read once per process)."""
         if self._ledger is None:
-            paths = [known_issues.BUILTIN_LEDGER, *map(Path, self.config.getoption("known_issues"))]
+            paths = [BUILTIN_LEDGER, *map(Path, self.config.getoption("known_issues"))]
             names = {*subject_names(), *(s.name for s in self.subjects)}
             try:
                 self._ledger = known_issues.load_ledger(paths, subjects=names, checks=CHECKS)

@@ -3,7 +3,7 @@
 A test attaches its ``CaseResult`` as JSON to ``item.user_properties`` (which xdist
 ships from workers to the controller with each report, and junitxml writes out as
 properties). Only the controller writes: ``Recorder.on_report`` appends each record
-through ``reports.records.results_file.ResultsWriter`` as soon as the report arrives. A report with
+through ``run_records.results_file.ResultsWriter`` as soon as the report arrives. A report with
 no record (a suite error, a crashed worker, a timeout) becomes verdict ``error`` with
 the reason taken from the report.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reports.records.results_file import (
+from run_records.results_file import (
     SUMMARY_FILE,
     VERDICTS,
     CaseDescription,

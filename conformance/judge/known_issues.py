@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +28,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from conformance.judge.tolerance import TOLERANCES
-from reports.records.results_file import CaseResult
+from kernels.contract.base import EXECUTIONS  # Availability.execution
+from run_records.ledger_file import LedgerError, read_ledger_tables
+from run_records.results_file import CaseResult
 from versions import table
 
 # A run's libraries: {"jax": "0.12.0.1", "tokamax": "0.0.17"}; None (or absent) where not installed.
@@ -37,9 +38,7 @@ Versions = Mapping[str, str | None]
 # One range key per library of the version table (versions/table.py): a new library axis is a key.
 RANGE_KEYS: tuple[str, ...] = tuple(library.name for library in table.LIBRARIES)
 
-BUILTIN_LEDGER = Path(__file__).resolve().parents[2] / "kernels" / "known_issues.toml"
 FAILING = ("fail", "error")
-EXECUTIONS = ("native", "interpret")  # Availability.execution; kernels.contract.base is not imported here
 _KEYS = {
     "id",
     "subject",
@@ -63,10 +62,6 @@ _REQUIRED = ("id", "subject", "checks", "link", "summary")
 FAILURES = ("nan", "numeric")
 
 Status = Literal["reproduced", "no longer reproduces", "stale", "not run here", "out of range"]
-
-
-class LedgerError(ValueError):
-    """A ledger that cannot be used; the message names the file, the entry and the fix."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +197,7 @@ def load_ledger(paths: Iterable[Path], *, subjects: Iterable[str], checks: Itera
     for path in paths:
         path = Path(path)
         files.append(str(path))
-        for number, raw in enumerate(_tables(path), start=1):
+        for number, raw in enumerate(read_ledger_tables(path), start=1):
             issue = _entry(path, number, raw, subjects, checks)
             if issue.id in seen:
                 raise LedgerError(
@@ -212,24 +207,6 @@ def load_ledger(paths: Iterable[Path], *, subjects: Iterable[str], checks: Itera
             seen[issue.id] = str(path)
             issues.append(issue)
     return Ledger(tuple(issues), tuple(files))
-
-
-def _tables(path: Path) -> list[Any]:
-    if not path.is_file():
-        raise LedgerError(f"{path}: no such ledger file; pass an existing TOML file to --known-issues")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise LedgerError(
-            f"{path}: not valid TOML ({exc}); fix the file (format: docs/known-issues.md)"
-        ) from None
-    unknown = set(data) - {"issue"}
-    if unknown:
-        raise LedgerError(f"{path}: unknown top-level key(s) {sorted(unknown)}; entries are [[issue]] tables")
-    tables = data.get("issue", [])
-    if not isinstance(tables, list):
-        raise LedgerError(f"{path}: 'issue' must be an array of tables; write each entry as [[issue]]")
-    return tables
 
 
 def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[str]) -> KnownIssue:

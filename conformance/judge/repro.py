@@ -16,7 +16,7 @@ from typing import Any
 from conformance.judge import standalone
 from conformance.plan.cases import Case
 from conformance.suite.check_registry import CheckDeclaration
-from reports.records.results_file import TensorMetrics
+from run_records.results_file import TensorMetrics
 
 _HEADER = '''"""Repro: the {check} check of {case_id}.
 Not standalone ({why}): run it from the attention-conformance checkout:  python repro.py"""

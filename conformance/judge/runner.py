@@ -1,4 +1,4 @@
-"""Runs one planned (check, case) and turns the outcome into a ``reports.records.results_file.CaseResult``.
+"""Runs one planned (check, case) and turns the outcome into a ``run_records.results_file.CaseResult``.
 
 The runner is pytest-free: the plugin calls ``Runner.evaluate`` inside each test, and
 repro scripts call ``run_check``. A subject that raises yields verdict ``error`` with
@@ -21,8 +21,7 @@ from conformance.plan.catalogue import Planned, classify
 from conformance.plan.profiles import Profile, get
 from conformance.plan.subjects import Subject, resolve_subjects
 from conformance.suite.check_registry import declaration
-from reports.records.results_file import WARNINGS, CaseDescription, CaseResult
-from reports.run_report.grouping import MINIMAL_CASE_KEY
+from run_records.results_file import MINIMAL_CASE_KEY, WARNINGS, CaseDescription, CaseResult
 
 
 def case_description(case: Case) -> CaseDescription:

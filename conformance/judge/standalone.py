@@ -42,7 +42,7 @@ from kernels.contract import features
 from kernels.runtime import kv_storage
 from kernels.runtime.standalone import StandaloneCall
 from reference import script as answer_script
-from reports.records.results_file import TensorMetrics
+from run_records.results_file import TensorMetrics
 
 # The judged tensors of each numeric recipe (``gradient_tensors``: those the suite recorded).
 NUMERIC_TENSORS = {"out_tensor": ("out",), "lse_tensor": ("lse",), "gradient_tensors": ("dq", "dk", "dv")}

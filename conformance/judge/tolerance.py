@@ -34,7 +34,7 @@ import math
 import numpy as np
 
 from conformance.judge import dtypes, metrics
-from reports.records.results_file import TensorMetrics
+from run_records.results_file import TensorMetrics
 
 FLOOR_ULPS = 2.0
 FP8_FLOOR_ULPS = 1.0  # fp8 keeps every intermediate in float32: only the final rounding is left

@@ -24,12 +24,12 @@ from pathlib import Path
 from reports import jax_versions
 from reports.bisection import installs, release_versions, search
 from reports.ledger import range_edit
-from reports.records.results_file import write_json_atomic, write_text_atomic
+from run_records.ledger_file import BUILTIN_LEDGER
+from run_records.results_file import write_json_atomic, write_text_atomic
 
 EXIT_BAD_INPUT = 2
 # Not imported from conformance.judge.known_issues: reports sit below the suite (docs/architecture.md),
 # and `python -m reports` (the gate) must run on the standard library alone.
-BUILTIN_LEDGER = installs.ROOT / "kernels" / "known_issues.toml"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from conformance.suite.launch import isolated_args
 from reports import jax_versions
 from reports.bisection.search import Install, Observation
-from reports.records.results_file import ResultsFileError, read_results, write_text_atomic
+from run_records.results_file import ResultsFileError, read_results, write_text_atomic
 from versions import table
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout

@@ -1,5 +1,5 @@
 """The gate's benchmark rules: a benchmark slower, or needing more peak memory, than the
-thresholds allow (both folders must hold benchmarks.json; see reports/records/benchmarks_file.py)."""
+thresholds allow (both folders must hold benchmarks.json; see run_records/benchmarks_file.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from reports.gate.findings import (
     Finding,
 )
 from reports.gate.thresholds import Thresholds
-from reports.records.benchmarks_file import Benchmark
 from reports.run_report import markdown as md
+from run_records.benchmarks_file import Benchmark
 
 
 def benchmark_regressions(

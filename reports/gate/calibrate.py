@@ -34,9 +34,9 @@ from reports.gate.drift_statistics import RatioPair, comparable, group_drifts, m
 from reports.gate.findings import Finding
 from reports.gate.rules import ratio_pairs
 from reports.gate.thresholds import Thresholds
-from reports.records.results_file import CaseResult, ResultsWriter, write_json_atomic, write_text_atomic
-from reports.records.run_folder import Run, load_run
 from reports.run_report import markdown as md
+from run_records.results_file import CaseResult, ResultsWriter, write_json_atomic, write_text_atomic
+from run_records.run_folder import Run, load_run
 
 FACTORS = (1.25, 1.5, 2.0, 3.0, 4.0)
 REGRESSION_FACTOR = 4.0  # the synthetic regression the gate must fail

@@ -24,11 +24,11 @@ from reports.gate.rules import (
     results_by_key,
 )
 from reports.gate.thresholds import Thresholds
-from reports.records.benchmarks_file import Benchmark, read_benchmarks
-from reports.records.results_file import ResultsFileError
-from reports.records.run_folder import Run, load_run
 from reports.run_report import markdown as md
 from reports.run_report.grid import not_checked_reasons, nothing_checked
+from run_records.benchmarks_file import Benchmark, read_benchmarks
+from run_records.results_file import ResultsFileError
+from run_records.run_folder import Run, load_run
 
 
 def compare(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from reports.gate.thresholds import Thresholds
-from reports.records.results_file import CaseResult
-from reports.records.run_folder import Run
+from run_records.results_file import CaseResult
+from run_records.run_folder import Run
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 

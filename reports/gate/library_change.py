@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from reports.records.run_folder import Run
+from run_records.run_folder import Run
 from versions import table
 
 LIBRARIES = tuple(library.name for library in table.LIBRARIES)

@@ -40,11 +40,11 @@ from reports.gate.findings import (
     Finding,
 )
 from reports.gate.thresholds import Thresholds
-from reports.records.results_file import CaseResult
-from reports.records.run_folder import Run
 from reports.run_report import markdown as md
 from reports.run_report.describe import worst_metric
 from reports.run_report.grid import NOT_PASSING, feature_grid
+from run_records.results_file import CaseResult
+from run_records.run_folder import Run
 
 
 def what_checked(result: CaseResult) -> str:

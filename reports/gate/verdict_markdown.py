@@ -14,11 +14,11 @@ from reports.gate.findings import (
 )
 from reports.gate.library_change import library_change
 from reports.gate.thresholds import THRESHOLDS
-from reports.records.environment import one_line
-from reports.records.run_folder import Run
 from reports.run_report import markdown as md
 from reports.run_report.grouping import cause_count_line, group_causes
 from reports.run_report.render import repro_path
+from run_records.environment import one_line
+from run_records.run_folder import Run
 
 MAX_ROWS = 50
 

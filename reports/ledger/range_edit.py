@@ -15,10 +15,10 @@ failing is dropped: the bisection is the newer evidence.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable
 
 from reports import jax_versions
+from run_records.ledger_file import LedgerError, ledger_tables
 from versions import table
 
 _HEADER = re.compile(r"^\s*\[\[?[^\]]+\]\]?\s*(#.*)?$")
@@ -115,16 +115,8 @@ def _entry_start(lines: list[str], issue_id: str) -> int:
 
 def _verify(before: str, after: str, issue_id: str, value: str, key: str) -> None:
     """The edit changed that entry's range value and nothing else, as TOML reads it."""
-    try:
-        old, new = tomllib.loads(before), tomllib.loads(after)
-    except tomllib.TOMLDecodeError as exc:
-        raise LedgerEditError(f"the ledger is not valid TOML ({exc}); fix it, then rerun") from None
-    expected = {
-        **old,
-        "issue": [
-            {**entry, key: value} if entry.get("id") == issue_id else entry for entry in old.get("issue", [])
-        ],
-    }
+    old, new = _tables(before), _tables(after)
+    expected = [{**entry, key: value} if entry.get("id") == issue_id else entry for entry in old]
     if new != expected:
         raise LedgerEditError(
             f'the entry {issue_id!r} could not be edited in place; set its line to: {key} = "{value}"'
@@ -135,9 +127,17 @@ def entry_range(text: str, issue_id: str, key: str = "jax") -> str | None:
     """The entry's current ``key`` range (``jax`` or ``tokamax``; None when it has none);
     LedgerEditError if no such entry."""
     _range_line(key)
-    for entry in tomllib.loads(text).get("issue", []):
+    for entry in _tables(text):
         if entry.get("id") == issue_id:
             return entry.get(key)
     raise LedgerEditError(
         f"no ledger entry with id {issue_id!r}; copy an id from the ledger's [[issue]] tables"
     )
+
+
+def _tables(text: str) -> list[dict]:
+    """The ledger's entries (``run_records/ledger_file.py``), as an edit error when it does not read."""
+    try:
+        return ledger_tables(text, "the ledger")
+    except LedgerError as error:
+        raise LedgerEditError(f"{error}, then rerun") from None

@@ -16,9 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reports.jax_versions import sort_versions
-from reports.records.environment import one_line
-from reports.records.results_file import RESULTS_FILE, ResultsFileError, write_text_atomic
-from reports.records.run_folder import Run, load_run
 from reports.run_report import markdown as md
 from reports.run_report.describe import worst_ratio
 from reports.run_report.grid import FAILED, feature_grid, label, nothing_checked
@@ -29,6 +26,9 @@ from reports.run_report.plots import (
     plot_versions,
     plot_versions_by_length,
 )
+from run_records.environment import one_line
+from run_records.results_file import RESULTS_FILE, ResultsFileError, write_text_atomic
+from run_records.run_folder import Run, load_run
 
 MATRIX_DIR = "matrix"
 REPORT_FILE = "report.md"

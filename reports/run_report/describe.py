@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from reports.records.results_file import CaseDescription, CaseResult, TensorMetrics
 from reports.run_report.markdown import number, plural
+from run_records.results_file import CaseDescription, CaseResult, TensorMetrics
 
 
 def describe_case(case: CaseDescription) -> str:

@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Iterable
 
 from conformance.suite.check_registry import HARDWARE_CHECKS, REPORT_ORDER
-from reports.records.results_file import CaseResult
 from reports.run_report import markdown as md
 from reports.run_report.grid import FAILED
+from run_records.results_file import CaseResult
 
 NOT_JUDGED = ("unsupported", "unavailable")
 

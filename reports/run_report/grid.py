@@ -22,7 +22,7 @@ from conformance.suite.check_registry import LABELS as CHECK_LABELS
 from conformance.suite.check_registry import REPORT_ORDER
 from kernels.contract import features
 from kernels.contract.dtypes import DTYPES  # stdlib only: the gate imports this module with no installs
-from reports.records.results_file import CaseResult
+from run_records.results_file import CaseResult
 
 Status = Literal["fail", "known", "flaky", "pass", "unsupported", "unavailable", "not run"]
 STATUS_ORDER: tuple[Status, ...] = ("fail", "known", "flaky", "pass", "unsupported", "unavailable", "not run")

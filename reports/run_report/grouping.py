@@ -26,14 +26,11 @@ import re
 from collections.abc import Iterable
 
 from kernels.contract.dtypes import DTYPES
-from reports.records.results_file import CaseResult
 from reports.run_report.describe import excess, worst_metric
 from reports.run_report.grid import CHECK_ORDER
 from reports.run_report.markdown import plural
+from run_records.results_file import MINIMAL_CASE_KEY, CaseResult
 
-# Where the runner records the shrunk case (``CaseResult.details``); older records say it
-# only in the reason's last line, which ``minimal_case_id`` reads as a fallback.
-MINIMAL_CASE_KEY = "minimal_case_id"
 _SHRUNK_LINE = re.compile(r"^Shrunk to a smaller failing case: (?P<id>\S+)", re.MULTILINE)
 ANY_DTYPE = "*"
 

@@ -12,9 +12,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from reports.records.results_file import CaseResult, write_bytes_atomic
 from reports.run_report.describe import worst_ratio
 from reports.run_report.grid import DTYPES
+from run_records.results_file import CaseResult, write_bytes_atomic
 
 RUN_PLOT = "ratio-vs-length.png"
 MATRIX_LENGTH_PLOT = "ratio-vs-length-by-version.png"

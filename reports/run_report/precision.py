@@ -15,8 +15,8 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
-from reports.records.results_file import CaseResult
 from reports.run_report import markdown as md
+from run_records.results_file import CaseResult
 
 
 @dataclasses.dataclass(frozen=True)

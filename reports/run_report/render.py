@@ -24,9 +24,6 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from reports.records.environment import one_line
-from reports.records.results_file import RESULTS_FILE, UNDECLARED_JAX_RUNTIME, CaseResult, write_text_atomic
-from reports.records.run_folder import Run, load_run
 from reports.run_report import markdown as md
 from reports.run_report.describe import (
     describe_case,
@@ -56,6 +53,9 @@ from reports.run_report.grouping import (
 from reports.run_report.pairwise_table import pairwise_section
 from reports.run_report.plots import RUN_PLOT, plot_run
 from reports.run_report.precision import precision_section
+from run_records.environment import one_line
+from run_records.results_file import RESULTS_FILE, UNDECLARED_JAX_RUNTIME, CaseResult, write_text_atomic
+from run_records.run_folder import Run, load_run
 
 REPORT_FILE = "report.md"
 REPRO_DIR = "repro"  # repro/<check>/<case id>.py: each recorded repro script, beside report.md

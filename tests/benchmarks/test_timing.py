@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.shapes import shape_list
 from benchmarks.timing import choose_rounds
-from reports.records.benchmarks_file import read_benchmarks
+from run_records.benchmarks_file import read_benchmarks
 from tests.support.suite import child_environment
 
 ROOT = Path(__file__).resolve().parents[2]

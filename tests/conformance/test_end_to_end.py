@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conformance.harness.plugin import EXIT_NOTHING_CHECKED
-from reports.records.results_file import read_results
 from reports.run_report.grouping import cause_count_line, group_causes
+from run_records.results_file import read_results
 from tests.support.suite import ROOT, SMALL, run_suite, toy
 from tests.support.toy_subjects import Elsewhere
 

@@ -6,8 +6,8 @@ import json
 
 from reports.gate.comparison import gate
 from reports.gate.thresholds import Thresholds
-from reports.records.results_file import read_results
-from reports.records.shard_merge import merge
+from run_records.results_file import read_results
+from run_records.shard_merge import merge
 from tests.support.suite import SMALL, run_suite, toy
 
 

@@ -90,9 +90,9 @@ def test_an_int8_case_runs_on_the_int8_control_and_its_record_keeps_the_storage(
     ``kv_storage`` through JSON, the description names it and the grid gives it a row."""
     from conformance.judge.runner import Runner
     from conformance.plan.subjects import resolve_subjects
-    from reports.records.results_file import case_result_from_json, case_result_to_json
     from reports.run_report.describe import describe_case
     from reports.run_report.grid import feature_grid, label
+    from run_records.results_file import case_result_from_json, case_result_to_json
 
     (control,) = resolve_subjects("tests.mutants.paged:Int8PagedDecode")
     case = Case(control.name, "float32", q_len=1, kv_len=64, batch=2, kv_lengths=(64, 21), kv_storage="int8")
@@ -142,8 +142,8 @@ def test_every_storage_has_its_own_grid_column_and_label():
     so a new storage gets a grid row with no edit to the table; the storage's case counts there."""
     from conformance.judge.runner import case_description
     from kernels.contract import features
-    from reports.records.results_file import CaseResult
     from reports.run_report.grid import feature_grid, label
+    from run_records.results_file import CaseResult
 
     labels = features.labels()
     columns = [f"kv_{storage}" for storage in KV_STORAGES]

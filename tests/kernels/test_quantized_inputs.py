@@ -40,8 +40,8 @@ def test_the_case_syntax_names_each_tensor_storage_and_refuses_an_unknown_one():
 
 def test_each_tensor_storage_has_its_grid_column_label_token_and_words():
     from conformance.judge.runner import case_description
-    from reports.records.results_file import CaseResult
     from reports.run_report.grid import feature_grid, label
+    from run_records.results_file import CaseResult
 
     case = Case("s", "float32", q_storage="int8_per_head", kv_storage="float8_e5m2_per_channel")
     assert "q_int8_per_head" in case.features and "kv_float8_e5m2_per_channel" in case.features

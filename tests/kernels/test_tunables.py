@@ -212,9 +212,9 @@ def test_a_config_case_record_keeps_its_config_and_reports_it(subjects):
     """The record of a config case: the config survives JSON, the case description names it,
     and the feature grid gives it its own row, "non-default config"."""
     from conformance.judge.runner import Runner
-    from reports.records.results_file import case_result_from_json, case_result_to_json
     from reports.run_report.describe import describe_case
     from reports.run_report.grid import feature_grid, label
+    from run_records.results_file import case_result_from_json, case_result_to_json
 
     (subject,) = resolve_subjects("tests.mutants.tuned:TunedAdapter")
     case = Case(subject=subject.name, dtype="float32", q_len=128, kv_len=128, config={"block_q": 64})

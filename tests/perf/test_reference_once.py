@@ -17,7 +17,7 @@ import pytest
 
 from conformance.judge import artifacts, baseline
 from conformance.plan import subjects
-from reports.records.results_file import read_results
+from run_records.results_file import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "tests.support.toy_subjects:exact"

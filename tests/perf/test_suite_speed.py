@@ -20,7 +20,7 @@ from benchmarks.suite_speed import (
     render,
     split_of,
 )
-from reports.records.results_file import CaseDescription, CaseResult, ResultsWriter
+from run_records.results_file import CaseDescription, CaseResult, ResultsWriter
 
 
 def _times(

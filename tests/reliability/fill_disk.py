@@ -11,7 +11,7 @@ import errno
 import os
 from typing import Any
 
-from reports.records import results_file
+from run_records import results_file
 
 
 class _FillingFile:

@@ -13,7 +13,7 @@ import pytest
 
 from conformance.harness.isolation import Crash, Retry, crash_reason
 from conformance.harness.progress import PREFIX as PROGRESS_PREFIX
-from reports.records.results_file import CaseResult, read_results
+from run_records.results_file import CaseResult, read_results
 from tests.reliability.suite import FAULTY, FAULTY_CASE, TINY
 from tests.support.suite import run_suite
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from reports.records.results_file import read_results
+from run_records.results_file import read_results
 from tests.reliability.suite import FAULTY, FAULTY_CASE, HEALTHY_CASE, TINY
 from tests.support.suite import run_suite
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from reports.records import results_file
-from reports.records.results_file import RESULTS_FILE, read_results
 from reports.run_report import render
+from run_records import results_file
+from run_records.results_file import RESULTS_FILE, read_results
 from tests.reliability.suite import FAULTY, run_module
 from tests.support.suite import ROOT, run_suite, suite_command
 

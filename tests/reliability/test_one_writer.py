@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from reports.records.folder_lock import FolderBusyError, FolderLock
-from reports.records.results_file import lock_holder, read_results
+from run_records.folder_lock import FolderBusyError, FolderLock
+from run_records.results_file import lock_holder, read_results
 from tests.support.suite import SMALL, run_suite, toy
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = (
-    "import sys, time; from reports.records.folder_lock import FolderLock\n"
+    "import sys, time; from run_records.folder_lock import FolderLock\n"
     "lock = FolderLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)"
 )
 

@@ -7,7 +7,7 @@ import json
 import os
 import re
 
-from reports.records.environment import environment_block
+from run_records.environment import environment_block
 from tests.reliability.suite import FAULTY
 from tests.support.suite import ROOT, run_suite
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from reports.records.results_file import read_results
+from run_records.results_file import read_results
 from tests.reliability.suite import FAULTY
 from tests.support.suite import run_suite
 

@@ -8,7 +8,7 @@ import pytest
 
 from reports.__main__ import main
 from reports.gate.findings import EXIT_BAD_INPUT, EXIT_PASS, EXIT_REGRESSION
-from reports.records.results_file import ResultsFileError, read_results
+from run_records.results_file import ResultsFileError, read_results
 from tests.support.report_folders import standard_results, write_run
 
 

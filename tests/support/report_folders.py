@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 
-from reports.records.results_file import (
+from run_records.results_file import (
     CaseDescription,
     CaseResult,
     ResultsWriter,

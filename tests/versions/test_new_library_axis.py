@@ -29,7 +29,7 @@ from conformance.judge import known_issues
 from reports.bisection import installs
 from reports.gate.library_change import LibraryChange, library_change
 from reports.ledger import range_edit, release_sweep
-from reports.records import environment, run_folder, shard_merge
+from run_records import environment, run_folder, shard_merge
 
 folder = Path({tmp!r}) / "jax-0.12.0.1-tokamax-0.0.17-flashlib-1.1"
 base = run_folder.Run(folder=Path({tmp!r}) / "jax-0.12.0.1-flashlib-1.0", results_file=None, summary=None)

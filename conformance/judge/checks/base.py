@@ -12,7 +12,7 @@ from conformance.judge.tolerance import Judgement
 from conformance.plan.cases import Case
 from conformance.plan.profiles import Profile
 from kernels.contract.base import Adapter, Capabilities
-from reports.records.results_file import TensorMetrics
+from run_records.results_file import TensorMetrics
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -24,7 +24,7 @@ from conformance.judge.artifacts import call_forward, call_gradients
 from conformance.judge.bitwise import bitwise_diff
 from conformance.judge.checks.base import CheckContext, Outcome, failed, passed, unsupported
 from conformance.judge.inputs import build_inputs
-from reports.records.results_file import UNDECLARED_JAX_RUNTIME
+from run_records.results_file import UNDECLARED_JAX_RUNTIME
 
 # Leak thresholds. Growth is measured over a second batch of calls, after a first batch
 # has warmed caches and allocator arenas, so one-off growth is not charged as a leak.

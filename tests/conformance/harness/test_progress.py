@@ -7,7 +7,7 @@ import re
 import time
 
 from conformance.harness.progress import Display, Progress, item_cost
-from reports.records.results_file import read_results
+from run_records.results_file import read_results
 from tests.support.suite import SMALL, run_suite, toy
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from conformance.harness import recording
 from conformance.judge.runner import case_description
 from conformance.plan.cases import INPUT_KINDS, Case
-from reports.records.results_file import CaseResult, read_results
+from run_records.results_file import CaseResult, read_results
 
 
 @dataclasses.dataclass

@@ -14,7 +14,7 @@ from conformance.plan.catalogue import classify, plan
 from conformance.plan.profiles import get
 from conformance.plan.subjects import Subject, resolve_subjects
 from kernels.adapters.function_adapter import FunctionAdapter
-from reports.records.results_file import UNDECLARED_JAX_RUNTIME
+from run_records.results_file import UNDECLARED_JAX_RUNTIME
 from tests.support import toy_subjects
 
 TOY = "tests.support.toy_subjects"

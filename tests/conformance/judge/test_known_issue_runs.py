@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.records.results_file import read_results
 from reports.run_report.grouping import group_causes, known_count_line, template_id
+from run_records.results_file import read_results
 from tests.support.suite import run_suite, toy
 
 FORWARD_CASE = "test_forward and float32-full-B1-Hq1-Hkv1-Sq128-Sk128-D64"

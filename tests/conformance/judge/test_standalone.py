@@ -32,7 +32,7 @@ from kernels.adapters import pallas_gpu, splash
 from kernels.registry import resolve
 from kernels.runtime.jax_runtime import jax_version
 from reference import attention_backward, attention_forward
-from reports.records.results_file import CaseResult
+from run_records.results_file import CaseResult
 
 USER_MODULE = "repro_user_attention"
 USER_SOURCE = '''

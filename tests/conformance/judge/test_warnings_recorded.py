@@ -12,7 +12,7 @@ from conformance.plan.catalogue import classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import Subject
 from kernels.adapters.function_adapter import FunctionAdapter
-from reports.records.results_file import WARNINGS
+from run_records.results_file import WARNINGS
 from tests.support import toy_subjects
 
 CASE = Case("warns", "float32", batch=1, q_heads=1, kv_heads=1, q_len=16, kv_len=16)

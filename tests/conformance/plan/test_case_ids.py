@@ -9,7 +9,7 @@ import pytest
 from conformance.judge.runner import case_description
 from conformance.plan import edge_matrix
 from conformance.plan.cases import Case
-from reports.records.results_file import CaseResult, case_result_from_json, case_result_to_json
+from run_records.results_file import CaseResult, case_result_from_json, case_result_to_json
 
 
 def test_case_id_reads_like_a_sentence():

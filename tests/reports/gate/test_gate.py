@@ -15,7 +15,7 @@ from reports.gate.benchmark_comparison import benchmark_regressions
 from reports.gate.comparison import gate
 from reports.gate.findings import EXIT_BAD_INPUT, EXIT_PASS, EXIT_REGRESSION
 from reports.gate.thresholds import Thresholds
-from reports.records.benchmarks_file import Benchmark
+from run_records.benchmarks_file import Benchmark
 from tests.support.report_folders import standard_results, with_verdict, write_run
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -319,7 +319,7 @@ def test_long_reasons_are_cut_to_one_table_line(tmp_path):
 )
 def test_execution_kind_reads_the_adapters_sentence(detail: str, kind: str) -> None:
     """Benchmark files written before Availability.execution was a literal carry the sentence."""
-    from reports.records.benchmarks_file import execution_kind
+    from run_records.benchmarks_file import execution_kind
 
     assert execution_kind(detail) == kind
 

@@ -22,8 +22,8 @@ from reports.gate.comparison import gate
 from reports.gate.drift_statistics import median_lower_bound
 from reports.gate.rules import ratio_pairs
 from reports.gate.thresholds import Thresholds
-from reports.records.results_file import CaseResult
-from reports.records.run_folder import load_run
+from run_records.results_file import CaseResult
+from run_records.run_folder import load_run
 from tests.support.report_folders import case, metric, write_run
 
 K = {"out": 3.0, "lse": 3.0, "dq": 5.0, "dk": 5.0, "dv": 5.0, "dbias": 5.0}

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from reports.gate.comparison import gate
-from reports.records.results_file import read_results
+from run_records.results_file import read_results
 from tests.reports.gate.precision_mutant import ACCUMULATOR
 from tests.support.suite import run_suite
 

@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
-from conformance.judge.known_issues import BUILTIN_LEDGER, LedgerError, ledger_status, load_ledger
+from conformance.judge.known_issues import LedgerError, ledger_status, load_ledger
 from conformance.suite.check_registry import CHECKS
 from kernels.registry import BUILTIN
+from run_records.ledger_file import BUILTIN_LEDGER
 from tests.support.ledgers import SUBJECTS, failing, load
 from tests.support.report_folders import result
 
@@ -122,7 +123,7 @@ def test_the_matrix_shows_each_entry_by_version_and_flags_a_range_that_disagrees
         observed_rows,
         render_matrix,
     )
-    from reports.records.results_file import write_json_atomic
+    from run_records.results_file import write_json_atomic
     from tests.support.report_folders import environment, standard_results, write_run
 
     def status(state, **extra):

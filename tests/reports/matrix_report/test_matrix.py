@@ -15,7 +15,7 @@ from reports.matrix_report.version_matrix import (
     render_matrix,
     write_matrix,
 )
-from reports.records.results_file import ResultsFileError
+from run_records.results_file import ResultsFileError
 from tests.support.report_folders import standard_results, with_verdict, write_run
 
 VERSIONS = ("0.9.2", "0.4.38", "0.10.2", "0.6.2")  # written out of order on purpose

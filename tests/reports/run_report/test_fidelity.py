@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from reports.records.run_folder import load_run
 from reports.run_report.fidelity import fidelity_section, subject_fidelity
 from reports.run_report.render import render_markdown
+from run_records.run_folder import load_run
 from tests.support.report_folders import result, standard_results, write_run
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from reports.records.results_file import case_result_from_json, case_result_to_json
 from reports.run_report.grouping import (
     count_line,
     group_failures,
@@ -12,6 +11,7 @@ from reports.run_report.grouping import (
     template_id,
     template_key,
 )
+from run_records.results_file import case_result_from_json, case_result_to_json
 from tests.support.report_folders import result
 
 MASK_CHECKS = ("forward", "lse", "finite", "fully_masked")

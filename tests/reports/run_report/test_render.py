@@ -9,8 +9,8 @@ import re
 import pytest
 
 from reports.__main__ import main
-from reports.records.run_folder import load_run
 from reports.run_report.render import REPORT_FILE, write_report
+from run_records.run_folder import load_run
 from tests.support.report_folders import result, standard_results, with_verdict, write_run
 
 

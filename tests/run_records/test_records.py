@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from reports.records import results_file
-from reports.records.benchmarks_file import read_benchmarks
-from reports.records.results_file import ResultsFileError, read_summary, write_bytes_atomic, write_text_atomic
 from reports.run_report.render import write_report
+from run_records import results_file
+from run_records.benchmarks_file import read_benchmarks
+from run_records.results_file import ResultsFileError, read_summary, write_bytes_atomic, write_text_atomic
 from tests.support.report_folders import standard_results, write_run
 
 

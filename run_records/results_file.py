@@ -40,6 +40,9 @@ UNDECLARED_JAX_RUNTIME = "jax_runtime_undeclared"
 # ``CaseResult.availability`` key (and summary.json's, per subject): the distinct warnings the
 # subject raised while the suite called it, one line each, "DeprecationWarning: <message>".
 WARNINGS = "warnings"
+# Where the runner records the shrunk case (``CaseResult.details``); older records say it
+# only in the reason's last line, which the report reads as a fallback.
+MINIMAL_CASE_KEY = "minimal_case_id"
 
 Verdict = Literal["pass", "fail", "unsupported", "unavailable", "error", "known", "flaky"]
 # known: failed (or errored) and matched by a known-issue ledger entry (``CaseResult.known_issue``);

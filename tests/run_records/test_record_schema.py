@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from reports.__main__ import main
-from reports.records.results_file import read_results
+from run_records.results_file import read_results
 from tests.support.report_folders import standard_results, with_verdict, write_run
 
 

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from reports.records import shard_merge as merge_module
-from reports.records.results_file import (
+from reports.run_report.render import write_report
+from run_records import shard_merge as merge_module
+from run_records.results_file import (
     ResultsWriter,
     lock_holder,
     read_results,
     read_summary,
     write_json_atomic,
 )
-from reports.records.shard_merge import MergeError, merge
-from reports.run_report.render import write_report
+from run_records.shard_merge import MergeError, merge
 from tests.support import report_folders
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _header(index, count, **changes):
@@ -145,7 +145,7 @@ def test_a_folder_being_written_is_refused_and_a_stale_lock_is_not(tmp_path):
     (tmp_path / "out").mkdir()
     for locked in (folders[1], tmp_path / "out"):
         hold = (
-            "import sys, time; from reports.records.folder_lock import FolderLock\n"
+            "import sys, time; from run_records.folder_lock import FolderLock\n"
             "lock = FolderLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)"
         )
         holder = subprocess.Popen(

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from reports.records.results_file import LOCK_FILE, lock_holder
+from run_records.results_file import LOCK_FILE, lock_holder
 
 
 class FolderBusyError(RuntimeError):

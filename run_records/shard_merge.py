@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reports.records.folder_lock import FolderBusyError, FolderLock
-from reports.records.results_file import (
+from run_records.folder_lock import FolderBusyError, FolderLock
+from run_records.results_file import (
     RESULTS_FILE,
     SCHEMA_VERSION,
     SUMMARY_FILE,

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from reports.records.results_file import WARNINGS, CaseResult, ResultsFile, read_results, read_summary
+from run_records.results_file import WARNINGS, CaseResult, ResultsFile, read_results, read_summary
 from versions import table
 
 # reports/jax-X (jax alone) or reports/jax-X-tokamax-Y (jax_versions.folder_name: each library of the

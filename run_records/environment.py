@@ -32,7 +32,7 @@ def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
 
 
 def git_revision(root: Path | None = None) -> str:
-    root = root or Path(__file__).resolve().parents[2]
+    root = root or Path(__file__).resolve().parents[1]
     try:
         done = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5

@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from reports.records.results_file import ResultsFileError, read_json_file
+from run_records.results_file import ResultsFileError, read_json_file
 
 BENCHMARKS_FILE = "benchmarks.json"
 MEMORY_KEYS = ("peak_memory_bytes", "peak_device_bytes", "peak_rss_bytes")

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from reports.records import environment
-from reports.records.run_folder import load_run
-from reports.records.shard_merge import MergeError, merge
+from run_records import environment
+from run_records.run_folder import load_run
+from run_records.shard_merge import MergeError, merge
 from tests.support.report_folders import standard_results, write_run
 
 
@@ -64,7 +64,7 @@ def test_an_explicit_none_means_no_tokamax_ran_whatever_the_folder_is_called(tmp
 
 
 def test_shards_with_different_tokamax_are_not_one_run(tmp_path):
-    from reports.records.results_file import ResultsWriter, write_json_atomic
+    from run_records.results_file import ResultsWriter, write_json_atomic
     from tests.support.report_folders import environment as env
 
     shards = []

@@ -1,1 +1,0 @@
-"""Tests of reports/records/: the results file, its lock, environment block, benchmarks.json, merging."""
