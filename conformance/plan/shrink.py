@@ -43,18 +43,19 @@ def shrink(case: Case, caps: Capabilities, fails: Callable[[Case], bool], budget
         return answers[candidate]
 
     try:
-        return find(
-            strategies.within(case, caps),
-            still_fails,
-            settings=settings(
-                max_examples=MAX_EXAMPLES,
-                database=None,
-                deadline=None,
-                derandomize=True,
-                phases=[Phase.generate, Phase.shrink],
-                suppress_health_check=list(HealthCheck),
-            ),
-        )
+        with strategies.seed_only_draws():  # the same smallest case from any checkout
+            return find(
+                strategies.within(case, caps),
+                still_fails,
+                settings=settings(
+                    max_examples=MAX_EXAMPLES,
+                    database=None,
+                    deadline=None,
+                    derandomize=True,
+                    phases=[Phase.generate, Phase.shrink],
+                    suppress_health_check=list(HealthCheck),
+                ),
+            )
     except (NoSuchExample, Unsatisfiable):
         return None
     except Exception:  # noqa: BLE001 - e.g. hypothesis' flakiness report; shrinking is best effort

@@ -9,12 +9,15 @@ list for a seed; ``within(case, ...)`` is the space a failing case shrinks in.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture import providers as hypothesis_providers
 
 from conformance.plan.cases import Case
 from conformance.plan.profiles import Profile
@@ -213,8 +216,33 @@ def draw_cases(strategy: st.SearchStrategy[Case], count: int, draw_seed: int) ->
     def collect(case: Case) -> None:
         found.append(case)
 
-    collect()
+    with seed_only_draws():
+        collect()
     return tuple(dict.fromkeys(found))
+
+
+@contextlib.contextmanager
+def seed_only_draws() -> Iterator[None]:
+    """Draws that depend on the seed and the strategy alone.
+
+    Hypothesis (6.13x on) mixes in "local constants": the literals of every module outside
+    site-packages and the standard library that happens to be imported, this suite's own
+    kernels and checks included. The drawn ci cases would then change when an unrelated
+    literal is edited, or when a run imports another set of modules (``--impl xla`` vs
+    ``all``), and a gate between two revisions would see cases come and go. Inside this
+    context the local pool is empty and the shared constants cache is cleared on entry and
+    exit, so hypothesis's own global constants still apply and nothing leaks either way.
+    Hypothesis is pinned (pyproject.toml); ``tests/conformance/plan/test_reproducible_draws.py``
+    fails if these internals move."""
+    empty = hypothesis_providers.Constants()
+    original = hypothesis_providers._get_local_constants
+    hypothesis_providers.CONSTANTS_CACHE.cache.clear()
+    hypothesis_providers._get_local_constants = lambda: empty
+    try:
+        yield
+    finally:
+        hypothesis_providers._get_local_constants = original
+        hypothesis_providers.CONSTANTS_CACHE.cache.clear()
 
 
 def within(case: Case, caps: Capabilities) -> st.SearchStrategy[Case]:
