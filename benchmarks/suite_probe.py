@@ -8,6 +8,14 @@ calls them by (so nothing is counted twice):
     reference  conformance.judge.artifacts.attention_forward / attention_backward (float64)
     baseline   conformance.judge.baseline.forward / gradients (NumPy, same dtype)
 
+It also times the suite's other phases, wherever they run (the xdist controller included), so a
+regression names its phase:
+
+    plan       conformance.harness.plugin.plan: the catalogue (cases, checks, sampling)
+    lowering   conformance.judge.artifacts.lower: a call lowered for its hardware, interpreter off
+    records    conformance.harness.recording.Recorder.on_report / finish: results.jsonl, summary.json
+    report     conformance.harness.plugin._render_report: report.md and its plots
+
 Calls made while a failure is being shrunk (``conformance.plan.shrink.shrink``) are also counted
 under ``<target>@shrink``, so "once per case" can be told apart from shrinking's extra cases.
 It writes one JSON file per process (xdist workers included) into the folder named by
@@ -31,6 +39,7 @@ import pytest
 
 PROBE_DIR_ENV = "SUITE_PROBE_DIR"
 KINDS = ("subject", "reference", "baseline")
+PHASES = ("plan", "lowering", "records", "report")  # the other timed phases (not in the split)
 # (module, attribute, kind): patched on the module object, where the suite looks them up.
 TARGETS: tuple[tuple[str, str, str], ...] = (
     ("conformance.judge.artifacts", "timed_call", "subject"),
@@ -38,6 +47,11 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     ("conformance.judge.artifacts", "attention_backward", "reference"),
     ("conformance.judge.baseline", "forward", "baseline"),
     ("conformance.judge.baseline", "gradients", "baseline"),
+    ("conformance.harness.plugin", "plan", "plan"),
+    ("conformance.judge.artifacts", "lower", "lowering"),
+    ("conformance.harness.recording", "Recorder.on_report", "records"),
+    ("conformance.harness.recording", "Recorder.finish", "records"),
+    ("conformance.harness.plugin", "_render_report", "report"),
 )
 
 
@@ -79,9 +93,12 @@ class Probe:
         import importlib
 
         for module_name, attribute, kind in TARGETS:
-            module = importlib.import_module(module_name)
-            wrapped = self.timed(kind, f"{module_name}.{attribute}", getattr(module, attribute))
-            self.patch.setattr(module, attribute, wrapped)
+            owner: Any = importlib.import_module(module_name)
+            *path, name = attribute.split(".")  # "Class.method": patched on the class
+            for part in path:
+                owner = getattr(owner, part)
+            wrapped = self.timed(kind, f"{module_name}.{attribute}", getattr(owner, name))
+            self.patch.setattr(owner, name, wrapped)
         shrink = importlib.import_module("conformance.plan.shrink")  # looked up at each use by the runner
         self.patch.setattr(shrink, "shrink", self.flagged(shrink.shrink))
 
@@ -100,6 +117,7 @@ class Probe:
             "lifetime_s": time.time() - psutil.Process().create_time(),
             "seconds": {k: self.seconds[k] for k in KINDS},
             "calls": {k: self.calls[k] for k in KINDS},
+            "phases": {k: self.seconds[k] for k in PHASES},
             "target_calls": dict(self.target_calls),
         }
         self.folder.mkdir(parents=True, exist_ok=True)

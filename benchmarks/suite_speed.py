@@ -51,6 +51,7 @@ class ProcessTimes:
     lifetime_s: float
     worker: str = ""
     target_calls: dict[str, int] = dataclasses.field(default_factory=dict)
+    phases: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per PHASES entry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +90,8 @@ class RunMeasurement:
     reference_cases: int = 0
     cpu_s: float = 0.0  # CPU seconds of all its processes: on a shared machine, what it would cost alone
     shrink_reference_calls: int = 0
+    # Seconds per phase over all its processes, the controller's included (``phase_seconds``).
+    phases: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def cases_per_s(self) -> float:
@@ -129,6 +132,19 @@ def split_of(processes: Iterable[ProcessTimes]) -> Split:
     return Split(**parts, harness=max(0.0, lifetime - sum(parts.values())))
 
 
+# The phase table's rows, in the order a run goes through them.
+PHASE_ROWS = ("plan", "subject", "reference", "baseline", "lowering", "records", "report")
+
+
+def phase_seconds(processes: Iterable[ProcessTimes]) -> dict[str, float]:
+    """Seconds per phase (``PHASE_ROWS``) summed over every process, the xdist controller
+    included (it plans, records and renders), then ``other``: the rest of the lifetimes."""
+    processes = tuple(processes)
+    seconds = {row: sum({**p.seconds, **p.phases}.get(row, 0.0) for p in processes) for row in PHASE_ROWS}
+    lifetime = sum(p.lifetime_s for p in processes)
+    return {**seconds, "other": max(0.0, lifetime - sum(seconds.values()))}
+
+
 def read_probes(folder: Path) -> tuple[ProcessTimes, ...]:
     return tuple(
         ProcessTimes(
@@ -137,6 +153,7 @@ def read_probes(folder: Path) -> tuple[ProcessTimes, ...]:
             lifetime_s=float(data["lifetime_s"]),
             worker=data.get("worker", ""),
             target_calls=data.get("target_calls", {}),
+            phases=data.get("phases", {}),
         )
         for data in (json.loads(p.read_text()) for p in sorted(folder.glob("probe-*.json")))
     )
@@ -197,7 +214,7 @@ def render(report: PerfReport) -> str:
             f"| {run.label}{failed} | {_minutes(run.wall_s)} | {run.cpu_s:.0f} s | {run.cases} | "
             f"{run.checks} | {run.cases_per_s:.2f} | {shares} |"
         )
-    lines.append("")
+    lines += ["", *phase_table(report.cold, report.warm), ""]
     lines.append(
         "Split: shares of the seconds of the processes that ran tests (xdist workers add up); "
         "harness = everything outside subject calls, the float64 reference and the baseline. "
@@ -241,6 +258,17 @@ def render(report: PerfReport) -> str:
     if report.command:
         lines += ["", f"Command: `{report.command}`"]
     return "\n".join(lines)
+
+
+def phase_table(cold: RunMeasurement, warm: RunMeasurement) -> list[str]:
+    """Seconds per phase, cold and warm, over all the run's processes: a regression names its
+    phase. ``other``: process start-up, collection, inputs, judging, idle workers."""
+    lines = ["| phase | cold | warm | warm / cold |", "|---|---:|---:|---:|"]
+    for row in (*PHASE_ROWS, "other"):
+        before, after = cold.phases.get(row, 0.0), warm.phases.get(row, 0.0)
+        ratio = f"{after / before:.2f}" if before > 0 else "-"
+        lines.append(f"| {row} | {before:.1f} s | {after:.1f} s | {ratio} |")
+    return lines
 
 
 def suite_command(
@@ -295,6 +323,7 @@ def measure_run(label: str, folder: Path, command: list[str]) -> RunMeasurement:
         reference_cases,
         cpu,
         reference_calls(probes, True),
+        phase_seconds(probes),
     )
 
 

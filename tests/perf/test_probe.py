@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from benchmarks import suite_probe
-from benchmarks.suite_speed import REFERENCE_TARGET, count_ran, read_probes, reference_calls, split_of
+from benchmarks.suite_speed import (
+    REFERENCE_TARGET,
+    count_ran,
+    phase_seconds,
+    read_probes,
+    reference_calls,
+    split_of,
+)
+from conformance.harness import plugin, recording
 from conformance.judge import artifacts, baseline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +26,12 @@ SMALL = "float32 and full-B1-Hq1-Hkv1-Sq128-Sk128-D64"
 
 
 def test_a_run_with_the_probe_writes_its_split_and_restores_the_suite(tmp_path, monkeypatch):
-    originals = (artifacts.timed_call, artifacts.attention_forward, baseline.forward)
+    originals = (
+        artifacts.timed_call,
+        artifacts.attention_forward,
+        baseline.forward,
+        recording.Recorder.on_report,
+    )
     monkeypatch.setenv(suite_probe.PROBE_DIR_ENV, str(tmp_path / "probe"))
     code = pytest.main(
         [
@@ -45,7 +58,17 @@ def test_a_run_with_the_probe_writes_its_split_and_restores_the_suite(tmp_path, 
     assert all(probe.seconds[kind] > 0 for kind in suite_probe.KINDS)
     split = split_of([probe])
     assert split.total == pytest.approx(probe.lifetime_s) and split.harness > 0
-    assert (artifacts.timed_call, artifacts.attention_forward, baseline.forward) == originals
+    # The other phases, for the phase table: this one process planned, recorded and rendered.
+    assert all(probe.phases[phase] > 0 for phase in ("plan", "records", "report"))
+    phases = phase_seconds([probe])
+    assert sum(phases.values()) == pytest.approx(probe.lifetime_s) and phases["other"] > 0
+    assert (
+        artifacts.timed_call,
+        artifacts.attention_forward,
+        baseline.forward,
+        recording.Recorder.on_report,
+    ) == originals
+    assert plugin.plan.__module__ == "conformance.plan.catalogue"
 
 
 def test_reference_passes_while_shrinking_a_failure_are_counted_apart(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from benchmarks.suite_speed import (
     Split,
     differing_verdicts,
     parse_bench,
+    phase_seconds,
     read_probes,
     reference_calls,
     render,
@@ -157,3 +158,27 @@ def write_records(folder, rows):
         case = CaseDescription(case_id, "toy", "float32", fields={**sizes, "head_dim": 8, "v_head_dim": 8})
         writer.append(CaseResult(case=case, check=check, verdict=verdict))
     writer.finish()
+
+
+def test_the_phase_table_names_the_phase_that_grew():
+    processes = [
+        ProcessTimes({"subject": 30.0}, tests=0, lifetime_s=12.0, phases={"plan": 4.0, "report": 2.0}),
+        ProcessTimes({"subject": 30.0, "reference": 5.0}, tests=9, lifetime_s=60.0, phases={"lowering": 8.0}),
+    ]
+    phases = phase_seconds(processes)
+    assert phases == {
+        "plan": 4.0,
+        "subject": 60.0,
+        "reference": 5.0,
+        "baseline": 0.0,
+        "lowering": 8.0,
+        "records": 0.0,
+        "report": 2.0,
+        "other": 0.0,
+    }
+    report = _report(cold_wall=420.0, warm_wall=150.0, harness=6.0)
+    cold = dataclasses.replace(report.cold, phases={**phases, "lowering": 4.0})
+    warm = dataclasses.replace(report.warm, phases=phases)
+    text = render(dataclasses.replace(report, cold=cold, warm=warm))
+    assert "| phase | cold | warm | warm / cold |" in text
+    assert "| lowering | 4.0 s | 8.0 s | 2.00 |" in text and "| plan | 4.0 s | 4.0 s | 1.00 |" in text
