@@ -30,6 +30,7 @@ from typing import Any
 
 from kernels.adapters.function_adapter import FunctionAdapter, PluginSignatureError
 from kernels.contract.base import Adapter
+from kernels.contract.optional_members import optional_member
 from kernels.contract.subject_spec import SubjectSpec, SubjectSyntaxError, parse_subject, split_subjects
 from kernels.subjects import SUBJECTS
 
@@ -99,7 +100,7 @@ def _builtin_with_options(name: str, spec: SubjectSpec) -> Adapter:
     """A built-in adapter built with ``spec``'s options, each checked against the adapter's
     ``OPTIONS`` (option -> its legal values), named by the canonical text without defaults."""
     factory = _import_attribute(BUILTIN[name], name)
-    declared: dict[str, tuple[str, ...]] = dict(getattr(factory, "OPTIONS", {}))
+    declared: dict[str, tuple[str, ...]] = dict(optional_member(factory, "OPTIONS"))
     for key, value in spec.options:
         if key not in declared:
             takes = ", ".join(f"{k}={'|'.join(v)}" for k, v in declared.items()) or "no options"

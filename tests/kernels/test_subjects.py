@@ -16,6 +16,7 @@ import pytest
 from conformance.plan.profiles import PROFILES
 from conformance.plan.subjects import impl_names
 from kernels import subjects
+from kernels.contract.optional_members import optional_member
 from kernels.registry import BUILTIN, UnknownSubjectError, _import_attribute, expand_family, resolve
 from kernels.runtime.jax_runtime import default_backend
 from kernels.subjects import SUBJECTS, TIERS, BuiltinSubject, CatalogueError, Variant
@@ -29,8 +30,8 @@ def declared_variants(subject: BuiltinSubject) -> tuple[str, ...]:
     """What the adapter class itself says its variants are: one per value of its ``FAMILY_OPTION``,
     or its defaults (the bare name) and then each non-default value of each of its ``OPTIONS``."""
     adapter = _import_attribute(subject.adapter, subject.name)
-    options: dict[str, tuple[str, ...]] = dict(getattr(adapter, "OPTIONS", {}))
-    family = getattr(adapter, "FAMILY_OPTION", None)
+    options: dict[str, tuple[str, ...]] = dict(optional_member(adapter, "OPTIONS"))
+    family = optional_member(adapter, "FAMILY_OPTION")
     if family is not None:
         assert set(options) == {family}, f"{subject.name}: a family has its implementation option only"
         return tuple(f"{subject.name}[{family}={value}]" for value in options[family])
@@ -49,7 +50,7 @@ def declared_variants(subject: BuiltinSubject) -> tuple[str, ...]:
 @pytest.mark.parametrize("subject", SUBJECTS, ids=lambda s: s.name)
 def test_each_adapters_options_give_exactly_its_declared_variants(subject: BuiltinSubject):
     adapter = _import_attribute(subject.adapter, subject.name)
-    assert getattr(adapter, "FAMILY_OPTION", None) == subject.family
+    assert optional_member(adapter, "FAMILY_OPTION") == subject.family
     assert tuple(v.name for v in subject.variants) == declared_variants(subject)
     for variant in subject.variants:  # each is the canonical name of the adapter it resolves to
         assert resolve(variant.name).name == variant.name
@@ -186,3 +187,23 @@ def test_docs_adapters_table_names_every_variant_and_its_other_tables_only_built
     for cell in _table_first_cells(text, "subject"):
         tokens = _backticked(cell) or [cell.strip()]
         named_variants(tokens)  # fails on a name that is not built in
+
+
+def test_an_absent_optional_member_reads_as_its_one_default_and_an_unknown_one_is_refused():
+    from kernels.adapters.tokamax import TokamaxAdapter
+    from kernels.adapters.torch_sdpa import TorchSdpaAdapter
+    from kernels.contract.optional_members import OPTIONAL_MEMBERS
+
+    plain = TorchSdpaAdapter()  # no options, no family, no JAX call
+    assert {name: optional_member(plain, name) for name in OPTIONAL_MEMBERS} == {
+        "OPTIONS": {},
+        "FAMILY_OPTION": None,
+        "configured": None,
+        "standalone": None,
+        "lowering": None,
+        "jax_call": None,
+    }
+    assert optional_member(TokamaxAdapter, "FAMILY_OPTION") == "impl"
+    assert callable(optional_member(TokamaxAdapter(), "configured"))
+    with pytest.raises(KeyError, match="'lowers' is not an optional Adapter member; use one of"):
+        optional_member(plain, "lowers")
