@@ -34,16 +34,11 @@ from kernels.contract.subject_spec import parse_subject
 # ``--impl all`` first runs a variant of that tier. ``--impl NAME`` runs a variant at any tier.
 TIERS: tuple[str, ...] = ("ci", "dev", "thorough")
 
-# Where a variant runs. ``interpreted``: off its chip, in an interpreter (the Pallas generic
-# interpreter or TPU interpret mode), as on the CPU of ci; ``lowering``: where it cannot run, its
-# call still lowers for its chip (``Availability.lowerable``: the lowering checks run).
-PLATFORMS: dict[str, str] = {
-    "interpreted": "in an interpreter on a CPU",
-    "cpu": "natively on a CPU",
-    "cuda": "natively on an NVIDIA GPU",
-    "tpu": "natively on a TPU",
-    "lowering": "lowering only, where it cannot run",
-}
+# Where a variant runs: ``interpreted`` off its chip, in an interpreter (the Pallas generic
+# interpreter or TPU interpret mode), as on the CPU of ci; ``cpu``, ``cuda`` (an NVIDIA GPU) and
+# ``tpu`` natively; ``lowering``: where it cannot run, its call still lowers for its chip
+# (``Availability.lowerable``: the lowering checks run).
+PLATFORMS: tuple[str, ...] = ("interpreted", "cpu", "cuda", "tpu", "lowering")
 ANY_BACKEND = ("cpu", "cuda", "tpu")  # XLA: natively on whichever backend JAX has
 PALLAS_TPU = ("interpreted", "tpu")
 PALLAS_TRITON = ("interpreted", "cuda")
@@ -182,6 +177,7 @@ SUBJECTS: tuple[BuiltinSubject, ...] = (
 
 
 def checked_tier(tier: str) -> str:
+    """``tier`` when it is one of ``TIERS``; CatalogueError naming them otherwise."""
     if tier not in TIERS:
         raise CatalogueError(f"unknown cost tier {tier!r}; use one of {TIERS}")
     return tier
@@ -195,7 +191,7 @@ def variants() -> tuple[Variant, ...]:
 def on_platform(platform: str, unless: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The variants that run on ``platform`` and on none of ``unless``, by name."""
     if platform not in PLATFORMS or any(p not in PLATFORMS for p in unless):
-        raise CatalogueError(f"unknown platform in {(platform, *unless)}; use one of {tuple(PLATFORMS)}")
+        raise CatalogueError(f"unknown platform in {(platform, *unless)}; use one of {PLATFORMS}")
     return tuple(v.name for v in variants() if platform in v.platforms and not set(unless) & set(v.platforms))
 
 
@@ -212,7 +208,7 @@ def _problems(subject: BuiltinSubject) -> list[str]:
             found.append(f"variant {variant.name!r}: tier {variant.tier!r} is not one of {TIERS}")
         unknown = [p for p in variant.platforms if p not in PLATFORMS]
         if unknown or not variant.platforms or len(set(variant.platforms)) != len(variant.platforms):
-            found.append(f"variant {variant.name!r}: platforms must be distinct, from {tuple(PLATFORMS)}")
+            found.append(f"variant {variant.name!r}: platforms must be distinct, from {PLATFORMS}")
         if subject.family and (len(spec.options) != 1 or spec.options[0][0] != subject.family):
             found.append(f"family member {variant.name!r} must set {subject.family}= and nothing else")
     if subject.variants and not subject.family and subject.variants[0].name != subject.name:
@@ -223,6 +219,7 @@ def _problems(subject: BuiltinSubject) -> list[str]:
 
 
 def validate(subjects: tuple[BuiltinSubject, ...]) -> None:
+    """CatalogueError listing every declaration that breaks the module docstring's rule."""
     problems = [p for s in subjects for p in _problems(s)]
     declared = {
         "subject": [s.name for s in subjects],
