@@ -2,8 +2,8 @@
 
 ``resolve(name)`` accepts
 
-* a built-in subject name (``subject_names()``: ``tpu_flash``, ``splash``, ``pallas_gpu``,
-  ``xla``, ``cudnn``, ``torch_sdpa``);
+* a built-in subject name (``subject_names()``, declared in ``kernels/subjects.py``), or one of
+  its variants (``tpu_flash[interpreter=tpu]``, ``tokamax[impl=triton]``);
 * a dotted path ``package.module:attribute`` to a function with the canonical
   signature (``kernels.adapters.function_adapter``), or to an adapter class or instance;
 * the name of an adapter registered by an installed distribution in the entry-point
@@ -30,23 +30,17 @@ from typing import Any
 
 from kernels.adapters.function_adapter import FunctionAdapter, PluginSignatureError
 from kernels.contract.base import Adapter
+from kernels.contract.optional_members import optional_member
 from kernels.contract.subject_spec import SubjectSpec, SubjectSyntaxError, parse_subject, split_subjects
+from kernels.subjects import SUBJECTS
 
 ENTRY_POINT_GROUP = "attention_conformance.adapters"
 
-# name -> "module:factory". Lazy strings: importing the registry imports no JAX.
-BUILTIN: dict[str, str] = {
-    "tpu_flash": "kernels.adapters.tpu_flash:TpuFlashAdapter",
-    "splash": "kernels.adapters.splash:SplashAdapter",
-    "pallas_gpu": "kernels.adapters.pallas_gpu:PallasGpuAdapter",
-    "xla": "kernels.adapters.xla:XlaAdapter",
-    "cudnn": "kernels.adapters.cudnn:CudnnAdapter",
-    "torch_sdpa": "kernels.adapters.torch_sdpa:TorchSdpaAdapter",
-    "paged_attention": "kernels.adapters.paged_attention:PagedAttentionAdapter",
-    "ragged_paged_attention": "kernels.adapters.ragged_paged_attention:RaggedPagedAttentionAdapter",
-    "tokamax": "kernels.adapters.tokamax:TokamaxAdapter",
-    "pallas_mgpu": "kernels.adapters.pallas_mgpu:PallasMgpuAdapter",
-    "tokamax_splash": "kernels.adapters.tokamax_splash:TokamaxSplashAdapter",
+# name -> "module:Class", read from the catalogue (kernels/subjects.py). Lazy strings: importing the
+# registry imports no JAX.
+BUILTIN: dict[str, str] = {subject.name: subject.adapter for subject in SUBJECTS}
+_FAMILIES: dict[str, tuple[str, ...]] = {
+    subject.name: tuple(v.name for v in subject.members) for subject in SUBJECTS if subject.family
 }
 
 
@@ -65,16 +59,10 @@ def subject_names() -> tuple[str, ...]:
 
 
 def expand_family(name: str) -> tuple[str, ...]:
-    """A bare built-in name whose adapter declares ``FAMILY_OPTION`` (a library with several
-    implementations behind one API) -> one subject per value of that option, e.g. ``"tokamax"``
-    -> ``("tokamax[impl=xla]", ...)``; any other name -> ``(name,)``."""
-    if name not in BUILTIN:
-        return (name,)
-    factory = _import_attribute(BUILTIN[name], name)
-    option = getattr(factory, "FAMILY_OPTION", None)
-    if option is None:
-        return (name,)
-    return tuple(f"{name}[{option}={value}]" for value in factory.OPTIONS[option])
+    """A bare built-in family name (a library with several implementations behind one API,
+    ``BuiltinSubject.family``) -> one subject per member, e.g. ``"tokamax"`` ->
+    ``("tokamax[impl=xla]", ...)``; any other name -> ``(name,)``."""
+    return _FAMILIES.get(name, (name,))
 
 
 def resolve(name: str, **options: Any) -> Adapter:
@@ -112,7 +100,7 @@ def _builtin_with_options(name: str, spec: SubjectSpec) -> Adapter:
     """A built-in adapter built with ``spec``'s options, each checked against the adapter's
     ``OPTIONS`` (option -> its legal values), named by the canonical text without defaults."""
     factory = _import_attribute(BUILTIN[name], name)
-    declared: dict[str, tuple[str, ...]] = dict(getattr(factory, "OPTIONS", {}))
+    declared: dict[str, tuple[str, ...]] = dict(optional_member(factory, "OPTIONS"))
     for key, value in spec.options:
         if key not in declared:
             takes = ", ".join(f"{k}={'|'.join(v)}" for k, v in declared.items()) or "no options"

@@ -266,9 +266,7 @@ class ConformancePlugin:
     def subjects(self) -> tuple[Subject, ...]:
         if self._subjects is None:
             try:
-                self._subjects = resolve_subjects(
-                    self.impl, self.profile.all_variants, self.profile.family_in_all
-                )
+                self._subjects = resolve_subjects(self.impl, self.profile.name)
             except UnknownSubjectError as error:
                 raise pytest.UsageError(str(error)) from None
         return self._subjects

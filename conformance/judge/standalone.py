@@ -39,6 +39,7 @@ from conformance.plan import draws
 from conformance.plan.cases import Case
 from conformance.suite.check_registry import CheckDeclaration
 from kernels.contract import features
+from kernels.contract.optional_members import optional_member
 from kernels.runtime import kv_storage
 from kernels.runtime.standalone import StandaloneCall
 from reference import script as answer_script
@@ -53,7 +54,7 @@ EXIT_INPUTS_DIFFER = 2
 
 def supports(check: CheckDeclaration, adapter: Any) -> bool:
     """Whether ``script`` can write a standalone repro for this check and subject."""
-    return callable(getattr(adapter, "standalone", None)) and check.repro != "suite_only"
+    return callable(optional_member(adapter, "standalone")) and check.repro != "suite_only"
 
 
 # --- embedded verbatim in every script ------------------------------------------------

@@ -12,17 +12,19 @@ import dataclasses
 
 from kernels.hardware.gpu_chips import DEFAULT_GPU_TARGETS
 from kernels.hardware.tpu_chips import DEFAULT_TPU_TARGETS
+from kernels.subjects import checked_tier
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Profile:
-    """edge_level: curated cases up to this level (0 core, 1 dev, 2 thorough).
+    """name: the profile, and the cost tier whose variants ``--impl all`` runs here, with every
+    cheaper one's (``kernels/subjects.py``: ``TIERS``, each variant's ``tier``).
+    edge_level: curated cases up to this level (0 core, 1 dev, 2 thorough).
     drawn_cases: hypothesis-drawn cases per subject, from what it declares.
     lengths/head_dims/max_batch/max_kv_heads: the space the draws come from.
     runtime_cases_per_dtype: cases per (subject, dtype) for determinism and recompilation.
     leak_calls: calls per leak measurement. shrink_seconds: budget per session for shrinking.
-    derandomize: fixed seed 0 unless one is given. all_variants: subjects with options that
-    ``--impl all`` adds (kernels/contract/subject_spec.py)."""
+    derandomize: fixed seed 0 unless one is given."""
 
     name: str
     edge_level: int
@@ -35,12 +37,6 @@ class Profile:
     leak_calls: int
     shrink_seconds: float
     derandomize: bool
-    # Variants ``--impl all`` adds in this profile: costly ones (TPU interpret mode runs a kernel
-    # several times slower than the generic interpreter) only where there is time for them.
-    all_variants: tuple[str, ...] = ()
-    # Members of a family (``--impl tokamax``: one subject per implementation) that ``--impl all``
-    # keeps in this profile; empty keeps every member. ``--impl tokamax`` always runs them all.
-    family_in_all: tuple[str, ...] = ()
     # Drawn cases also draw a config of the subject's tunables (``ci`` keeps the defaults
     # for its draws: its edge configs come from the curated matrix).
     draw_configs: bool = False
@@ -49,62 +45,52 @@ class Profile:
     # GPUs the smem check budgets for (``--gpu``; kernels/hardware/gpu_chips.py).
     gpu_targets: tuple[str, ...] = DEFAULT_GPU_TARGETS
 
+    def __post_init__(self) -> None:
+        checked_tier(self.name)  # a profile is a cost tier: --impl all selects variants by it
+
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
         Profile(
-            "ci",
-            0,
-            3,
-            (1, 7, 64, 113, 128, 129, 256),
-            (32, 64, 128),
-            2,
-            2,
-            1,
-            12,
-            60.0,
-            True,
-            # Each tokamax implementation costs about 2 to 5 minutes of ci on 2 cores (XLA compiles
-            # per shape; the kernels interpret); `all` keeps the XLA one, which covers tokamax's API
-            # layer natively, and the GPU ones (unavailable here: free), within the +3 minute budget.
-            # The interpreted kernels join `all` in dev and thorough, and `--impl tokamax` runs them.
-            # tokamax's splash likewise: its XLA implementation (base) natively, its Mosaic TPU one
-            # (TPU interpret mode) in dev and thorough and through `--impl tokamax_splash`.
-            family_in_all=(
-                "tokamax[impl=xla]",
-                "tokamax[impl=mosaic_gpu]",
-                "tokamax[impl=cudnn]",
-                "tokamax_splash[impl=base]",
-            ),
+            name="ci",
+            edge_level=0,
+            drawn_cases=3,
+            lengths=(1, 7, 64, 113, 128, 129, 256),
+            head_dims=(32, 64, 128),
+            max_batch=2,
+            max_kv_heads=2,
+            runtime_cases_per_dtype=1,
+            leak_calls=12,
+            shrink_seconds=60.0,
+            derandomize=True,
         ),
         Profile(
-            "dev",
-            1,
-            30,
-            (1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512),
-            (32, 64, 96, 128, 256),
-            3,
-            2,
-            2,
-            20,
-            300.0,
-            False,
+            name="dev",
+            edge_level=1,
+            drawn_cases=30,
+            lengths=(1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512),
+            head_dims=(32, 64, 96, 128, 256),
+            max_batch=3,
+            max_kv_heads=2,
+            runtime_cases_per_dtype=2,
+            leak_calls=20,
+            shrink_seconds=300.0,
+            derandomize=False,
             draw_configs=True,
         ),
         Profile(
-            "thorough",
-            2,
-            200,
-            (1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512, 1000, 1024, 2048),
-            (16, 32, 64, 96, 128, 192, 256),
-            4,
-            4,
-            4,
-            40,
-            1800.0,
-            False,
-            ("tpu_flash[interpreter=tpu]", "splash[interpreter=tpu]", "paged_attention[kv=int8]"),
+            name="thorough",
+            edge_level=2,
+            drawn_cases=200,
+            lengths=(1, 7, 64, 113, 127, 128, 129, 200, 256, 384, 512, 1000, 1024, 2048),
+            head_dims=(16, 32, 64, 96, 128, 192, 256),
+            max_batch=4,
+            max_kv_heads=4,
+            runtime_cases_per_dtype=4,
+            leak_calls=40,
+            shrink_seconds=1800.0,
+            derandomize=False,
             draw_configs=True,
         ),
     )

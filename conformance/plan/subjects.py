@@ -15,6 +15,7 @@ from kernels.contract.base import Adapter, Availability, Capabilities
 from kernels.contract.subject_spec import SubjectSyntaxError, split_subjects
 from kernels.contract.tunables import Config, configured
 from kernels.registry import UnknownSubjectError, expand_family, resolve, subject_names
+from kernels.subjects import SUBJECTS, CatalogueError, checked_tier
 
 PRIMARY_SUBJECT = "tpu_flash"
 
@@ -81,14 +82,12 @@ def _declared_subject(impl: str, adapter: Adapter, warned: list[str]) -> Subject
     return Subject(str(adapter.name), impl, adapter, availability, capabilities, tuple(warned))
 
 
-def impl_names(
-    impl: str, all_variants: tuple[str, ...] = (), family_in_all: tuple[str, ...] = ()
-) -> tuple[str, ...]:
-    """``"all"`` -> every registered subject, then ``all_variants`` (the profile's subjects with
-    options); ``"a,b"`` -> ("a", "b"); ``"tpu_flash[interpreter=tpu],xla"`` keeps its brackets;
-    ``"tokamax"`` -> one subject per implementation (``kernels.registry.expand_family``). Inside
-    ``all``, a family keeps only its members named in ``family_in_all`` when that is given (the
-    profile's budget: ``Profile.family_in_all``)."""
+def impl_names(impl: str, tier: str = "ci") -> tuple[str, ...]:
+    """``"all"`` -> the variants of every built-in subject that ``--impl all`` runs at cost tier
+    ``tier`` (a profile's name; ``kernels.subjects``: a family's members, then the entry-point
+    subjects, then the variants with options); ``"a,b"`` -> ("a", "b");
+    ``"tpu_flash[interpreter=tpu],xla"`` keeps its brackets; ``"tokamax"`` -> one subject per
+    implementation, every one whatever the tier (``kernels.registry.expand_family``)."""
     try:
         names = split_subjects(impl)
     except SubjectSyntaxError as error:
@@ -98,25 +97,36 @@ def impl_names(
             f"--impl is empty; use one of {subject_names()}, 'all', or 'package.module:function'"
         )
     if "all" in names:
-        registered = [m for n in subject_names() for m in _members_in_all(n, family_in_all)]
-        everything = [*registered, *all_variants]
+        everything = _in_all(tier)
         names = [*everything, *(n for n in names if n != "all" and n not in everything)]
     # A family name (kernels.registry.expand_family: "tokamax") is each of its implementations.
     return tuple(dict.fromkeys(expanded for n in names for expanded in expand_family(n)))
 
 
-def _members_in_all(name: str, family_in_all: tuple[str, ...]) -> tuple[str, ...]:
-    members = expand_family(name)
-    if len(members) == 1 or not family_in_all:
-        return members
-    return tuple(m for m in members if m in family_in_all)
+def _in_all(tier: str) -> list[str]:
+    """``--impl all`` at ``tier``: each registered subject as ``--impl NAME`` runs it (a built-in's
+    members of that tier or cheaper; an entry-point subject always), then the built-ins' variants
+    with options of that tier or cheaper."""
+    try:
+        checked_tier(tier)
+    except CatalogueError as error:
+        raise UnknownSubjectError(str(error)) from None
+    builtin = {s.name: s for s in SUBJECTS}
+    registered = [
+        member
+        for name in subject_names()
+        for member in (
+            [v.name for v in builtin[name].members if v.runs_at(tier)] if name in builtin else [name]
+        )
+    ]
+    with_options = [v.name for s in SUBJECTS for v in s.with_options if v.runs_at(tier)]
+    return [*registered, *with_options]
 
 
-def resolve_subjects(
-    impl: str, all_variants: tuple[str, ...] = (), family_in_all: tuple[str, ...] = ()
-) -> tuple[Subject, ...]:
-    """Adapters for ``impl`` (raises kernels.registry.UnknownSubjectError with the fix)."""
-    names = impl_names(impl, all_variants, family_in_all)
+def resolve_subjects(impl: str, tier: str = "ci") -> tuple[Subject, ...]:
+    """Adapters for ``impl`` (raises kernels.registry.UnknownSubjectError with the fix); ``tier``:
+    the profile whose ``--impl all`` this is."""
+    names = impl_names(impl, tier)
     subjects = tuple(_resolved_subject(name) for name in names)
     names = [s.name for s in subjects]
     duplicates = sorted({n for n in names if names.count(n) > 1})

@@ -470,10 +470,7 @@ class Adapter(Protocol):
         """Only called when ``capabilities().backward`` is True."""
         ...
 
-    # Optional, for subjects built on JAX (the ``vmap`` check transforms it; without it, unsupported):
-    #   def jax_call(self, inputs, spec, dout=None) -> kernels.runtime.jax_runtime.JaxCall
-    # the forward call (dout None) or the gradients call, as JAX arrays and a function of them.
-    # Optional, for subjects that declare ``Capabilities.lowers_for``:
-    #   def lowering(self, inputs, spec, direction: "forward" | "backward") -> LoweringCall
-    #   (kernels.hardware.lowering)
-    # the same call as forward/gradients, built for the target hardware with the interpreter off.
+    # Optional members (``OPTIONS``, ``FAMILY_OPTION``, ``configured``, ``standalone``, ``lowering``,
+    # ``jax_call``), their signatures and what their absence means are declared once, in
+    # kernels/contract/optional_members.py; read them with ``optional_member(adapter, name)``. They
+    # are not members of this Protocol: isinstance(x, Adapter) would then require them.

@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from kernels.contract.optional_members import optional_member
+
 Value = int | bool | str
 Config = tuple[tuple[str, Value], ...]  # sorted (name, value) pairs, defaults left out: hashable
 Axis = Literal["q", "kv", "batch", "flag", "choice"]
@@ -246,7 +248,7 @@ def configured(adapter: Any, config: Config) -> Any:
     """``adapter`` set to ``config`` (the adapter itself for the default config)."""
     if not config:
         return adapter
-    configure = getattr(adapter, "configured", None)
+    configure = optional_member(adapter, "configured")
     if configure is None:
         raise TypeError(
             f"{adapter.name} declares tunables but has no configured(config) method; add one "

@@ -125,19 +125,23 @@ def test_gpu_subjects_plan_runs_only_the_gpu_only_subjects_at_ci(tmp_path: Path)
     assert f"tokamax=={jax_versions.tokamax_for(jax_versions.NEWEST)}" in out  # the venv gets tokamax
 
 
-def test_gpu_subjects_name_real_subjects_and_on_a_cpu_only_tritons_interpreter_runs_one() -> None:
+def test_gpu_subjects_are_the_variants_no_cpu_runs_natively_and_a_cpu_interprets_or_lacks_them() -> None:
     from kernels.registry import resolve
     from kernels.runtime.jax_runtime import default_backend
+    from kernels.subjects import variants
 
     subjects = _script_namespace()["GPU_SUBJECTS"]
-    assert {"pallas_mgpu", "tokamax[impl=mosaic_gpu]", "tokamax[impl=cudnn]"} <= set(subjects)
+    assert subjects == tuple(v.name for v in variants() if "cuda" in v.platforms and "cpu" not in v.platforms)
+    assert {"cudnn", "pallas_mgpu", "tokamax[impl=mosaic_gpu]", "tokamax[impl=cudnn]"} <= set(subjects)
     adapters = {name: resolve(name) for name in subjects}  # a misspelt name raises here
     if default_backend() == "gpu":
         pytest.skip("a GPU is attached")
+    interpreted = {v.name for v in variants() if "interpreted" in v.platforms}
     for name, adapter in adapters.items():
         availability = adapter.availability()
-        if name == "tokamax[impl=triton]":
-            continue  # interpreted here when tokamax is installed, natively on the GPU
+        if name in interpreted:  # pallas_gpu, tokamax's Triton: the generic interpreter here
+            assert not availability.available or availability.execution == "interpret", name
+            continue
         assert not availability.available and "GPU" in availability.reason, (name, availability.reason)
 
 

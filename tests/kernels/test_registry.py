@@ -13,22 +13,11 @@ from kernels import registry
 from kernels.adapters.function_adapter import DEFAULT_CAPABILITIES, FunctionAdapter
 from kernels.contract.base import Adapter, Capabilities
 from kernels.registry import UnknownSubjectError, resolve, resolve_many, subject_names
+from kernels.subjects import SUBJECTS
 from reference.spec import AttentionSpec
 from tests.kernels.cases import check_forward, make_inputs
 
-BUILTINS = (
-    "tpu_flash",
-    "splash",
-    "pallas_gpu",
-    "xla",
-    "cudnn",
-    "torch_sdpa",
-    "paged_attention",
-    "ragged_paged_attention",
-    "tokamax",
-    "pallas_mgpu",
-    "tokamax_splash",
-)
+BUILTINS = tuple(subject.name for subject in SUBJECTS)  # the catalogue, kernels/subjects.py
 
 
 def test_builtin_names_are_listed_in_order():

@@ -22,6 +22,7 @@ import numpy as np
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, unsupported
 from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import Judgement, judge
+from kernels.contract.optional_members import optional_member
 
 NO_JAX_CALL = (
     "the subject exposes no JAX call (Adapter.jax_call): there is no function of JAX arrays "
@@ -94,7 +95,7 @@ def _slices(
 def vmap(ctx: CheckContext) -> Outcome:
     """out (and lse where declared) of ``jax.vmap(call)`` over two stacked requests; where the case
     runs backward, dq, dk and dv of the vmapped gradients call too."""
-    if not callable(getattr(ctx.adapter, "jax_call", None)):
+    if not callable(optional_member(ctx.adapter, "jax_call")):
         return unsupported(NO_JAX_CALL)
     outputs, problem = _vmapped(ctx, None)
     if problem:

@@ -1,0 +1,43 @@
+"""The members an adapter may leave out, each with what its absence means, in one place.
+
+The ``Adapter`` protocol (``kernels/contract/base.py``) requires ``name``, ``description``,
+``availability``, ``capabilities``, ``forward`` and ``gradients``. The members below are optional:
+every reader asks ``optional_member(adapter, name)``, so an absent member reads as the default
+written here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+OPTIONAL_MEMBERS: types.MappingProxyType[str, Any] = types.MappingProxyType(
+    {
+        # Option -> its legal values: the variants ``NAME[key=value]`` (kernels/contract/subject_spec.py;
+        # a built-in's are declared in kernels/subjects.py too). Absent: no options.
+        "OPTIONS": types.MappingProxyType({}),
+        # The option ``--impl NAME`` expands over, one subject per value (a family). Absent: none.
+        "FAMILY_OPTION": None,
+        # ``configured(config)``: a copy that calls the kernel with those tunables; needed by an
+        # adapter that declares ``Capabilities.tunables``.
+        "configured": None,
+        # ``standalone(inputs, spec) -> kernels.runtime.standalone.StandaloneCall``: the call as
+        # module-level functions, for self-contained repro scripts. Absent: no standalone script.
+        "standalone": None,
+        # ``lowering(inputs, spec, direction) -> kernels.hardware.lowering.LoweringCall``: the
+        # forward or backward call built for its hardware with the interpreter off; needed by an
+        # adapter that declares ``Capabilities.lowers_for``.
+        "lowering": None,
+        # ``jax_call(inputs, spec, dout=None) -> kernels.runtime.jax_runtime.JaxCall``: the forward
+        # (dout None) or gradients call as JAX arrays and a function of them, which the ``vmap``
+        # check transforms. Absent: ``vmap`` is unsupported.
+        "jax_call": None,
+    }
+)
+
+
+def optional_member(adapter: Any, name: str) -> Any:
+    """``adapter``'s (or adapter class's) optional member ``name``, or its default when absent."""
+    if name not in OPTIONAL_MEMBERS:
+        raise KeyError(f"{name!r} is not an optional Adapter member; use one of {tuple(OPTIONAL_MEMBERS)}")
+    return getattr(adapter, name, OPTIONAL_MEMBERS[name])

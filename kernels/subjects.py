@@ -1,0 +1,235 @@
+"""The built-in subjects, each declared once: its adapter, its variants, what each costs, where it runs.
+
+Every consumer reads this table instead of a list of its own: the registry (``BUILTIN``, a
+family's members), the profiles (``--impl all`` at a profile runs the variants of its tier or
+cheaper), ``scripts/device-bench`` (the GPU subjects are the variants whose platforms say so), the
+tests, and the docs (a test checks that the README and ``docs/adapters.md`` name every variant and
+nothing else). Standard library only, so importing it imports no JAX: the adapter is a lazy
+``"module:Class"`` string.
+
+Variants, one rule for every subject (``kernels/contract/subject_spec.py`` for the syntax):
+
+* a plain subject's first variant is its bare name, the adapter's defaults (``tpu_flash``); its
+  other variants set one of the adapter's ``OPTIONS`` to a non-default value
+  (``tpu_flash[interpreter=tpu]``, ``paged_attention[kv=int8]``);
+* a family (one API with several implementations, ``family`` set, the adapter's ``FAMILY_OPTION``)
+  has one variant per implementation, ``name[impl=...]``, and no bare variant: ``--impl tokamax``
+  is every member. A new API with several implementations is a family. ``xla`` and ``cudnn``
+  (``jax.nn.dot_product_attention``'s two implementations over one runner,
+  ``kernels/adapters/jax_nn_attention.py``) predate the rule and keep their names: the case ids,
+  records and ledger entries of every earlier run are keyed by them.
+
+``tests/kernels/test_subjects.py`` imports each adapter and checks that its ``OPTIONS`` and
+``FAMILY_OPTION`` give exactly these variants, in this order, and that what each reports about
+itself on this machine agrees with its platforms, so this table cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kernels.contract.subject_spec import parse_subject
+
+# Cost tiers, cheapest first, named after the profiles (conformance/plan/profiles.py) whose
+# ``--impl all`` first runs a variant of that tier. ``--impl NAME`` runs a variant at any tier.
+TIERS: tuple[str, ...] = ("ci", "dev", "thorough")
+
+# Where a variant runs: ``interpreted`` off its chip, in an interpreter (the Pallas generic
+# interpreter or TPU interpret mode), as on the CPU of ci; ``cpu``, ``cuda`` (an NVIDIA GPU) and
+# ``tpu`` natively; ``lowering``: where it cannot run, its call still lowers for its chip
+# (``Availability.lowerable``: the lowering checks run).
+PLATFORMS: tuple[str, ...] = ("interpreted", "cpu", "cuda", "tpu", "lowering")
+ANY_BACKEND = ("cpu", "cuda", "tpu")  # XLA: natively on whichever backend JAX has
+PALLAS_TPU = ("interpreted", "tpu")
+PALLAS_TRITON = ("interpreted", "cuda")
+GPU_ONLY = ("cuda",)
+
+
+class CatalogueError(ValueError):
+    """A subject declaration that breaks the rule above; the message names the fix."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One configuration of a subject, named as ``--impl`` and the case ids name it.
+    tier: the cheapest profile whose ``--impl all`` runs it (``TIERS``).
+    platforms: where it runs (``PLATFORMS``)."""
+
+    name: str
+    tier: str
+    platforms: tuple[str, ...]
+
+    def runs_at(self, tier: str) -> bool:
+        """Whether ``--impl all`` at profile ``tier`` runs this variant."""
+        return TIERS.index(self.tier) <= TIERS.index(checked_tier(tier))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuiltinSubject:
+    """A built-in subject: ``name``, its adapter class as a lazy ``"module:Class"``, and its
+    variants in order. ``family``: the option ``--impl NAME`` expands over (the adapter's
+    ``FAMILY_OPTION``), or None for a plain subject."""
+
+    name: str
+    adapter: str
+    variants: tuple[Variant, ...]
+    family: str | None = None
+
+    @property
+    def members(self) -> tuple[Variant, ...]:
+        """What ``--impl NAME`` runs: a family's every member, else the bare name alone."""
+        return self.variants if self.family else self.variants[:1]
+
+    @property
+    def with_options(self) -> tuple[Variant, ...]:
+        """A plain subject's variants with a non-default option (none for a family)."""
+        return () if self.family else self.variants[1:]
+
+
+def _variant(name: str, tier: str, platforms: tuple[str, ...]) -> Variant:
+    return Variant(name=name, tier=tier, platforms=platforms)
+
+
+SUBJECTS: tuple[BuiltinSubject, ...] = (
+    BuiltinSubject(
+        name="tpu_flash",
+        adapter="kernels.adapters.tpu_flash:TpuFlashAdapter",
+        variants=(
+            _variant("tpu_flash", "ci", PALLAS_TPU),
+            # TPU interpret mode runs a kernel several times slower than the generic interpreter.
+            _variant("tpu_flash[interpreter=tpu]", "thorough", PALLAS_TPU),
+        ),
+    ),
+    BuiltinSubject(
+        name="splash",
+        adapter="kernels.adapters.splash:SplashAdapter",
+        variants=(
+            _variant("splash", "ci", PALLAS_TPU),
+            _variant("splash[interpreter=tpu]", "thorough", PALLAS_TPU),
+        ),
+    ),
+    BuiltinSubject(
+        name="pallas_gpu",
+        adapter="kernels.adapters.pallas_gpu:PallasGpuAdapter",
+        variants=(_variant("pallas_gpu", "ci", PALLAS_TRITON),),
+    ),
+    BuiltinSubject(
+        name="xla",
+        adapter="kernels.adapters.xla:XlaAdapter",
+        variants=(_variant("xla", "ci", ANY_BACKEND),),
+    ),
+    BuiltinSubject(
+        name="cudnn",
+        adapter="kernels.adapters.cudnn:CudnnAdapter",
+        variants=(_variant("cudnn", "ci", GPU_ONLY),),
+    ),
+    BuiltinSubject(
+        name="torch_sdpa",
+        adapter="kernels.adapters.torch_sdpa:TorchSdpaAdapter",
+        variants=(_variant("torch_sdpa", "ci", ("cpu",)),),
+    ),
+    BuiltinSubject(
+        name="paged_attention",
+        adapter="kernels.adapters.paged_attention:PagedAttentionAdapter",
+        variants=(
+            _variant("paged_attention", "ci", PALLAS_TPU),
+            _variant("paged_attention[kv=int8]", "thorough", PALLAS_TPU),
+        ),
+    ),
+    BuiltinSubject(
+        name="ragged_paged_attention",
+        adapter="kernels.adapters.ragged_paged_attention:RaggedPagedAttentionAdapter",
+        # No released interpreter runs it yet (docs/adapters.md); off a TPU it lowers.
+        variants=(_variant("ragged_paged_attention", "ci", ("tpu", "lowering")),),
+    ),
+    BuiltinSubject(
+        name="tokamax",
+        adapter="kernels.adapters.tokamax:TokamaxAdapter",
+        family="impl",
+        # Each interpreted implementation costs 2 to 5 minutes of ci on 2 cores, so ci keeps the
+        # XLA one (tokamax's API layer, natively) and the GPU-only ones (unavailable on a CPU: free);
+        # the interpreted kernels and the chunked XLA one join ``all`` in dev.
+        variants=(
+            _variant("tokamax[impl=xla]", "ci", ANY_BACKEND),
+            _variant("tokamax[impl=xla_chunked]", "dev", ANY_BACKEND),
+            _variant("tokamax[impl=mosaic_tpu]", "dev", PALLAS_TPU),
+            _variant("tokamax[impl=triton]", "dev", PALLAS_TRITON),
+            _variant("tokamax[impl=mosaic_gpu]", "ci", GPU_ONLY),
+            _variant("tokamax[impl=cudnn]", "ci", GPU_ONLY),
+        ),
+    ),
+    BuiltinSubject(
+        name="pallas_mgpu",
+        adapter="kernels.adapters.pallas_mgpu:PallasMgpuAdapter",
+        variants=(_variant("pallas_mgpu", "ci", GPU_ONLY),),
+    ),
+    BuiltinSubject(
+        name="tokamax_splash",
+        adapter="kernels.adapters.tokamax_splash:TokamaxSplashAdapter",
+        family="impl",
+        # The XLA implementation (base) natively in ci; the Mosaic TPU kernel (TPU interpret mode) in dev.
+        variants=(
+            _variant("tokamax_splash[impl=base]", "ci", ANY_BACKEND),
+            _variant("tokamax_splash[impl=mosaic_tpu]", "dev", PALLAS_TPU),
+        ),
+    ),
+)
+
+
+def checked_tier(tier: str) -> str:
+    """``tier`` when it is one of ``TIERS``; CatalogueError naming them otherwise."""
+    if tier not in TIERS:
+        raise CatalogueError(f"unknown cost tier {tier!r}; use one of {TIERS}")
+    return tier
+
+
+def variants() -> tuple[Variant, ...]:
+    """Every variant of every built-in subject, in catalogue order."""
+    return tuple(v for s in SUBJECTS for v in s.variants)
+
+
+def on_platform(platform: str, unless: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The variants that run on ``platform`` and on none of ``unless``, by name."""
+    if platform not in PLATFORMS or any(p not in PLATFORMS for p in unless):
+        raise CatalogueError(f"unknown platform in {(platform, *unless)}; use one of {PLATFORMS}")
+    return tuple(v.name for v in variants() if platform in v.platforms and not set(unless) & set(v.platforms))
+
+
+def _problems(subject: BuiltinSubject) -> list[str]:
+    """What breaks the module docstring's rule in one declaration."""
+    found = []
+    if not subject.variants:
+        found.append("declares no variant; give it at least its bare name")
+    for variant in subject.variants:
+        spec = parse_subject(variant.name)
+        if spec.base != subject.name:
+            found.append(f"variant {variant.name!r} is not named after it; write {subject.name}[...]")
+        if variant.tier not in TIERS:
+            found.append(f"variant {variant.name!r}: tier {variant.tier!r} is not one of {TIERS}")
+        unknown = [p for p in variant.platforms if p not in PLATFORMS]
+        if unknown or not variant.platforms or len(set(variant.platforms)) != len(variant.platforms):
+            found.append(f"variant {variant.name!r}: platforms must be distinct, from {PLATFORMS}")
+        if subject.family and (len(spec.options) != 1 or spec.options[0][0] != subject.family):
+            found.append(f"family member {variant.name!r} must set {subject.family}= and nothing else")
+    if subject.variants and not subject.family and subject.variants[0].name != subject.name:
+        found.append(f"a plain subject's first variant is its bare name {subject.name!r}")
+    if not subject.family and any(not parse_subject(v.name).options for v in subject.variants[1:]):
+        found.append("only the first variant is bare; give the others their option")
+    return [f"subject {subject.name!r}: {problem}" for problem in found]
+
+
+def validate(subjects: tuple[BuiltinSubject, ...]) -> None:
+    """CatalogueError listing every declaration that breaks the module docstring's rule."""
+    problems = [p for s in subjects for p in _problems(s)]
+    declared = {
+        "subject": [s.name for s in subjects],
+        "variant": [v.name for s in subjects for v in s.variants],
+    }
+    for kind, names in declared.items():
+        twice = sorted(n for n in set(names) if names.count(n) > 1)
+        problems += [f"{kind} {n!r} is declared twice; declare it once" for n in twice]
+    if problems:
+        raise CatalogueError("; ".join(problems))
+
+
+validate(SUBJECTS)
