@@ -65,6 +65,7 @@ class BaselineGrads:
     dbias: np.ndarray | None
     dsinks: np.ndarray | None = None
     cancellation: dict[str, float] = dataclasses.field(default_factory=dict)
+    recomputed_p: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +256,7 @@ def gradients(
         dbias=dbias,
         dsinks=dsinks,
         cancellation=_cancellation(fwd, delta, q, inputs.bias),
+        recomputed_p=_recomputed_p(fwd, do, delta, inputs.sinks, kv_heads),
     )
 
 
@@ -275,4 +277,28 @@ def _cancellation(
         if fwd.p_sink is not None:
             per_head = (np.nan_to_num(fwd.p_sink.astype(np.float64)) * weight).sum(axis=(0, 2, 3))
             out["dsinks"] = float(per_head.max(initial=0.0))
+    return out
+
+
+def _recomputed_p(
+    fwd: _Forward, do: np.ndarray, delta: np.ndarray, sinks: np.ndarray | None, kv_heads: int
+) -> dict[str, float]:
+    """What one float32 ulp of p's exponent carries to dv and dsinks (see BaselineGrads).
+
+    Each row's lse is rounded on its own, so the rows' shares add like independent errors
+    (root of the sum of squares); the sink's own rounding, where a kernel rescales it, is shared
+    by every row of its head, so it adds linearly: |sink| |dsinks|."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        # Fully masked rows have a mask-value lse but a zero dout and delta: no share.
+        lse = np.abs(np.nan_to_num(fwd.lse.astype(np.float64)))[..., None]  # [B, Hq, Sq, 1]
+        p = np.nan_to_num(fwd.p.astype(np.float64))
+        # Each row's largest |do| stands for all its columns: a bound over d at a 64th of a matmul's cost.
+        row = np.square(lse * np.abs(do.astype(np.float64)).max(axis=-1, keepdims=True))  # [B, Hq, Sq, 1]
+        squares = np.nan_to_num((p * p * row).sum(axis=-2))[..., None]  # [B, Hq, Sk, 1]
+        out = {"dv": float(np.sqrt(_group_sum(squares, kv_heads)).max(initial=0.0))}
+        if fwd.p_sink is not None and sinks is not None:
+            terms = np.nan_to_num(fwd.p_sink.astype(np.float64) * delta.astype(np.float64))
+            rows = np.sqrt(np.square(np.nan_to_num(terms * lse)).sum(axis=(0, 2, 3)))
+            shared = np.abs(np.asarray(sinks, dtype=np.float64)) * np.abs(terms.sum(axis=(0, 2, 3)))
+            out["dsinks"] = float((rows + shared).max(initial=0.0))
     return out

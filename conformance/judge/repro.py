@@ -62,7 +62,8 @@ base = baseline.gradients(inputs, case.spec, dout, model)  # plain attention's g
 for name in ("dq", "dk", "dv", "dbias", "dsinks"):
     if getattr(ref, name) is not None and getattr(got, name) is not None:
         print(judge(name, getattr(got, name), getattr(ref, name), getattr(base, name), case.dtype,
-                    cancellation=base.cancellation.get(name, 0.0)).explain())
+                    cancellation=base.cancellation.get(name, 0.0),
+                    recomputed_p=base.recomputed_p.get(name, 0.0)).explain())
 """
 
 _GENERIC = """from conformance.judge.runner import run_check

@@ -39,6 +39,9 @@ from run_records.results_file import TensorMetrics
 FLOOR_ULPS = 2.0
 FP8_FLOOR_ULPS = 1.0  # fp8 keeps every intermediate in float32: only the final rounding is left
 MEAN_FLOOR_ULPS = 1.0
+# One ulp of the exponent of a recomputed p (the saved lse's rounding, and its conversion to base 2
+# where the kernel exponentiates in base 2), in the dtype a kernel saves lse in: see ``floors``.
+RECOMPUTED_P_ULPS = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +113,11 @@ TOLERANCES: dict[str, TensorTolerance] = {
 
 
 def floors(
-    dtype: str, want: np.ndarray, valid: np.ndarray | None, cancellation: float = 0.0
+    dtype: str,
+    want: np.ndarray,
+    valid: np.ndarray | None,
+    cancellation: float = 0.0,
+    recomputed_p: float = 0.0,
 ) -> tuple[float, float]:
     """(floor_max, floor_mean): the rounding a careful kernel cannot avoid, where the baseline
     happens to be exact.
@@ -126,6 +133,12 @@ def floors(
     in (``dtypes.logits_dtype``: the dtype itself, float32 for fp8). A bf16 kernel may store
     delta in bf16 and leave ulps of bf16 behind; an fp8 kernel sums in float32, so ulps of e5m2
     there would be 2^19 times too loose (they let a dsinks of the wrong sign pass).
+
+    ``recomputed_p``: the magnitude through which one ulp of p's exponent reaches ``want`` (see
+    ``baseline.BaselineGrads.recomputed_p``). A flash backward recomputes p = exp(s - lse) from the
+    lse its forward saved in float32 (float64 for float64), so p is off by up to eps * |lse|
+    relative, an error the one-pass baseline never makes. ``RECOMPUTED_P_ULPS`` ulps of that dtype
+    at this magnitude are added to floor_max (and so to floor_mean's floor_max / sqrt(n)).
     """
     top, mean = metrics.magnitude(want, valid)
     count = int(np.broadcast_to(True if valid is None else valid, np.shape(want)).sum())
@@ -134,7 +147,8 @@ def floors(
         eps, ulps, top, mean = intermediate, FLOOR_ULPS, cancellation, cancellation
     else:
         eps, ulps = dtypes.eps(dtype), FP8_FLOOR_ULPS if dtypes.is_fp8(dtype) else FLOOR_ULPS
-    floor_max = ulps * eps * top
+    saved_lse = dtypes.eps("float64" if dtype == "float64" else "float32")
+    floor_max = ulps * eps * top + RECOMPUTED_P_ULPS * saved_lse * recomputed_p
     return floor_max, max(MEAN_FLOOR_ULPS * eps * mean, floor_max / math.sqrt(max(count, 1)))
 
 
@@ -226,19 +240,20 @@ def judge(
     dtype: str,
     valid: np.ndarray | None = None,
     cancellation: float = 0.0,
+    recomputed_p: float = 0.0,
 ) -> Judgement:
     """Compare ``got`` (subject) and ``baseline`` to ``want`` (float64 reference) over ``valid``.
 
     All three share one shape (e.g. out: [B, Hq, Sq, Dv]); ``valid`` is a bool array
     broadcastable to it (fully masked rows excluded), or None for every element.
-    ``cancellation``: see ``floors``.
+    ``cancellation``, ``recomputed_p``: see ``floors``.
     """
     if np.shape(got) != np.shape(want):
         raise ValueError(f"{tensor}: subject shape {np.shape(got)} != reference shape {np.shape(want)}")
     rule = TOLERANCES[tensor]
     sub = metrics.error_stats(got, want, valid)
     base = metrics.error_stats(baseline, want, valid)
-    floor_max, floor_mean = floors(dtype, want, valid, cancellation)
+    floor_max, floor_mean = floors(dtype, want, valid, cancellation, recomputed_p)
     tol_max = rule.k * base.max_abs + floor_max
     tol_mean = rule.k_mean * base.mean_abs + floor_mean
     passed = sub.max_abs <= tol_max and sub.mean_abs <= tol_mean

@@ -75,9 +75,20 @@ def backward(ctx: CheckContext) -> Outcome:
     problems = [p for p in (_shape_mismatch(n, g, r) for n, g, r, _ in tensors) if p]
     if problems:
         return failed("; ".join([*problems, *missing]))
-    cancel = base.cancellation
+    cancel, recomputed = base.cancellation, base.recomputed_p
     outcome = from_judgements(
-        [judge(name, g, r, b, ctx.dtype, cancellation=cancel.get(name, 0.0)) for name, g, r, b in tensors]
+        [
+            judge(
+                name,
+                g,
+                r,
+                b,
+                ctx.dtype,
+                cancellation=cancel.get(name, 0.0),
+                recomputed_p=recomputed.get(name, 0.0),
+            )
+            for name, g, r, b in tensors
+        ]
     )
     if unobserved_text:  # recorded with a pass too: the record says what the verdict did not cover
         outcome = dataclasses.replace(

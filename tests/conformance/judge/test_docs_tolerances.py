@@ -65,4 +65,5 @@ def test_each_rows_k_and_k_mean_are_the_policys(tensor):
 def test_the_floors_ulps_are_the_policys():
     assert readme_floor_ulps("floor_max") == tolerance.FLOOR_ULPS
     assert readme_floor_ulps("floor_mean") == tolerance.MEAN_FLOOR_ULPS
+    assert readme_floor_ulps("recomputed_p") == tolerance.RECOMPUTED_P_ULPS
     assert re.findall(r"\(([0-9.]+) eps in fp8\)", _section()) == [f"{tolerance.FP8_FLOOR_ULPS:g}"]
