@@ -56,7 +56,7 @@ from kernels.contract.base import (
     compiled_where_run,
 )
 from kernels.contract.dtypes import FP8_DTYPES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
 from kernels.runtime.jax_runtime import (
     Compiled,
@@ -83,23 +83,19 @@ MODULE = "jax.experimental.pallas.ops.tpu.splash_attention"
 BLOCK = 128  # BlockSizes.get_default(): every block 128
 
 
-def _divides(block: int, length: int) -> bool:
-    return block <= length and length % block == 0
-
-
 # Each constraint reads the case's blocks (its config, defaults filled in).
 CONSTRAINTS = (
     ShapeConstraint(
         name="q_len_multiple_of_block_q",
         reason="block_q (default 128) must divide q_len (mask processing raises ValueError)",
-        holds=lambda shape, spec, b: _divides(b["block_q"], shape.q_len),
+        holds=lambda shape, spec, b: block_divides(b["block_q"], shape.q_len),
         basis="raises",
         sees_config=True,
     ),
     ShapeConstraint(
         name="kv_len_multiple_of_block_kv",
         reason="block_kv (default 128) must divide kv_len (mask processing raises ValueError)",
-        holds=lambda shape, spec, b: _divides(b["block_kv"], shape.kv_len),
+        holds=lambda shape, spec, b: block_divides(b["block_kv"], shape.kv_len),
         basis="raises",
         sees_config=True,
     ),
@@ -108,11 +104,14 @@ CONSTRAINTS = (
         reason="the backward blocks (block_q_dkv, block_q_dq on q; block_kv_dkv, block_kv_dq on kv; "
         "default 128) must divide the lengths (mask processing raises ValueError)",
         holds=lambda shape, spec, b: (
-            _divides(b["block_q_dkv"], shape.q_len)
-            and _divides(b["block_kv_dkv"], shape.kv_len)
+            block_divides(b["block_q_dkv"], shape.q_len)
+            and block_divides(b["block_kv_dkv"], shape.kv_len)
             and (
                 b["use_fused_bwd_kernel"]
-                or (_divides(b["block_q_dq"], shape.q_len) and _divides(b["block_kv_dq"], shape.kv_len))
+                or (
+                    block_divides(b["block_q_dq"], shape.q_len)
+                    and block_divides(b["block_kv_dq"], shape.kv_len)
+                )
             )
         ),
         basis="raises",

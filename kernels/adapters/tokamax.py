@@ -72,7 +72,7 @@ from kernels.contract.base import (
     compiled_where_run,
 )
 from kernels.contract.kv_storage_names import STORAGES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall
 from kernels.runtime.jax_runtime import (
     Compiled,
@@ -375,10 +375,6 @@ def _not_implemented(name: str, feature: str, what: str, applies_to: str = "both
     )
 
 
-def _divides(block: int, length: int) -> bool:
-    return length % block == 0
-
-
 def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
     if kind == "mosaic_tpu":
         version = tokamax_version()
@@ -415,7 +411,7 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
                 "NotImplementedError, and this release raises ValueError (a finding, in "
                 "kernels/known_issues.toml)",
                 holds=lambda shape, spec, b: (
-                    _divides(b["block_q"], shape.q_len) and _divides(b["block_kv"], shape.kv_len)
+                    block_divides(b["block_q"], shape.q_len) and block_divides(b["block_kv"], shape.kv_len)
                 ),
                 basis="raises",
                 sees_config=True,
@@ -427,8 +423,8 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
                 "sequences too (ValueError in this release, NotImplementedError by contract)",
                 holds=lambda shape, spec, b: (
                     # 0.0.10 has no backward tunables: its ConfigVjp blocks are fixed at 128
-                    _divides(b.get("block_q_dkv", 128), shape.q_len)
-                    and _divides(b.get("block_kv_dkv", 128), shape.kv_len)
+                    block_divides(b.get("block_q_dkv", 128), shape.q_len)
+                    and block_divides(b.get("block_kv_dkv", 128), shape.kv_len)
                 ),
                 basis="raises",
                 applies_to="backward",

@@ -39,7 +39,7 @@ from kernels.contract.base import (
     SubjectOutput,
 )
 from kernels.contract.dtypes import FP8_DTYPES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import LoweringCall, abstract_arrays
 from kernels.runtime.jax_runtime import (
     CompiledCache,
@@ -69,10 +69,6 @@ MODULE = "jax.experimental.pallas.ops.tpu.flash_attention"
 BLOCK = 128
 
 
-def _divides(block: int, length: int) -> bool:
-    return block <= length and length % block == 0
-
-
 # Each constraint reads the case's blocks (its config with the defaults filled in); the
 # reasons name the default 128 because that is what most cases run with.
 CONSTRAINTS = (
@@ -81,7 +77,7 @@ CONSTRAINTS = (
         reason="block_k_major and block_k (default 128) must divide kv_len "
         "(_verify_block raises ValueError otherwise)",
         holds=lambda shape, spec, b: (
-            _divides(b["block_k_major"], shape.kv_len) and _divides(b["block_k"], shape.kv_len)
+            block_divides(b["block_k_major"], shape.kv_len) and block_divides(b["block_k"], shape.kv_len)
         ),
         basis="raises",
         sees_config=True,
@@ -116,9 +112,9 @@ CONSTRAINTS = (
         reason="the backward kernels' q blocks (block_q_major_dkv, block_q_dkv, block_q_dq) must "
         "divide q_len and their kv blocks kv_len (default 128; _verify_block raises ValueError)",
         holds=lambda shape, spec, b: (
-            all(_divides(b[n], shape.q_len) for n in ("block_q_major_dkv", "block_q_dkv", "block_q_dq"))
+            all(block_divides(b[n], shape.q_len) for n in ("block_q_major_dkv", "block_q_dkv", "block_q_dq"))
             and all(
-                _divides(b[n], shape.kv_len)
+                block_divides(b[n], shape.kv_len)
                 for n in ("block_k_major_dkv", "block_k_dkv", "block_k_major_dq", "block_k_dq")
             )
         ),

@@ -210,6 +210,12 @@ class Tunables:
         return normalize({k: v for k, v in dict(config).items() if self.get(k).default != v})
 
 
+def block_divides(block: int, length: int) -> bool:
+    """Whether a block of ``block`` rows tiles ``length`` exactly: no larger than it and a divisor
+    (the rule the Pallas TPU kernels and tokamax's check their blocks by; lengths are >= 1)."""
+    return block <= length and length % block == 0
+
+
 def normalize(config: Mapping[str, Value] | Config) -> Config:
     return tuple(sorted(dict(config).items()))
 
