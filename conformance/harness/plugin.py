@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import isolation, progress, recording
+from conformance.harness import host_devices, isolation, progress, recording
 from conformance.judge import jax_compat, known_issues
 from conformance.judge.runner import Runner, case_description
 from conformance.plan import profiles, shards, user_cases
@@ -153,6 +153,7 @@ def add_options(parser: pytest.Parser) -> None:
 
 def configure(config: pytest.Config) -> None:
     if config.pluginmanager.get_plugin(PLUGIN_NAME) is None:
+        host_devices.set_host_devices(os.environ)  # before JAX starts its backend (sharded's mesh)
         cache_dir = config.getoption("jax_cache_dir")
         if cache_dir:  # before any compilation, in every process (xdist workers configure too)
             jax_compat.enable_compilation_cache(cache_dir)

@@ -66,7 +66,12 @@ for name in ("dq", "dk", "dv", "dbias", "dsinks"):
                     recomputed_p=base.recomputed_p.get(name, 0.0)).explain())
 """
 
-_GENERIC = """from conformance.judge.runner import run_check
+_GENERIC = """import os
+
+from conformance.harness.host_devices import set_host_devices
+
+set_host_devices(os.environ)  # the suite's simulated CPU devices, before JAX starts (sharded's mesh)
+from conformance.judge.runner import run_check  # noqa: E402
 
 case = {case!r}
 outcome = run_check(case, {check!r}, impl={impl!r})

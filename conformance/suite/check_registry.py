@@ -229,6 +229,16 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         shrinks=False,
     ),
     CheckDeclaration(
+        "sharded",
+        f"{_CHECKS}.sharded:sharded",
+        "sharded (simulated devices)",
+        19,
+        # No ``needs``: a subject without ``Adapter.jax_call``, or a process with one device, is
+        # unsupported, with that reason.
+        sampling="one_batched_case",  # two placements, each one more program per direction: one case
+        shrinks=False,  # the placement needs the case's divisible axes: a smaller case may lose them
+    ),
+    CheckDeclaration(
         "recompile",
         f"{_CHECKS}.runtime:recompile",
         "no recompilation",

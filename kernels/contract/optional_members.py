@@ -30,7 +30,7 @@ OPTIONAL_MEMBERS: types.MappingProxyType[str, Any] = types.MappingProxyType(
         "lowering": None,
         # ``jax_call(inputs, spec, dout=None) -> kernels.runtime.jax_runtime.JaxCall``: the forward
         # (dout None) or gradients call as JAX arrays and a function of them, which the ``vmap``
-        # check transforms. Absent: ``vmap`` is unsupported.
+        # and ``sharded`` checks transform. Absent: both are unsupported.
         "jax_call": None,
     }
 )

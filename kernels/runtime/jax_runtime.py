@@ -167,7 +167,8 @@ class JaxCall:
     inside ``context()`` (TPU interpret mode is a tracing-time setting).
 
     It is what a check transforms the way users do (``jax.vmap`` adds a leading axis to every
-    array in ``batched``: each one's axis 0 is the case's batch). The adapter's own
+    array in ``batched``: each one's axis 0 is the case's batch; ``sharded`` places them over a
+    mesh, reading a batched 4-D array as ``[B, H, S, ...]``: q, k, v, dout, a bias or mask). The adapter's own
     ``forward``/``gradients`` run this same call, so what is transformed is what was judged.
     """
 

@@ -166,6 +166,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "right unbatched; its batching rule answers every vmapped slice with the first one's answer",
     ),
     _m(
+        "sharded_local_keys",
+        "sharded:LocalKeysWhenSharded",
+        "sharded",
+        "sharded runs",
+        "right on one device; its partitioning rule keeps the keys split: each shard sees its own keys",
+    ),
+    _m(
         "leaks_buffers",
         "runtime:leaks_buffers",
         "leak",
@@ -411,8 +418,12 @@ RUNS_EVERYWHERE = ("shape_dtype", "forward", "finite", "no_mutation", "determini
 CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.correct:attention", (*RUNS_EVERYWHERE, "lse", "fully_masked", "batch_invariance")),
     Control(f"{PACKAGE}.correct:CorrectAdapter", (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance")),
-    # The same call exposed to jax.vmap (Adapter.jax_call): batched as it computes.
-    Control(f"{PACKAGE}.vmap:VmapAdapter", (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance", "vmap")),
+    # The same call exposed to jax.vmap and to sharded inputs (Adapter.jax_call): batched and
+    # partitioned as it computes.
+    Control(
+        f"{PACKAGE}.vmap:VmapAdapter",
+        (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance", "vmap", "sharded"),
+    ),
     Control(f"{PACKAGE}.precision:CarefulAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
     # The blocked online softmax with a bias, its running max guarded: right on -inf bias blocks.
     # fully_masked runs on it where a smoke case has a fully masked row; no smoke case it admits has.

@@ -1,0 +1,207 @@
+"""``sharded``: the subject's call under ``jax.jit`` with its inputs placed on a mesh of devices, as
+users run a layer data- or model-parallel, judged against the float64 reference.
+
+On CPU the devices are simulated: ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before JAX
+starts its backend (the suite's plugin sets 2 unless XLA_FLAGS names a count:
+``conformance/harness/host_devices.py``). One device leaves nothing to shard: ``unsupported``,
+with that fix in the reason.
+
+Two placements of the same call, each one more program per direction:
+  * ``batch and heads``: axis 0 of every batched array over the mesh's ``batch`` axis, and axis 1
+    of every 4-D one (``[B, H, S, ...]``: q, k, v, dout, a bias or mask with heads) over its
+    ``heads`` axis, each where the devices divide it (the mesh is as large as they allow);
+  * ``sequence``: axis 2 of every 4-D array (q's queries, k's and v's keys) over every device, the
+    layout of context parallelism.
+Placement never changes what ``jit`` computes, only how XLA partitions it, so a placement that
+splits an array the call does not expect still asks the same question. What can go wrong is a
+partitioning rule: a ``custom_partitioning`` or a ``shard_map`` inside the call that attends each
+shard's queries to that shard's keys only, or reads a shard's local batch index, is right on one
+device and wrong here.
+
+Not judged: a query slice run alone through ``shard_map``. A ``JaxCall`` carries no query offset,
+so a slice of a causal, windowed or padded case (offsets relative to the global row) would be a
+different problem, not the same one split; the ``sequence`` placement asks the partitioner to
+split that same global problem instead.
+
+Every output is judged against the float64 reference with the subject's own unsharded answer as
+the baseline (as ``vmap`` does): partitioning may round differently (a dot split over keys sums in
+another order), never answer differently; whether the unsharded answer is right is ``forward``'s
+and ``backward``'s verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, unsupported
+from conformance.judge.dtypes import name_of
+from conformance.judge.tolerance import Judgement, judge
+from kernels.contract.optional_members import optional_member
+
+NO_JAX_CALL = (
+    "the subject exposes no JAX call (Adapter.jax_call): there is no function of JAX arrays "
+    "to run on sharded inputs"
+)
+FLAG = "--xla_force_host_platform_device_count"
+ONE_DEVICE = (
+    f"this process has 1 JAX device, nothing to shard over: set XLA_FLAGS={FLAG}=2 (or more) before "
+    "JAX starts (pytest conformance sets it unless XLA_FLAGS already names a device count)"
+)
+NOTHING_DIVIDES = "no batch, head or sequence length of this case is divided by the {n} devices"
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """One way to lay the call's arrays over a mesh: its name, the mesh's shape and axis names,
+    and, per array rank and batched flag, the mesh axis each array axis goes to."""
+
+    name: str
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    # (array axis, mesh axis name) pairs: for batched arrays of rank 4, for batched arrays of other ranks
+    four_d: tuple[tuple[int, str], ...]
+    other: tuple[tuple[int, str], ...]
+
+    def spec(self, shape: tuple[int, ...], batched: bool) -> tuple[str | None, ...]:
+        """The PartitionSpec entries for one array: a mesh axis where it divides the array's axis
+        (an unbatched array, shared by every request, stays whole on every device)."""
+        rule = dict(self.four_d if len(shape) == 4 else self.other)
+        sizes = dict(zip(self.axis_names, self.mesh_shape, strict=True))
+        return tuple(
+            name if batched and name is not None and size % sizes[name] == 0 and size > 1 else None
+            for name, size in ((rule.get(axis), size) for axis, size in enumerate(shape))
+        )
+
+
+def _largest_divisor(n: int, of: int) -> int:
+    """The largest divisor of ``n`` that divides ``of``."""
+    return max(d for d in range(1, n + 1) if n % d == 0 and of % d == 0)
+
+
+def placements(devices: int, batch: int, q_heads: int, q_len: int) -> list[Placement]:
+    """The placements this case admits on ``devices`` devices (pure: shapes in, layouts out).
+    ``batch and heads`` takes the batch first (data parallelism is the common case), then heads
+    from the devices left; ``sequence`` needs the query length divided by every device."""
+    found = []
+    on_batch = _largest_divisor(devices, batch)
+    on_heads = _largest_divisor(devices // on_batch, q_heads)
+    if on_batch * on_heads > 1:
+        found.append(
+            Placement(
+                "batch and heads",
+                (on_batch, on_heads),
+                ("batch", "heads"),
+                ((0, "batch"), (1, "heads")),
+                ((0, "batch"),),
+            )
+        )
+    if q_len % devices == 0:
+        found.append(Placement("sequence", (devices,), ("sequence",), ((2, "sequence"),), ()))
+    return found
+
+
+def _run_placed(ctx: CheckContext, placement: Placement, dout: np.ndarray | None) -> tuple[Any, str | None]:
+    """The subject's call under ``jax.jit`` on inputs placed as ``placement`` says, as NumPy
+    outputs, or the one line saying how it failed."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    size = math.prod(placement.mesh_shape)
+    mesh = Mesh(np.array(jax.devices()[:size]).reshape(placement.mesh_shape), placement.axis_names)
+    call = ctx.adapter.jax_call(ctx.oracle.inputs, ctx.case.spec, dout)
+    placed = tuple(
+        None
+        if a is None
+        else jax.device_put(a, NamedSharding(mesh, PartitionSpec(*placement.spec(a.shape, batched))))
+        for a, batched in zip(call.args, call.batched, strict=True)
+    )
+    try:
+        with call.context():
+            outputs = jax.jit(call.fn)(*placed)
+            return tuple(None if o is None else np.asarray(o) for o in outputs), None
+    except Exception as error:  # noqa: BLE001 - a partitioning rule that raises is the finding
+        first = str(error).splitlines()[0] if str(error) else ""
+        return None, f"the call on inputs sharded by {placement.name} raised {type(error).__name__}: {first}"
+
+
+def _judged(
+    name: str,
+    placement: str,
+    got: np.ndarray | None,
+    ref: np.ndarray,
+    unsharded: np.ndarray | None,
+    dtype: str,
+    valid: Any = None,
+    cancellation: float = 0.0,
+) -> Judgement | str:
+    """``got`` against the reference, with the unsharded answer as the baseline. Where that answer
+    is itself far off (a known defect), the margin admits trivial answers and the judgement is
+    weak, so not judged: ``forward`` and ``backward`` report it."""
+    if got is None or np.shape(got) != np.shape(ref):
+        shape = None if got is None else np.shape(got)
+        return f"{name} sharded by {placement} has shape {shape}, expected {np.shape(ref)}"
+    if unsharded is None or np.shape(unsharded) != np.shape(ref):
+        return f"{name}: the unsharded call gave no answer of shape {np.shape(ref)} to compare with"
+    j = judge(name, got, ref, unsharded, dtype, valid, cancellation)
+    return dataclasses.replace(
+        j, metrics=dataclasses.replace(j.metrics, tensor=f"{name} ({placement} sharded)")
+    )
+
+
+def _one_placement(ctx: CheckContext, placement: Placement) -> list[Judgement | str]:
+    outputs, problem = _run_placed(ctx, placement, None)
+    if problem:
+        return [problem]
+    ref, run, valid = ctx.oracle.reference, ctx.run.forward, ctx.oracle.valid_rows
+    floors_in = ctx.baseline  # the forward check's floor dtypes (fp8 inputs: out may be bf16)
+    where = placement.name
+    results = [
+        _judged("out", where, outputs[0], ref.out, run.out, name_of(floors_in.out.dtype), valid[..., None])
+    ]
+    if ctx.capabilities.lse:
+        results.append(
+            _judged("lse", where, outputs[1], ref.lse, run.lse, name_of(floors_in.lse.dtype), valid)
+        )
+    if ctx.backward:
+        grads, problem = _run_placed(ctx, placement, ctx.oracle.dout)
+        if problem:
+            return [*results, problem]
+        want, unsharded = ctx.oracle.reference_grads, ctx.run.gradients
+        cancel = ctx.baseline_grads.cancellation
+        for i, name in enumerate(("dq", "dk", "dv")):
+            results.append(
+                _judged(
+                    name,
+                    where,
+                    grads[i],
+                    getattr(want, name),
+                    getattr(unsharded, name),
+                    ctx.dtype,
+                    cancellation=cancel.get(name, 0.0),
+                )
+            )
+    return results
+
+
+def sharded(ctx: CheckContext) -> Outcome:
+    """out (and lse where declared) of the call on sharded inputs, per placement; where the case
+    runs backward, dq, dk and dv of the gradients call on the same placement too."""
+    if not callable(optional_member(ctx.adapter, "jax_call")):
+        return unsupported(NO_JAX_CALL)
+    import jax
+
+    devices = jax.device_count()
+    if devices < 2:
+        return unsupported(ONE_DEVICE)
+    chosen = placements(devices, ctx.case.batch, ctx.case.q_heads, ctx.case.q_len)
+    if not chosen:
+        return unsupported(NOTHING_DIVIDES.format(n=devices))
+    results = [r for placement in chosen for r in _one_placement(ctx, placement)]
+    problems = [r for r in results if isinstance(r, str)]
+    if problems:
+        return failed("; ".join(problems))
+    return from_judgements([r for r in results if not isinstance(r, str)])

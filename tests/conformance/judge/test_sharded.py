@@ -1,0 +1,89 @@
+"""The sharded check: a subject's JAX call under ``jax.jit`` on inputs placed over a mesh of
+simulated CPU devices, judged against the reference with the unsharded call as its baseline.
+
+XLA reads the device count when JAX starts its CPU backend, once per process: the verdicts that
+need a device count run ``run_check`` in a fresh interpreter with XLA_FLAGS set for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conformance.harness.host_devices import FLAG, with_host_devices
+from conformance.judge.checks.sharded import NO_JAX_CALL, ONE_DEVICE, placements
+from conformance.judge.runner import run_check
+from conformance.plan.cases import Case
+from tests.support import toy_subjects
+
+CASE = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=64, kv_len=64, causal=True)
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = """
+import json, sys
+from conformance.judge.runner import run_check
+from conformance.plan.cases import Case
+case = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=64, kv_len=64, causal=True)
+outcomes = {impl: run_check(case, "sharded", impl=impl) for impl in sys.argv[1:]}
+tensors = {impl: [m.tensor for m in o.metrics] for impl, o in outcomes.items()}
+print(json.dumps({impl: [o.verdict, o.reason, tensors[impl]] for impl, o in outcomes.items()}))
+"""
+
+
+def _in_fresh_process(devices: int, *impls: str) -> dict[str, list]:
+    """Each subject's sharded (verdict, reason, judged tensors), in an interpreter with ``devices``
+    CPU devices."""
+    env = {**os.environ, "XLA_FLAGS": f"{FLAG}={devices}", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *impls], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_subject_without_a_jax_call_is_unsupported_with_the_reason():
+    outcome = run_check(CASE, "sharded", impl=f"{toy_subjects.__name__}:exact")
+    assert outcome.verdict == "unsupported" and outcome.reason == NO_JAX_CALL
+
+
+def test_one_device_is_unsupported_with_the_xla_flags_fix():
+    verdict, reason, _ = _in_fresh_process(1, "tests.mutants.vmap:VmapAdapter")[
+        "tests.mutants.vmap:VmapAdapter"
+    ]
+    assert (verdict, reason) == ("unsupported", ONE_DEVICE)
+    assert f"XLA_FLAGS={FLAG}=2" in reason
+
+
+def test_partitioned_as_it_computes_passes_and_local_keys_per_shard_fail_on_the_sequence_only():
+    outcomes = _in_fresh_process(
+        2, "tests.mutants.vmap:VmapAdapter", "tests.mutants.sharded:LocalKeysWhenSharded"
+    )
+    verdict, reason, tensors = outcomes["tests.mutants.vmap:VmapAdapter"]
+    assert verdict == "pass", reason
+    placed = ("batch and heads", "sequence")
+    assert tensors == [f"{t} ({p} sharded)" for p in placed for t in ("out", "lse", "dq", "dk", "dv")]
+    verdict, reason, _ = outcomes["tests.mutants.sharded:LocalKeysWhenSharded"]
+    assert verdict == "fail"
+    assert "out (sequence sharded): OUT OF TOLERANCE" in reason
+    assert "out (batch and heads sharded): ok" in reason
+
+
+def test_placements_take_the_batch_first_then_heads_and_the_sequence_where_the_devices_divide_it():
+    assert [(p.name, p.mesh_shape) for p in placements(4, 2, 6, 64)] == [
+        ("batch and heads", (2, 2)),
+        ("sequence", (4,)),
+    ]
+    assert [(p.name, p.mesh_shape) for p in placements(2, 3, 3, 64)] == [("sequence", (2,))]
+    assert placements(2, 1, 1, 63) == []
+    heads = placements(2, 1, 4, 63)[0]
+    # a broadcast bias (batch and heads of 1) stays whole; q's heads split, its batch of 1 not
+    assert heads.spec((1, 4, 63, 16), True) == (None, "heads", None, None)
+    assert heads.spec((1, 1, 63, 63), True) == (None, None, None, None)
+    assert heads.spec((1, 4, 63, 16), False) == (None, None, None, None)
+
+
+def test_the_device_count_is_added_to_xla_flags_unless_the_user_named_one():
+    assert with_host_devices("") == f"{FLAG}=2"
+    assert with_host_devices("--xla_cpu_foo=1") == f"--xla_cpu_foo=1 {FLAG}=2"
+    assert with_host_devices(f"{FLAG}=1 --xla_cpu_foo=1") == f"{FLAG}=1 --xla_cpu_foo=1"

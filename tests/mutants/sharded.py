@@ -1,0 +1,63 @@
+"""Sharded runs: a mutant right on one device whose partitioning rule attends each shard's queries
+to that shard's keys only (a softmax normalised by the shard's local max and sum), the classic
+context-parallel bug; ``vmap:VmapAdapter`` is its control (the same call, partitioned by XLA)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec
+
+from kernels.runtime.jax_runtime import JaxCall
+from reference.spec import AttentionInputs, AttentionSpec
+from tests.mutants import jax_attention as core
+from tests.mutants.correct import keywords
+from tests.mutants.vmap import VmapAdapter, _forward
+
+
+def _local_keys(fn: Any) -> Any:
+    """``fn(q, k, v) -> (out, lse)`` whose partitioning keeps every operand's sharding and runs
+    ``fn`` on each device's pieces: right when k and v are whole on every device (batch or head
+    sharding), wrong when their sequence is split (each query sees its shard's keys only)."""
+    call = custom_partitioning(fn)
+
+    def result_shardings(mesh: Any, q_sharding: Any) -> tuple[NamedSharding, NamedSharding]:
+        spec = tuple(q_sharding.spec) + (None,) * 4
+        return NamedSharding(mesh, PartitionSpec(*spec[:4])), NamedSharding(mesh, PartitionSpec(*spec[:3]))
+
+    def infer(mesh: Any, arg_shapes: Any, result_shape: Any) -> Any:
+        return result_shardings(mesh, arg_shapes[0].sharding)
+
+    def partition(mesh: Any, arg_shapes: Any, result_shape: Any) -> Any:
+        operands = tuple(a.sharding for a in arg_shapes)  # the bug: k's and v's split kept as is
+        return mesh, fn, result_shardings(mesh, operands[0]), operands
+
+    call.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=infer,
+        sharding_rule="b h q d, b g k d, b g k e -> b h q e, b h q",
+    )
+    return call
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LocalKeysWhenSharded(VmapAdapter):
+    """Right on one device (and under vmap); sharded over the sequence, each device attends its
+    queries to its own keys only."""
+
+    name: str = "mutants_sharded_local_keys"
+    description: str = "a partitioning rule that keeps the keys' sequence split: each shard sees its own keys"
+
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        if dout is not None:  # gradients: the control's (XLA partitions them correctly)
+            return super().jax_call(inputs, spec, dout)
+        static = {n: v for n, v in keywords(inputs, spec).items() if n in core.STATIC}
+        args = tuple(jax.numpy.asarray(a) for a in (inputs.q, inputs.k, inputs.v))
+        return JaxCall(_local_keys(functools.partial(_forward, **static)), args, (True,) * len(args))
