@@ -1,5 +1,5 @@
-"""How many devices JAX's CPU backend simulates in a suite run: 2, so the ``sharded`` check has a
-mesh, unless the user's XLA_FLAGS already names a count (theirs wins, 1 included).
+"""How many devices JAX's CPU backend simulates in a suite run: 4, so the ``sharded`` check has a
+mesh of batch 2 x sequence 2, unless the user's XLA_FLAGS already names a count (theirs wins, 1 included).
 
 XLA reads the flag when JAX creates its CPU backend, so it is set in the environment before
 anything runs a JAX computation, in the controller (xdist workers and isolated retries inherit it).
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 
 FLAG = "--xla_force_host_platform_device_count"
-DEVICES = 2  # one per core of the CI machine; enough to split a batch, heads or a sequence in two
+DEVICES = 4  # a batch and a sequence split in two each, in one program (checks/sharded.py: mesh_for)
 
 
 def with_host_devices(flags: str, count: int = DEVICES) -> str:

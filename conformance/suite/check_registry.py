@@ -235,7 +235,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         19,
         # No ``needs``: a subject without ``Adapter.jax_call``, or a process with one device, is
         # unsupported, with that reason.
-        sampling="one_batched_case",  # two placements, each one more program per direction: one case
+        sampling="one_batched_case",  # one more program per direction (a mesh of 4 devices): one case
         shrinks=False,  # the placement needs the case's divisible axes: a smaller case may lose them
     ),
     CheckDeclaration(

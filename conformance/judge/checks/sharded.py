@@ -2,16 +2,16 @@
 users run a layer data- or model-parallel, judged against the float64 reference.
 
 On CPU the devices are simulated: ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before JAX
-starts its backend (the suite's plugin sets 2 unless XLA_FLAGS names a count:
+starts its backend (the suite's plugin sets 4 unless XLA_FLAGS names a count:
 ``conformance/harness/host_devices.py``). One device leaves nothing to shard: ``unsupported``,
 with that fix in the reason.
 
-Two placements of the same call, each one more program per direction:
-  * ``batch and heads``: axis 0 of every batched array over the mesh's ``batch`` axis, and axis 1
-    of every 4-D one (``[B, H, S, ...]``: q, k, v, dout, a bias or mask with heads) over its
-    ``heads`` axis, each where the devices divide it (the mesh is as large as they allow);
-  * ``sequence``: axis 2 of every 4-D array (q's queries, k's and v's keys) over every device, the
-    layout of context parallelism.
+One placement of the call, one more program per direction (``mesh_for``): a mesh of
+batch x heads x sequence, the batch split first (data parallelism), then the query sequence
+(context parallelism: q's queries, k's and v's keys), then heads, each as far as the devices
+divide it; every batched 4-D array (``[B, H, S, ...]``: q, k, v, dout, a bias or mask with those
+axes) is split along them, a batched array of another rank along its batch. With 4 devices a
+batch of 2 gets batch 2 x sequence 2: both splits in one program, at the cost of one.
 Placement never changes what ``jit`` computes, only how XLA partitions it, so a placement that
 splits an array the call does not expect still asks the same question. What can go wrong is a
 partitioning rule: a ``custom_partitioning`` or a ``shard_map`` inside the call that attends each
@@ -20,8 +20,8 @@ device and wrong here.
 
 Not judged: a query slice run alone through ``shard_map``. A ``JaxCall`` carries no query offset,
 so a slice of a causal, windowed or padded case (offsets relative to the global row) would be a
-different problem, not the same one split; the ``sequence`` placement asks the partitioner to
-split that same global problem instead.
+different problem, not the same one split; splitting the sequence axis under ``jit`` asks the
+partitioner to split that same global problem instead.
 
 Every output is judged against the float64 reference with the subject's own unsharded answer as
 the baseline (as ``vmap`` does): partitioning may round differently (a dot split over keys sums in
@@ -48,33 +48,38 @@ NO_JAX_CALL = (
 )
 FLAG = "--xla_force_host_platform_device_count"
 ONE_DEVICE = (
-    f"this process has 1 JAX device, nothing to shard over: set XLA_FLAGS={FLAG}=2 (or more) before "
+    f"this process has 1 JAX device, nothing to shard over: set XLA_FLAGS={FLAG}=4 before "
     "JAX starts (pytest conformance sets it unless XLA_FLAGS already names a device count)"
 )
 NOTHING_DIVIDES = "no batch, head or sequence length of this case is divided by the {n} devices"
 
 
+AXES = ("batch", "heads", "sequence")  # the mesh's axes, in the order the devices are given out
+ARRAY_AXIS = {"batch": 0, "heads": 1, "sequence": 2}  # of a batched 4-D array, [B, H, S, ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """One way to lay the call's arrays over a mesh: its name, the mesh's shape and axis names,
-    and, per array rank and batched flag, the mesh axis each array axis goes to."""
+    """How the call's arrays lie on a mesh: its size along ``AXES`` (batch, heads, sequence).
+    A batched 4-D array (``[B, H, S, ...]``) splits each of those axes over the mesh axis of that
+    name, a batched array of another rank its axis 0 over ``batch``, wherever the mesh divides it;
+    an unbatched one (shared by every request) stays whole on every device."""
 
-    name: str
-    mesh_shape: tuple[int, ...]
-    axis_names: tuple[str, ...]
-    # (array axis, mesh axis name) pairs: for batched arrays of rank 4, for batched arrays of other ranks
-    four_d: tuple[tuple[int, str], ...]
-    other: tuple[tuple[int, str], ...]
+    mesh_shape: tuple[int, int, int]
+
+    @property
+    def name(self) -> str:
+        return ", ".join(f"{axis} {n}" for axis, n in zip(AXES, self.mesh_shape, strict=True) if n > 1)
 
     def spec(self, shape: tuple[int, ...], batched: bool) -> tuple[str | None, ...]:
-        """The PartitionSpec entries for one array: a mesh axis where it divides the array's axis
-        (an unbatched array, shared by every request, stays whole on every device)."""
-        rule = dict(self.four_d if len(shape) == 4 else self.other)
-        sizes = dict(zip(self.axis_names, self.mesh_shape, strict=True))
-        return tuple(
-            name if batched and name is not None and size % sizes[name] == 0 and size > 1 else None
-            for name, size in ((rule.get(axis), size) for axis, size in enumerate(shape))
-        )
+        """The PartitionSpec entries for one array: a mesh axis where it divides the array's axis."""
+        rule = ARRAY_AXIS if len(shape) == 4 else {"batch": 0}
+        by_axis = {rule[a]: (a, n) for a, n in zip(AXES, self.mesh_shape, strict=True) if a in rule}
+        entries = []
+        for axis, size in enumerate(shape):
+            name, n = by_axis.get(axis, (None, 1))
+            entries.append(name if batched and n > 1 and size % n == 0 else None)
+        return tuple(entries)
 
 
 def _largest_divisor(n: int, of: int) -> int:
@@ -82,26 +87,17 @@ def _largest_divisor(n: int, of: int) -> int:
     return max(d for d in range(1, n + 1) if n % d == 0 and of % d == 0)
 
 
-def placements(devices: int, batch: int, q_heads: int, q_len: int) -> list[Placement]:
-    """The placements this case admits on ``devices`` devices (pure: shapes in, layouts out).
-    ``batch and heads`` takes the batch first (data parallelism is the common case), then heads
-    from the devices left; ``sequence`` needs the query length divided by every device."""
-    found = []
+def mesh_for(devices: int, batch: int, q_heads: int, q_len: int) -> Placement | None:
+    """The mesh this case gets on ``devices`` devices (pure: shapes in, a layout out), or None where
+    nothing divides. The batch takes its share first (data parallelism, the common layout), then
+    the query sequence (context parallelism), then heads from the devices left: with 4 devices a
+    batch of 2 and 128 queries get 2 x 2, both splits in one program."""
     on_batch = _largest_divisor(devices, batch)
-    on_heads = _largest_divisor(devices // on_batch, q_heads)
-    if on_batch * on_heads > 1:
-        found.append(
-            Placement(
-                "batch and heads",
-                (on_batch, on_heads),
-                ("batch", "heads"),
-                ((0, "batch"), (1, "heads")),
-                ((0, "batch"),),
-            )
-        )
-    if q_len % devices == 0:
-        found.append(Placement("sequence", (devices,), ("sequence",), ((2, "sequence"),), ()))
-    return found
+    on_sequence = _largest_divisor(devices // on_batch, q_len)
+    on_heads = _largest_divisor(devices // (on_batch * on_sequence), q_heads)
+    if on_batch * on_heads * on_sequence == 1:
+        return None
+    return Placement((on_batch, on_heads, on_sequence))
 
 
 def _run_placed(ctx: CheckContext, placement: Placement, dout: np.ndarray | None) -> tuple[Any, str | None]:
@@ -111,7 +107,7 @@ def _run_placed(ctx: CheckContext, placement: Placement, dout: np.ndarray | None
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     size = math.prod(placement.mesh_shape)
-    mesh = Mesh(np.array(jax.devices()[:size]).reshape(placement.mesh_shape), placement.axis_names)
+    mesh = Mesh(np.array(jax.devices()[:size]).reshape(placement.mesh_shape), AXES)
     call = ctx.adapter.jax_call(ctx.oracle.inputs, ctx.case.spec, dout)
     placed = tuple(
         None
@@ -125,7 +121,7 @@ def _run_placed(ctx: CheckContext, placement: Placement, dout: np.ndarray | None
             return tuple(None if o is None else np.asarray(o) for o in outputs), None
     except Exception as error:  # noqa: BLE001 - a partitioning rule that raises is the finding
         first = str(error).splitlines()[0] if str(error) else ""
-        return None, f"the call on inputs sharded by {placement.name} raised {type(error).__name__}: {first}"
+        return None, f"the call on inputs sharded ({placement.name}) raised {type(error).__name__}: {first}"
 
 
 def _judged(
@@ -143,16 +139,16 @@ def _judged(
     weak, so not judged: ``forward`` and ``backward`` report it."""
     if got is None or np.shape(got) != np.shape(ref):
         shape = None if got is None else np.shape(got)
-        return f"{name} sharded by {placement} has shape {shape}, expected {np.shape(ref)}"
+        return f"{name} sharded ({placement}) has shape {shape}, expected {np.shape(ref)}"
     if unsharded is None or np.shape(unsharded) != np.shape(ref):
         return f"{name}: the unsharded call gave no answer of shape {np.shape(ref)} to compare with"
     j = judge(name, got, ref, unsharded, dtype, valid, cancellation)
     return dataclasses.replace(
-        j, metrics=dataclasses.replace(j.metrics, tensor=f"{name} ({placement} sharded)")
+        j, metrics=dataclasses.replace(j.metrics, tensor=f"{name} (sharded: {placement})")
     )
 
 
-def _one_placement(ctx: CheckContext, placement: Placement) -> list[Judgement | str]:
+def _placed(ctx: CheckContext, placement: Placement) -> list[Judgement | str]:
     outputs, problem = _run_placed(ctx, placement, None)
     if problem:
         return [problem]
@@ -188,8 +184,8 @@ def _one_placement(ctx: CheckContext, placement: Placement) -> list[Judgement | 
 
 
 def sharded(ctx: CheckContext) -> Outcome:
-    """out (and lse where declared) of the call on sharded inputs, per placement; where the case
-    runs backward, dq, dk and dv of the gradients call on the same placement too."""
+    """out (and lse where declared) of the call on sharded inputs; where the case runs backward,
+    dq, dk and dv of the gradients call on the same placement too."""
     if not callable(optional_member(ctx.adapter, "jax_call")):
         return unsupported(NO_JAX_CALL)
     import jax
@@ -197,10 +193,10 @@ def sharded(ctx: CheckContext) -> Outcome:
     devices = jax.device_count()
     if devices < 2:
         return unsupported(ONE_DEVICE)
-    chosen = placements(devices, ctx.case.batch, ctx.case.q_heads, ctx.case.q_len)
-    if not chosen:
+    chosen = mesh_for(devices, ctx.case.batch, ctx.case.q_heads, ctx.case.q_len)
+    if chosen is None:
         return unsupported(NOTHING_DIVIDES.format(n=devices))
-    results = [r for placement in chosen for r in _one_placement(ctx, placement)]
+    results = _placed(ctx, chosen)
     problems = [r for r in results if isinstance(r, str)]
     if problems:
         return failed("; ".join(problems))

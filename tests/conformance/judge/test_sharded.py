@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from conformance.harness.host_devices import FLAG, with_host_devices
-from conformance.judge.checks.sharded import NO_JAX_CALL, ONE_DEVICE, placements
+from conformance.judge.checks.sharded import NO_JAX_CALL, ONE_DEVICE, mesh_for
 from conformance.judge.runner import run_check
 from conformance.plan.cases import Case
 from tests.support import toy_subjects
@@ -52,38 +52,49 @@ def test_one_device_is_unsupported_with_the_xla_flags_fix():
         "tests.mutants.vmap:VmapAdapter"
     ]
     assert (verdict, reason) == ("unsupported", ONE_DEVICE)
-    assert f"XLA_FLAGS={FLAG}=2" in reason
+    assert f"XLA_FLAGS={FLAG}=4" in reason
 
 
-def test_partitioned_as_it_computes_passes_and_local_keys_per_shard_fail_on_the_sequence_only():
+def test_partitioned_as_it_computes_passes_and_local_keys_per_shard_fail():
     outcomes = _in_fresh_process(
-        2, "tests.mutants.vmap:VmapAdapter", "tests.mutants.sharded:LocalKeysWhenSharded"
+        4, "tests.mutants.vmap:VmapAdapter", "tests.mutants.sharded:LocalKeysWhenSharded"
     )
     verdict, reason, tensors = outcomes["tests.mutants.vmap:VmapAdapter"]
     assert verdict == "pass", reason
-    placed = ("batch and heads", "sequence")
-    assert tensors == [f"{t} ({p} sharded)" for p in placed for t in ("out", "lse", "dq", "dk", "dv")]
+    assert tensors == [f"{t} (sharded: batch 2, sequence 2)" for t in ("out", "lse", "dq", "dk", "dv")]
     verdict, reason, _ = outcomes["tests.mutants.sharded:LocalKeysWhenSharded"]
     assert verdict == "fail"
-    assert "out (sequence sharded): OUT OF TOLERANCE" in reason
-    assert "out (batch and heads sharded): ok" in reason
+    assert "out (sharded: batch 2, sequence 2): OUT OF TOLERANCE" in reason
+    # its gradients are the control's: XLA partitions them right
+    assert "dq (sharded: batch 2, sequence 2): ok" in reason
 
 
-def test_placements_take_the_batch_first_then_heads_and_the_sequence_where_the_devices_divide_it():
-    assert [(p.name, p.mesh_shape) for p in placements(4, 2, 6, 64)] == [
-        ("batch and heads", (2, 2)),
-        ("sequence", (4,)),
+def test_local_keys_per_shard_pass_where_only_the_batch_is_split():
+    """The mutant is wrong only where the keys are split: 2 devices give the batch of 2 both."""
+    verdict, reason, tensors = _in_fresh_process(2, "tests.mutants.sharded:LocalKeysWhenSharded")[
+        "tests.mutants.sharded:LocalKeysWhenSharded"
     ]
-    assert [(p.name, p.mesh_shape) for p in placements(2, 3, 3, 64)] == [("sequence", (2,))]
-    assert placements(2, 1, 1, 63) == []
-    heads = placements(2, 1, 4, 63)[0]
+    assert verdict == "pass", reason
+    assert tensors[0] == "out (sharded: batch 2)"
+
+
+def test_the_mesh_takes_the_batch_first_then_the_sequence_then_heads():
+    assert mesh_for(4, 2, 6, 64).mesh_shape == (2, 1, 2)
+    assert mesh_for(4, 2, 6, 63).mesh_shape == (2, 2, 1)
+    assert mesh_for(2, 3, 3, 64).mesh_shape == (1, 1, 2)
+    assert mesh_for(2, 1, 1, 63) is None
+    heads = mesh_for(2, 1, 4, 63)
+    assert heads.name == "heads 2"
     # a broadcast bias (batch and heads of 1) stays whole; q's heads split, its batch of 1 not
     assert heads.spec((1, 4, 63, 16), True) == (None, "heads", None, None)
     assert heads.spec((1, 1, 63, 63), True) == (None, None, None, None)
     assert heads.spec((1, 4, 63, 16), False) == (None, None, None, None)
+    both = mesh_for(4, 2, 1, 64)
+    assert both.spec((2, 1, 64, 16), True) == ("batch", None, "sequence", None)
+    assert both.spec((2, 64), True) == ("batch", None)  # segment ids: split along their batch only
 
 
 def test_the_device_count_is_added_to_xla_flags_unless_the_user_named_one():
-    assert with_host_devices("") == f"{FLAG}=2"
-    assert with_host_devices("--xla_cpu_foo=1") == f"--xla_cpu_foo=1 {FLAG}=2"
+    assert with_host_devices("") == f"{FLAG}=4"
+    assert with_host_devices("--xla_cpu_foo=1") == f"--xla_cpu_foo=1 {FLAG}=4"
     assert with_host_devices(f"{FLAG}=1 --xla_cpu_foo=1") == f"{FLAG}=1 --xla_cpu_foo=1"
