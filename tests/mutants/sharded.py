@@ -45,6 +45,19 @@ def _local_keys(fn: Any) -> Any:
     return call
 
 
+def _vmapped_plainly(sharded: Any, plain: Any) -> Any:
+    """``sharded`` itself, but under ``jax.vmap`` ``plain`` vmapped (``custom_partitioning`` has
+    no batching rule): the mutant passes ``vmap``, so that ``sharded`` alone rejects it."""
+    call = jax.custom_batching.custom_vmap(sharded)
+
+    @call.def_vmap
+    def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
+        out = jax.vmap(plain, in_axes=tuple(0 if b else None for b in in_batched))(*args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return call
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LocalKeysWhenSharded(VmapAdapter):
     """Right on one device (and under vmap); sharded over the sequence, each device attends its
@@ -60,4 +73,5 @@ class LocalKeysWhenSharded(VmapAdapter):
             return super().jax_call(inputs, spec, dout)
         static = {n: v for n, v in keywords(inputs, spec).items() if n in core.STATIC}
         args = tuple(jax.numpy.asarray(a) for a in (inputs.q, inputs.k, inputs.v))
-        return JaxCall(_local_keys(functools.partial(_forward, **static)), args, (True,) * len(args))
+        plain = functools.partial(_forward, **static)
+        return JaxCall(_vmapped_plainly(_local_keys(plain), plain), args, (True,) * len(args))
