@@ -5,7 +5,7 @@ The suite runs once, in a subprocess (as a user runs it: ``python -m conformance
 every mutant and control together, at the ``ci`` profile. To fit the CI budget it keeps,
 for the per-case checks, a fixed smoke selection of the curated edge matrix (``SMOKE``:
 one case per concern, the same for every subject, chosen by concern and not by mutant);
-the sampled checks (determinism, batch_invariance, vmap, recompile, leak, races) keep the cases
+the sampled checks (determinism, batch_invariance, vmap, sharded, recompile, leak, races) keep the cases
 the suite picks for them. A mutant runs only the checks meant to reject it (nothing is asserted about the
 others); a control runs every check, since it must pass them all. Each check's verdicts
 come from ``results.jsonl``. ``tests/conftest.py`` turns the recorded outcomes into the

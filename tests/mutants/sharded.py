@@ -34,7 +34,8 @@ def _local_keys(fn: Any) -> Any:
         return result_shardings(mesh, arg_shapes[0].sharding)
 
     def partition(mesh: Any, arg_shapes: Any, result_shape: Any) -> Any:
-        operands = tuple(a.sharding for a in arg_shapes)  # the bug: k's and v's split kept as is
+        # BUG: every operand keeps its sharding; k's and v's sequence split should be gathered first
+        operands = tuple(a.sharding for a in arg_shapes)
         return mesh, fn, result_shardings(mesh, operands[0]), operands
 
     call.def_partition(
