@@ -30,12 +30,13 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import host_devices, isolation, progress, recording
+from conformance.harness import isolation, progress, recording
 from conformance.judge import jax_compat, known_issues
 from conformance.judge.runner import Runner, case_description
 from conformance.plan import profiles, shards, user_cases
 from conformance.plan.catalogue import Planned, pairwise_coverage, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
+from conformance.suite import host_devices
 from conformance.suite.check_registry import CHECKS
 from kernels.contract.base import DTYPES
 from kernels.hardware.gpu_chips import DEFAULT_GPU_TARGETS, GPU_CHIPS, parse_gpu_targets

@@ -68,7 +68,7 @@ for name in ("dq", "dk", "dv", "dbias", "dsinks"):
 
 _GENERIC = """import os
 
-from conformance.harness.host_devices import set_host_devices
+from conformance.suite.host_devices import set_host_devices
 
 set_host_devices(os.environ)  # the suite's simulated CPU devices, before JAX starts (sharded's mesh)
 from conformance.judge.runner import run_check  # noqa: E402

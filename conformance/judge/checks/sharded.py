@@ -3,7 +3,7 @@ users run a layer data- or model-parallel, judged against the float64 reference.
 
 On CPU the devices are simulated: ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before JAX
 starts its backend (the suite's plugin sets 4 unless XLA_FLAGS names a count:
-``conformance/harness/host_devices.py``). One device leaves nothing to shard: ``unsupported``,
+``conformance/suite/host_devices.py``). One device leaves nothing to shard: ``unsupported``,
 with that fix in the reason.
 
 One placement of the call, one more program per direction (``mesh_for``): a mesh of
@@ -40,15 +40,15 @@ import numpy as np
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, unsupported
 from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import Judgement, judge
+from conformance.suite.host_devices import DEVICES, FLAG
 from kernels.contract.optional_members import optional_member
 
 NO_JAX_CALL = (
     "the subject exposes no JAX call (Adapter.jax_call): there is no function of JAX arrays "
     "to run on sharded inputs"
 )
-FLAG = "--xla_force_host_platform_device_count"
 ONE_DEVICE = (
-    f"this process has 1 JAX device, nothing to shard over: set XLA_FLAGS={FLAG}=4 before "
+    f"this process has 1 JAX device, nothing to shard over: set XLA_FLAGS={FLAG}={DEVICES} before "
     "JAX starts (pytest conformance sets it unless XLA_FLAGS already names a device count)"
 )
 NOTHING_DIVIDES = "no batch, head or sequence length of this case is divided by the {n} devices"

@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.harness.host_devices import FLAG, with_host_devices
 from conformance.judge.checks.sharded import NO_JAX_CALL, ONE_DEVICE, mesh_for
 from conformance.judge.runner import run_check
 from conformance.plan.cases import Case
+from conformance.suite.host_devices import FLAG, with_host_devices
 from tests.support import toy_subjects
 
 CASE = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=64, kv_len=64, causal=True)
