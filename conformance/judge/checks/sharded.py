@@ -51,7 +51,9 @@ ONE_DEVICE = (
     f"this process has 1 JAX device, nothing to shard over: set XLA_FLAGS={FLAG}={DEVICES} before "
     "JAX starts (pytest conformance sets it unless XLA_FLAGS already names a device count)"
 )
-NOTHING_DIVIDES = "no batch, head or sequence length of this case is divided by the {n} devices"
+NOTHING_DIVIDES = (
+    "this case's batch, query length and query heads share no factor with the {n} devices: nothing to split"
+)
 
 
 AXES = ("batch", "heads", "sequence")  # the mesh's axes, in the order the devices are given out
