@@ -4,8 +4,10 @@ mesh of batch 2 x sequence 2, unless the user's XLA_FLAGS already names a count 
 XLA reads the flag when JAX creates its CPU backend, so it is set in the environment before
 anything runs a JAX computation, in the controller (xdist workers and isolated retries inherit it).
 A process whose backend already started keeps its device count; ``sharded`` then says why not.
-Measured on float32 and bfloat16 forward and backward cases of xla and tpu_flash: the same verdicts
-and bits with and without it (docs/suite.md, "Simulated devices").
+Measured (docs/performance.md, "Simulated devices"): every forward and backward item of xla and
+tpu_flash at ci (576) gets the same verdict and the same error metrics (max and mean error, to the
+last digit) with 1 device and with 4, at no measurable cost. XLA_FLAGS is part of JAX's persistent
+cache key: the first run after a change of it compiles afresh.
 """
 
 from __future__ import annotations
