@@ -1,7 +1,9 @@
-"""The ci profile's drawn cases depend only on the seed and the suite's declarations: importing a
-module full of unrelated literals (what editing a kernel module amounts to, for hypothesis's pool
-of "local constants") leaves them unchanged. The unguarded draw is shown to move under the same
-import, so the test can fail."""
+"""The ci profile's drawn cases depend only on the seed and the suite's declarations: a pool of
+unrelated literals (what editing a kernel module amounts to, for hypothesis's "local constants")
+leaves them unchanged. The unguarded draw is shown to move with the same pool, so the test can fail.
+
+The pool is set directly (``_get_local_constants``), not only by importing a module: hypothesis
+ignores modules whose path has a ``tests`` folder, and under nox the temporary folder has one."""
 
 from __future__ import annotations
 
@@ -51,12 +53,26 @@ def _import_literals(tmp_path, name: str) -> None:
         sys.path.remove(str(tmp_path))
 
 
-def test_an_unrelated_literal_moves_hypothesis_own_draws_but_not_the_suites(tmp_path):
-    unguarded_before = _unguarded(INTEGERS, 30)
-    guarded_before = draw_cases(INTEGERS, 30, 0)
-    _import_literals(tmp_path, "unrelated_literals_a")
+def _literal_pool() -> hypothesis_providers.Constants:
+    """Literals in every range a case draws from (hypothesis skips integers within +-100)."""
+    pool = hypothesis_providers.Constants()
+    for value in (*range(100, 1000), *(n / 8 for n in range(1, 2000))):
+        pool.add(value)
+    return pool
+
+
+def _use_pool(monkeypatch, pool: hypothesis_providers.Constants) -> None:
+    monkeypatch.setattr(hypothesis_providers, "_get_local_constants", lambda: pool)
+    hypothesis_providers.CONSTANTS_CACHE.cache.clear()
+
+
+def test_an_unrelated_literal_moves_hypothesis_own_draws_but_not_the_suites(monkeypatch):
+    _use_pool(monkeypatch, hypothesis_providers.Constants())
+    unguarded_before, guarded_before = _unguarded(INTEGERS, 30), draw_cases(INTEGERS, 30, 0)
+    _use_pool(monkeypatch, _literal_pool())
     assert _unguarded(INTEGERS, 30) != unguarded_before  # the hole this guards against is real
     assert draw_cases(INTEGERS, 30, 0) == guarded_before
+    hypothesis_providers.CONSTANTS_CACHE.cache.clear()
 
 
 def test_the_ci_case_ids_survive_an_edited_literal(tmp_path, monkeypatch):
@@ -68,7 +84,9 @@ def test_the_ci_case_ids_survive_an_edited_literal(tmp_path, monkeypatch):
     assert [c.case_id for c in catalogue.cases_for(fake, ci, 0)] == before
     # The oracle: hypothesis with no local literals at all. (Without the guard the ids above
     # come from the pool of the suite's own modules, and 25 of these 204 differ.)
-    monkeypatch.setattr(hypothesis_providers, "_get_local_constants", hypothesis_providers.Constants)
-    hypothesis_providers.CONSTANTS_CACHE.cache.clear()
+    _use_pool(monkeypatch, hypothesis_providers.Constants())
     assert [c.case_id for c in catalogue.cases_for(fake, ci, 0)] == before
+    _use_pool(monkeypatch, _literal_pool())
+    assert [c.case_id for c in catalogue.cases_for(fake, ci, 0)] == before
+    hypothesis_providers.CONSTANTS_CACHE.cache.clear()
     assert len(before) > 100
