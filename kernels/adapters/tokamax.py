@@ -99,6 +99,7 @@ from kernels.runtime.tokamax_runtime import (
     remat_optimization_off,
     tokamax_version,
 )
+from kernels.runtime.tpu_interpret import TPU_INTERPRET_NO_VMAP
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 Implementation = Literal["xla", "xla_chunked", "mosaic_tpu", "triton", "mosaic_gpu", "cudnn"]
@@ -112,18 +113,6 @@ ATTENTION = "tokamax._src.ops.attention"
 # capability (sm90 or sm100) and raises NotImplementedError without one, cross_compile or not.
 LOWERS_FOR: dict[str, str] = {"mosaic_tpu": "tpu", "triton": "cuda"}
 NOT_IMPLEMENTED = ("NotImplementedError",)  # tokamax's contract for an unsupported input
-# Why the vmap check cannot run Mosaic TPU in TPU interpret mode (read in JAX 0.12's
-# pallas/mosaic/interpret/interpret_pallas_call.py): jax.vmap prepends a grid axis to a pallas_call,
-# and the interpreter pairs the grid with the kernel's own dimension_semantics, one shorter, where
-# Mosaic's lowering gives the vmapped axes their own semantics (pallas/mosaic/lowering.py).
-# Observed: ValueError "safe_zip() argument 1 has length 2 but argument 0 has length 3" in
-# _get_randomized_grid_coordinates. The same reason makes the adapter call once per batch row.
-TPU_INTERPRETER_NO_VMAP = (
-    "Pallas TPU interpret mode cannot run a vmapped Mosaic TPU kernel: jax.vmap adds a grid axis and "
-    "the interpreter pairs the grid with the kernel's dimension_semantics, which do not name it "
-    "(ValueError from safe_zip), where Mosaic's own lowering adds vmapped axes to them: an interpreter "
-    "limit, not tokamax's"
-)
 
 
 # --- version compatibility: everything that differs between tokamax releases -------------
@@ -1014,7 +1003,8 @@ class TokamaxAdapter:
             vjp_config=vjp_config,
             direction=direction,
         )
-        no_vmap = TPU_INTERPRETER_NO_VMAP if execution == "tpu" else ""
+        # the same limit makes the adapter call once per batch row (per_batch_row)
+        no_vmap = TPU_INTERPRET_NO_VMAP if execution == "tpu" else ""
         return JaxCall(fn, args, (True,) * len(args), context, no_vmap), describe
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:

@@ -295,8 +295,8 @@ def test_its_jax_call_passes_quantized_inputs_as_weights_and_scales_and_gives_fo
     inside), the call forward runs, so the same answer; Mosaic TPU's says why vmap cannot run."""
     import jax
 
-    from kernels.adapters.tokamax import TPU_INTERPRETER_NO_VMAP
     from kernels.runtime.kv_storage import represent
+    from kernels.runtime.tpu_interpret import TPU_INTERPRET_NO_VMAP
 
     adapter = TokamaxAdapter(impl="xla")
     inputs = make_inputs(5, b=2, hq=2, hkv=2, sq=64, sk=64, d=32)
@@ -311,7 +311,7 @@ def test_its_jax_call_passes_quantized_inputs_as_weights_and_scales_and_gives_fo
     mosaic = TokamaxAdapter(impl="mosaic_tpu")
     if mosaic.availability().available and mosaic.availability().execution == "interpret":
         plain = make_inputs(5, b=2, hq=2, hkv=2, sq=128, sk=128, d=32)
-        assert mosaic.jax_call(plain, AttentionSpec()).no_vmap == TPU_INTERPRETER_NO_VMAP
+        assert mosaic.jax_call(plain, AttentionSpec()).no_vmap == TPU_INTERPRET_NO_VMAP
 
 
 @requires_tokamax
