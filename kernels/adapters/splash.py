@@ -61,6 +61,7 @@ from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstrac
 from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
+    JaxCall,
     array_key,
     jax_version,
     jit_observed,
@@ -253,6 +254,11 @@ def _takes_sinks() -> bool:
 
 
 SINKS_REASON = "attention sinks not supported: splash takes sinks from JAX 0.7.1"
+PER_ROW_MASK_NO_VMAP = (
+    "the boolean mask differs across the batch, so each batch row runs its own kernel with that row's "
+    "mask built in: under jax.vmap the batch-reversed request would meet the other rows' masks, "
+    "a question the call cannot be asked, not a batching rule's answer"
+)
 
 
 def _chunked_constraints(chunked: bool) -> tuple[ShapeConstraint, ...]:
@@ -423,6 +429,25 @@ class SplashAdapter:
             dv=to_numpy(dv),
             dsinks=None if dsinks is None else to_numpy(dsinks),
         )
+
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        """The forward call (``dout`` None) or the gradients call: the jitted function over this
+        case's kernels that ``forward``/``gradients`` run, on JAX arrays in the canonical layout,
+        in this subject's interpreter context. q, k, v, segment ids and dout are batch-first; sinks
+        (``[Hq]``) are shared by every request. The mask is a static object built into the kernels:
+        one kernel for every row is independent of the batch order; a mask that differs across the
+        batch (one kernel per row) is not, so ``no_vmap`` says so (``PER_ROW_MASK_NO_VMAP``); placed
+        on a mesh the call is still the same function, so ``sharded`` runs it."""
+        if dout is not None:
+            dout = np.asarray(dout, dtype=inputs.q.dtype)
+        plan = _plan(inputs, spec)
+        per_row = plan.planes is not None and len(plan.planes) > 1
+        compiled, args = self._compiled("forward" if dout is None else "backward", inputs, spec, dout)
+        batched = (True, True, True, True, True, False) + ((True,) if dout is not None else ())
+        no_vmap = PER_ROW_MASK_NO_VMAP if per_row else ""
+        return JaxCall(compiled.compiled.fn, args, batched, compiled.execution.context, no_vmap)
 
     def _compiled(
         self, direction: str, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None

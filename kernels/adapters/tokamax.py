@@ -75,8 +75,8 @@ from kernels.contract.kv_storage_names import STORAGES
 from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall
 from kernels.runtime.jax_runtime import (
-    Compiled,
     CompiledCache,
+    JaxCall,
     TracedPrimitives,
     array_key,
     default_backend,
@@ -99,6 +99,7 @@ from kernels.runtime.tokamax_runtime import (
     remat_optimization_off,
     tokamax_version,
 )
+from kernels.runtime.tpu_interpret import TPU_INTERPRET_NO_VMAP
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 Implementation = Literal["xla", "xla_chunked", "mosaic_tpu", "triton", "mosaic_gpu", "cudnn"]
@@ -760,6 +761,36 @@ def call_inputs(arrays, q_storage, kv_storage):
     )
 
 
+def with_quantized_leaves(fn, args):
+    """(``fn``, ``args``) with each QArray among q, k and v passed as its two arrays, weights then
+    scale, and rebuilt inside the call: every argument is then an array that a transformation
+    (``jax.vmap``, a sharding) takes as users' arrays. Both are ``[B, ...]`` (a scale shared across
+    the batch has a batch axis of 1), so reversing the batch reverses the values they stand for.
+    ``fn`` and ``args`` themselves when nothing is quantized."""
+    stored = tuple(hasattr(a, "qvalue") for a in args[:3])
+    if not any(stored):
+        return fn, args
+    flat = []
+    for a, is_stored in zip(args[:3], stored, strict=True):
+        flat.extend((a.qvalue, a.scale) if is_stored else (a,))
+    return functools.partial(from_quantized_leaves, fn, stored), (*flat, *args[3:])
+
+
+def from_quantized_leaves(fn, stored, *flat):
+    """``fn(q, k, v, *rest)`` with q, k and v rebuilt from ``flat`` (``with_quantized_leaves``):
+    a QArray (``qtype`` its weights' dtype, as ``quantized`` builds it) where ``stored`` says so."""
+    qwix = importlib.import_module("qwix")
+    rest = list(flat)
+    qkv = []
+    for is_stored in stored:
+        if is_stored:
+            weights, scale = rest.pop(0), rest.pop(0)
+            qkv.append(qwix.QArray(qvalue=weights, scale=scale, qtype=weights.dtype))
+        else:
+            qkv.append(rest.pop(0))
+    return fn(*qkv, *rest)
+
+
 def tokamax_op(op_class, vjp_class, forward_config, vjp_config, kwargs):
     """``op_class`` with its forward Config and, where it has a VJP op, that op with its Config."""
     if vjp_class is not None:
@@ -930,18 +961,41 @@ class TokamaxAdapter:
             return functools.partial(call, with_lse=with_lse and self._kind.residuals, **options), False
         return functools.partial(tokamax_gradients, api.attention, op, loop=loop, **options), True
 
-    def _build(self, direction: str, static: _Static, args: tuple, with_lse: bool) -> Compiled:
-        import jax.numpy as jnp
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        """The forward call (``dout`` None) or the gradients call as this adapter runs it: the
+        public ``tokamax.dot_product_attention`` with this implementation's op and explicit Configs,
+        on JAX arrays in the canonical layout, inside the implementation's interpreter context off
+        its hardware. Every array is batch-first (q, k, v, their QArray weights and scales, bias,
+        mask, lengths, dout); a broadcast axis of 1 stays one, as one request's would."""
+        return self._call(inputs, spec, dout)[0]
 
+    def _call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None
+    ) -> tuple[JaxCall, Callable[[TracedPrimitives], str]]:
+        """``jax_call``'s call, and the ``ran`` sentence's writer for the primitives it traces to."""
         kind = self._kind
         api = _load_api(kind)
         execution = _execution(kind)
-        op, forward_config, vjp_config = self._ops(api, execution != "native", static, args)
-        fn, takes_dout = self._call_fn(direction, api, op, static, execution == "tpu", with_lse)
-        traced = args
+        context = functools.partial(_running, kind, execution)
+        static = _static(inputs.shape, spec)
+        arrays = _arrays(inputs)
+        direction = "forward" if dout is None else "backward"
+        # q, k and v as QArrays where stored quantized (forward); the gradients call takes the values
+        # as they are (already on the storage's grid), as it always has
+        structured = (
+            call_inputs(arrays, spec.q_storage, spec.kv_storage)
+            if dout is None
+            else tuple(to_jax(a) for a in arrays)
+        )
+        with context():  # the default config as the call picks it (the interpreter's device)
+            op, forward_config, vjp_config = self._ops(api, execution != "native", static, structured)
+        fn, takes_dout = self._call_fn(direction, api, op, static, execution == "tpu", kind.residuals)
         if takes_dout:
-            q, v = args[0], args[2]
-            traced = (*args, jnp.zeros((*q.shape[:-1], v.shape[-1]), q.dtype))  # dout: out's shape
+            args = (*structured, to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
+        else:
+            fn, args = with_quantized_leaves(fn, structured)
         describe = functools.partial(
             self._ran,
             execution=execution,
@@ -949,7 +1003,9 @@ class TokamaxAdapter:
             vjp_config=vjp_config,
             direction=direction,
         )
-        return jit_observed(fn, traced, describe)
+        # the same limit makes the adapter call once per batch row (per_batch_row)
+        no_vmap = TPU_INTERPRET_NO_VMAP if execution == "tpu" else ""
+        return JaxCall(fn, args, (True,) * len(args), context, no_vmap), describe
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call as it runs on the kernel's own hardware, for its compiler
@@ -1067,31 +1123,22 @@ class TokamaxAdapter:
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32 where exposed."""
-        kind = self._kind
-        static = _static(inputs.shape, spec)
-        arrays = _arrays(inputs)
-        with_lse = kind.residuals
-        with _running(kind, _execution(kind)):
-            args = call_inputs(arrays, spec.q_storage, spec.kv_storage)
-            compiled = self._cache.get(
-                ("forward", static, spec.q_storage, spec.kv_storage, array_key(*arrays)),
-                lambda: self._build("forward", static, args, with_lse),
-            )
-            out, lse = compiled.fn(*args)
+        call, describe = self._call(inputs, spec, None)
+        static, arrays = _static(inputs.shape, spec), _arrays(inputs)
+        key = ("forward", static, spec.q_storage, spec.kv_storage, array_key(*arrays))
+        with call.context():
+            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, describe))
+            out, lse = compiled.fn(*call.args)
             out, lse = to_numpy(out), None if lse is None else to_numpy(lse)
         return SubjectOutput(out=out, lse=lse, ran=compiled.ran)
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` through tokamax's VJP; dbias in the bias's own shape."""
-        kind = self._kind
-        static = _static(inputs.shape, spec)
-        arrays = _arrays(inputs)
-        with _running(kind, _execution(kind)):
-            args = tuple(to_jax(a) for a in arrays)
-            compiled = self._cache.get(
-                ("backward", static, array_key(*arrays)), lambda: self._build("backward", static, args, False)
-            )
-            grads = compiled.fn(*args, to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
+        call, describe = self._call(inputs, spec, dout)
+        key = ("backward", _static(inputs.shape, spec), array_key(*_arrays(inputs)))
+        with call.context():
+            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, describe))
+            grads = compiled.fn(*call.args)
             dq, dk, dv, dbias = (None if g is None else to_numpy(g) for g in grads)
         return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
 

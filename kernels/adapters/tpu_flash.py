@@ -53,6 +53,7 @@ from kernels.runtime.jax_runtime import (
 from kernels.runtime.standalone import StandaloneCall, source_of
 from kernels.runtime.tpu_interpret import (
     INTERPRETERS,
+    TPU_INTERPRET_NO_VMAP,
     Interpreter,
     TpuExecution,
     choose_execution,
@@ -307,7 +308,8 @@ class TpuFlashAdapter:
             fn = self._gradients_fn(api, scale, spec.causal)
             args += (to_jax(np.asarray(dout, dtype=inputs.q.dtype)),)
         # Every array is batch-first; a broadcast bias's batch axis is 1, as one row's would be.
-        return JaxCall(fn, args, (True,) * len(args), execution.context)
+        no_vmap = TPU_INTERPRET_NO_VMAP if execution.mode == "tpu" else ""
+        return JaxCall(fn, args, (True,) * len(args), execution.context, no_vmap)
 
     def _ran(self, primitives: TracedPrimitives) -> str:
         return pallas_ran(

@@ -30,7 +30,8 @@ OPTIONAL_MEMBERS: types.MappingProxyType[str, Any] = types.MappingProxyType(
         "lowering": None,
         # ``jax_call(inputs, spec, dout=None) -> kernels.runtime.jax_runtime.JaxCall``: the forward
         # (dout None) or gradients call as JAX arrays and a function of them, which the ``vmap``
-        # and ``sharded`` checks transform. Absent: both are unsupported.
+        # and ``sharded`` checks transform. Absent: both are unsupported; NotImplementedError for a
+        # case it cannot state: both unsupported with its message (conformance/judge/checks/jax_calls.py).
         "jax_call": None,
     }
 )

@@ -170,12 +170,17 @@ class JaxCall:
     array in ``batched``: each one's axis 0 is the case's batch; ``sharded`` places them over a
     mesh, reading a batched 4-D array as ``[B, H, S, ...]``: q, k, v, dout, a bias or mask). The adapter's own
     ``forward``/``gradients`` run this same call, so what is transformed is what was judged.
+
+    ``no_vmap``: where set, why ``jax.vmap`` of this call cannot be judged here, a limit of the
+    context it runs in (an interpreter) or of the call's form (an input built into the function per
+    batch row), not a batching rule's answer: the ``vmap`` check is unsupported with it.
     """
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     batched: tuple[bool, ...]
     context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
+    no_vmap: str = ""
 
     def __post_init__(self) -> None:
         if len(self.batched) != len(self.args):

@@ -68,6 +68,18 @@ INTERPRETERS: tuple[Interpreter, ...] = ("generic", "tpu")
 
 # First JAX version with pltpu.force_tpu_interpret_mode (TPU interpret mode as a context).
 TPU_INTERPRET_MODE_SINCE = (0, 7, 0)
+# Why the vmap check cannot run a Mosaic TPU kernel in TPU interpret mode (``JaxCall.no_vmap``),
+# read in JAX 0.12's pallas/mosaic/interpret/interpret_pallas_call.py: jax.vmap prepends a grid axis
+# to a pallas_call, and the interpreter pairs the grid with the kernel's own dimension_semantics,
+# one shorter, where Mosaic's lowering gives the vmapped axes their own (pallas/mosaic/lowering.py).
+# Observed (tokamax's Mosaic TPU, tpu_flash): ValueError "safe_zip() argument 1 has length 2 but
+# argument 0 has length 3" in _get_randomized_grid_coordinates.
+TPU_INTERPRET_NO_VMAP = (
+    "Pallas TPU interpret mode cannot run a vmapped Mosaic TPU kernel: jax.vmap adds a grid axis and "
+    "the interpreter pairs the grid with the kernel's dimension_semantics, which do not name it "
+    "(ValueError from safe_zip), where Mosaic's own lowering adds vmapped axes to them: an interpreter "
+    "limit, not the kernel's"
+)
 # Last JAX minor whose TPU flash kernel indexes refs through pl.load/pl.store with Python ints.
 INT_INDEXER_SHIM_BEFORE = (0, 6, 0)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -93,8 +92,8 @@ def test_each_declared_block_shows_the_config_and_not_the_default(name, values, 
     _assert_read_back(tunables, config, _traces(adapter.configured(config), inputs), _traces(adapter, inputs))
 
 
-# tokamax has no Adapter.lowering here: its blocks are read from the call it runs, built as
-# forward() builds it (TokamaxAdapter._build), under the interpreter it runs in.
+# tokamax has no Adapter.lowering here: its blocks are read from the call it runs, its JAX call
+# (TokamaxAdapter.jax_call, which forward() and gradients() run), under the interpreter it runs in.
 # (impl, config, inputs (B, Hq, Hkv, Sq, Sk, D)): Mosaic TPU runs splash's MHA kernels where the
 # heads match and its MQA ones (other names, other block ranks) where they do not. The q and kv
 # blocks differ, so a place that names q's operand for k's (splash's operands moved at 0.0.14) fails.
@@ -107,17 +106,11 @@ TOKAMAX = (
 
 
 def _tokamax_traces(adapter, inputs) -> dict:
-    from kernels.adapters import tokamax
-
-    kind = adapter._kind
-    static = tokamax._static(inputs.shape, _spec())
     traces = {}
-    with tokamax._running(kind, tokamax._execution(kind)):
-        args = tuple(jnp.asarray(a) if a is not None else None for a in tokamax._arrays(inputs))
-        for direction in ("forward", "backward"):
-            compiled = adapter._build(direction, static, args, False)
-            traced = args if direction == "forward" else (*args, jnp.zeros(inputs.q.shape, inputs.q.dtype))
-            traces[direction] = traced_kernels(compiled.fn.trace(*traced).jaxpr)
+    for direction, dout in (("forward", None), ("backward", np.zeros(inputs.q.shape, inputs.q.dtype))):
+        call = adapter.jax_call(inputs, _spec(), dout)
+        with call.context():
+            traces[direction] = traced_kernels(jax.jit(call.fn).trace(*call.args).jaxpr)
     return traces
 
 

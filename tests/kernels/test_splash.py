@@ -65,6 +65,22 @@ def test_boolean_mask_that_differs_per_batch(adapter):
     assert ran.startswith("pallas_call x2 "), "one kernel per batch element"
 
 
+def test_its_jax_call_is_the_compiled_forward_and_a_per_row_mask_declares_no_vmap(adapter):
+    """The call the vmap and sharded checks transform is the jitted function forward runs; a mask
+    that differs across the batch is built into one kernel per row, which vmap cannot reverse."""
+    from kernels.adapters.splash import PER_ROW_MASK_NO_VMAP
+
+    per_row = np.random.default_rng(3).random((2, 1, 128, 128)) > 0.2
+    for mask, no_vmap in ((per_row, PER_ROW_MASK_NO_VMAP), (per_row[:1], "")):
+        inputs = make_inputs(3, b=2, hq=1, hkv=1, sq=128, sk=128, d=128, mask=mask)
+        call = adapter.jax_call(inputs, AttentionSpec())
+        assert call.no_vmap == no_vmap
+        assert call.batched == (True, True, True, True, True, False)  # sinks are shared
+        with call.context():
+            out, _ = call.fn(*call.args)
+        np.testing.assert_array_equal(np.asarray(out), adapter.forward(inputs, AttentionSpec()).out)
+
+
 def test_bfloat16_forward(adapter):
     inputs = make_inputs(4, b=1, hq=2, hkv=2, sq=128, sk=128, d=128, dtype="bfloat16")
     check_forward(adapter, inputs, AttentionSpec(causal=True), "bfloat16")

@@ -6,6 +6,7 @@ configs that ran."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import inspect
 import pathlib
@@ -286,6 +287,31 @@ def test_the_shims_change_no_value_mosaic_tpu_batch_loop():
         dataclasses.replace(two, q=two.q[1:], k=two.k[1:], v=two.v[1:]), AttentionSpec(causal=True)
     ).out
     np.testing.assert_array_equal(together[1:], alone)
+
+
+@requires_tokamax
+def test_its_jax_call_passes_quantized_inputs_as_weights_and_scales_and_gives_forward_s_answer():
+    """What vmap and sharded transform: arrays only (a QArray as its weights and scale, rebuilt
+    inside), the call forward runs, so the same answer; Mosaic TPU's says why vmap cannot run."""
+    import jax
+
+    from kernels.runtime.kv_storage import represent
+    from kernels.runtime.tpu_interpret import TPU_INTERPRET_NO_VMAP
+
+    adapter = TokamaxAdapter(impl="xla")
+    inputs = make_inputs(5, b=2, hq=2, hkv=2, sq=64, sk=64, d=32)
+    inputs = dataclasses.replace(inputs, k=represent(inputs.k, "int8"), v=represent(inputs.v, "int8"))
+    spec = AttentionSpec(kv_storage="int8")
+    call = adapter.jax_call(inputs, spec)
+    assert len(call.args) == 9 and all(isinstance(a, jax.Array) or a is None for a in call.args)
+    assert call.args[1].dtype == np.int8 and call.args[2].shape == (2, 2, 64, 1)  # k's weights, scale
+    assert call.no_vmap == "" and all(call.batched)
+    out, _ = jax.jit(call.fn)(*call.args)
+    np.testing.assert_array_equal(np.asarray(out), adapter.forward(inputs, spec).out)
+    mosaic = TokamaxAdapter(impl="mosaic_tpu")
+    if mosaic.availability().available and mosaic.availability().execution == "interpret":
+        plain = make_inputs(5, b=2, hq=2, hkv=2, sq=128, sk=128, d=32)
+        assert mosaic.jax_call(plain, AttentionSpec()).no_vmap == TPU_INTERPRET_NO_VMAP
 
 
 @requires_tokamax

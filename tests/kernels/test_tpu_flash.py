@@ -11,7 +11,7 @@ import pytest
 
 from kernels.adapters.tpu_flash import TpuFlashAdapter
 from kernels.runtime.jax_runtime import jax_version
-from kernels.runtime.tpu_interpret import tpu_interpret_mode_missing
+from kernels.runtime.tpu_interpret import TPU_INTERPRET_NO_VMAP, tpu_interpret_mode_missing
 from reference.spec import AttentionInputs, AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
 
@@ -108,6 +108,9 @@ def test_tpu_interpret_mode():
     inputs = make_inputs(9, 1, 1, 1, 128, 256, 128)
     ran = check_forward(adapter, inputs, AttentionSpec(causal=True), "float32")
     assert "TPU interpret mode" in ran
+    # vmap cannot run under it (the interpreter's limit, read in its source): the call says so
+    assert adapter.jax_call(inputs, AttentionSpec()).no_vmap == TPU_INTERPRET_NO_VMAP
+    assert TpuFlashAdapter().jax_call(inputs, AttentionSpec()).no_vmap == ""
 
 
 def test_fallback_without_pallas_call_is_reported(adapter, monkeypatch):

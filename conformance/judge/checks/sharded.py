@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, unsupported
+from conformance.judge.checks.jax_calls import subject_calls
 from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import Judgement, judge
 from conformance.suite.host_devices import DEVICES, FLAG
@@ -102,15 +103,14 @@ def mesh_for(devices: int, batch: int, q_heads: int, q_len: int) -> Placement | 
     return Placement((on_batch, on_heads, on_sequence))
 
 
-def _run_placed(ctx: CheckContext, placement: Placement, dout: np.ndarray | None) -> tuple[Any, str | None]:
-    """The subject's call under ``jax.jit`` on inputs placed as ``placement`` says, as NumPy
-    outputs, or the one line saying how it failed."""
+def _run_placed(call: Any, placement: Placement) -> tuple[Any, str | None]:
+    """The subject's call (a ``JaxCall``) under ``jax.jit`` on inputs placed as ``placement`` says,
+    as NumPy outputs, or the one line saying how it failed."""
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     size = math.prod(placement.mesh_shape)
     mesh = Mesh(np.array(jax.devices()[:size]).reshape(placement.mesh_shape), AXES)
-    call = ctx.adapter.jax_call(ctx.oracle.inputs, ctx.case.spec, dout)
     placed = tuple(
         None
         if a is None
@@ -150,8 +150,9 @@ def _judged(
     )
 
 
-def _placed(ctx: CheckContext, placement: Placement) -> list[Judgement | str]:
-    outputs, problem = _run_placed(ctx, placement, None)
+def _placed(ctx: CheckContext, calls: tuple[Any, Any], placement: Placement) -> list[Judgement | str]:
+    forward_call, gradients_call = calls
+    outputs, problem = _run_placed(forward_call, placement)
     if problem:
         return [problem]
     ref, run, valid = ctx.oracle.reference, ctx.run.forward, ctx.oracle.valid_rows
@@ -165,7 +166,7 @@ def _placed(ctx: CheckContext, placement: Placement) -> list[Judgement | str]:
             _judged("lse", where, outputs[1], ref.lse, run.lse, name_of(floors_in.lse.dtype), valid)
         )
     if ctx.backward:
-        grads, problem = _run_placed(ctx, placement, ctx.oracle.dout)
+        grads, problem = _run_placed(gradients_call, placement)
         if problem:
             return [*results, problem]
         want, unsharded = ctx.oracle.reference_grads, ctx.run.gradients
@@ -198,7 +199,10 @@ def sharded(ctx: CheckContext) -> Outcome:
     chosen = mesh_for(devices, ctx.case.batch, ctx.case.q_heads, ctx.case.q_len)
     if chosen is None:
         return unsupported(NOTHING_DIVIDES.format(n=devices))
-    results = _placed(ctx, chosen)
+    calls = subject_calls(ctx)
+    if isinstance(calls, str):
+        return unsupported(calls)
+    results = _placed(ctx, calls, chosen)
     problems = [r for r in results if isinstance(r, str)]
     if problems:
         return failed("; ".join(problems))

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, unsupported
+from conformance.judge.checks.jax_calls import subject_calls
 from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import Judgement, judge
 from kernels.contract.optional_members import optional_member
@@ -46,12 +47,11 @@ def _stack(args: tuple[Any, ...], batched: tuple[bool, ...]) -> tuple[Any, ...]:
     )
 
 
-def _vmapped(ctx: CheckContext, dout: np.ndarray | None) -> tuple[tuple[Any, ...] | None, str | None]:
-    """The subject's call under ``jax.jit(jax.vmap(...))`` on the two stacked requests, as NumPy
-    outputs, or the one line saying how vmap failed."""
+def _vmapped(call: Any) -> tuple[tuple[Any, ...] | None, str | None]:
+    """The subject's call (a ``JaxCall``) under ``jax.jit(jax.vmap(...))`` on the two stacked
+    requests, as NumPy outputs, or the one line saying how vmap failed."""
     import jax
 
-    call = ctx.adapter.jax_call(ctx.oracle.inputs, ctx.case.spec, dout)
     stacked = _stack(call.args, call.batched)
     try:
         with call.context():
@@ -97,7 +97,13 @@ def vmap(ctx: CheckContext) -> Outcome:
     runs backward, dq, dk and dv of the vmapped gradients call too."""
     if not callable(optional_member(ctx.adapter, "jax_call")):
         return unsupported(NO_JAX_CALL)
-    outputs, problem = _vmapped(ctx, None)
+    calls = subject_calls(ctx)
+    if isinstance(calls, str):
+        return unsupported(calls)
+    forward_call, gradients_call = calls
+    if forward_call.no_vmap:  # the context the call runs in cannot batch it (an interpreter's limit)
+        return unsupported(forward_call.no_vmap)
+    outputs, problem = _vmapped(forward_call)
     if problem:
         return failed(problem)
     ref, run = ctx.oracle.reference, ctx.run.forward
@@ -107,7 +113,7 @@ def vmap(ctx: CheckContext) -> Outcome:
     if ctx.capabilities.lse:
         results.append(_slices("lse", outputs[1], ref.lse, run.lse, name_of(floors_in.lse.dtype), valid))
     if ctx.backward:
-        grads, problem = _vmapped(ctx, ctx.oracle.dout)
+        grads, problem = _vmapped(gradients_call)
         if problem:
             return failed(problem)
         want, unbatched = ctx.oracle.reference_grads, ctx.run.gradients

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conformance.judge.checks.jax_calls import CANNOT_STATE
 from conformance.judge.checks.sharded import NO_JAX_CALL, ONE_DEVICE, mesh_for
 from conformance.judge.runner import run_check
 from conformance.plan.cases import Case
@@ -56,8 +57,15 @@ def test_one_device_is_unsupported_with_the_xla_flags_fix():
 
 
 def test_partitioned_as_it_computes_passes_and_local_keys_per_shard_fail():
+    cannot_state = "tests.conformance.judge.test_vmap:CannotState"
     outcomes = _in_fresh_process(
-        4, "tests.mutants.vmap:VmapAdapter", "tests.mutants.sharded:LocalKeysWhenSharded"
+        4, "tests.mutants.vmap:VmapAdapter", "tests.mutants.sharded:LocalKeysWhenSharded", cannot_state
+    )
+    # a call that declares the case beyond it: unsupported with its reason, not a failure
+    verdict, reason, _ = outcomes[cannot_state]
+    assert (verdict, reason) == (
+        "unsupported",
+        CANNOT_STATE.format(reason="the mask is built into one kernel per batch row"),
     )
     verdict, reason, tensors = outcomes["tests.mutants.vmap:VmapAdapter"]
     assert verdict == "pass", reason

@@ -3,9 +3,13 @@ judged against the reference with the unbatched call as its baseline."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from conformance.judge.checks.jax_calls import CANNOT_STATE
 from conformance.judge.checks.vmap import NO_JAX_CALL
 from conformance.judge.runner import run_check
 from conformance.plan.cases import Case
+from tests.mutants.vmap import VmapAdapter
 from tests.support import toy_subjects
 
 CASE = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=64, kv_len=64, causal=True)
@@ -24,3 +28,19 @@ def test_batching_as_it_computes_passes_and_answering_every_slice_with_the_first
     # the first slice is right; the batch-reversed one gets the first one's answer
     assert "out (slice 1, batch reversed): OUT OF TOLERANCE" in failing.reason
     assert "out (slice 0): ok" in failing.reason
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CannotState(VmapAdapter):
+    """A subject whose JAX call declares this case beyond it (``NotImplementedError``)."""
+
+    name: str = "cannot_state"
+
+    def jax_call(self, inputs, spec, dout=None):
+        raise NotImplementedError("the mask is built into one kernel per batch row\nsecond line")
+
+
+def test_a_jax_call_that_cannot_state_the_case_is_unsupported_with_its_first_line():
+    outcome = run_check(CASE, "vmap", impl=f"{__name__}:CannotState")
+    assert outcome.verdict == "unsupported", outcome.reason
+    assert outcome.reason == CANNOT_STATE.format(reason="the mask is built into one kernel per batch row")
