@@ -38,8 +38,7 @@ from typing import Any
 import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, unsupported
-from conformance.judge.checks.jax_calls import subject_calls
-from conformance.judge.dtypes import name_of
+from conformance.judge.checks.jax_calls import Compared, forward_tensors, gradient_tensors, subject_calls
 from conformance.judge.tolerance import Judgement, judge
 from conformance.suite.host_devices import DEVICES, FLAG
 from kernels.contract.optional_members import optional_member
@@ -126,25 +125,17 @@ def _run_placed(call: Any, placement: Placement) -> tuple[Any, str | None]:
         return None, f"the call on inputs sharded ({placement.name}) raised {type(error).__name__}: {first}"
 
 
-def _judged(
-    name: str,
-    placement: str,
-    got: np.ndarray | None,
-    ref: np.ndarray,
-    unsharded: np.ndarray | None,
-    dtype: str,
-    valid: Any = None,
-    cancellation: float = 0.0,
-) -> Judgement | str:
+def _judged(c: Compared, placement: str) -> Judgement | str:
     """``got`` against the reference, with the unsharded answer as the baseline. Where that answer
     is itself far off (a known defect), the margin admits trivial answers and the judgement is
     weak, so not judged: ``forward`` and ``backward`` report it."""
+    name, got, ref, unsharded = c.name, c.got, c.ref, c.own
     if got is None or np.shape(got) != np.shape(ref):
         shape = None if got is None else np.shape(got)
         return f"{name} sharded ({placement}) has shape {shape}, expected {np.shape(ref)}"
     if unsharded is None or np.shape(unsharded) != np.shape(ref):
         return f"{name}: the unsharded call gave no answer of shape {np.shape(ref)} to compare with"
-    j = judge(name, got, ref, unsharded, dtype, valid, cancellation)
+    j = judge(name, got, ref, unsharded, c.dtype, c.valid, c.cancellation)
     return dataclasses.replace(
         j, metrics=dataclasses.replace(j.metrics, tensor=f"{name} (sharded: {placement})")
     )
@@ -155,34 +146,12 @@ def _placed(ctx: CheckContext, calls: tuple[Any, Any], placement: Placement) -> 
     outputs, problem = _run_placed(forward_call, placement)
     if problem:
         return [problem]
-    ref, run, valid = ctx.oracle.reference, ctx.run.forward, ctx.oracle.valid_rows
-    floors_in = ctx.baseline  # the forward check's floor dtypes (fp8 inputs: out may be bf16)
-    where = placement.name
-    results = [
-        _judged("out", where, outputs[0], ref.out, run.out, name_of(floors_in.out.dtype), valid[..., None])
-    ]
-    if ctx.capabilities.lse:
-        results.append(
-            _judged("lse", where, outputs[1], ref.lse, run.lse, name_of(floors_in.lse.dtype), valid)
-        )
+    results: list[Judgement | str] = [_judged(c, placement.name) for c in forward_tensors(ctx, outputs)]
     if ctx.backward:
         grads, problem = _run_placed(gradients_call, placement)
         if problem:
             return [*results, problem]
-        want, unsharded = ctx.oracle.reference_grads, ctx.run.gradients
-        cancel = ctx.baseline_grads.cancellation
-        for i, name in enumerate(("dq", "dk", "dv")):
-            results.append(
-                _judged(
-                    name,
-                    where,
-                    grads[i],
-                    getattr(want, name),
-                    getattr(unsharded, name),
-                    ctx.dtype,
-                    cancellation=cancel.get(name, 0.0),
-                )
-            )
+        results += [_judged(c, placement.name) for c in gradient_tensors(ctx, grads)]
     return results
 
 

@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements, unsupported
-from conformance.judge.checks.jax_calls import subject_calls
-from conformance.judge.dtypes import name_of
+from conformance.judge.checks.jax_calls import Compared, forward_tensors, gradient_tensors, subject_calls
 from conformance.judge.tolerance import Judgement, judge
 from kernels.contract.optional_members import optional_member
 
@@ -62,30 +61,23 @@ def _vmapped(call: Any) -> tuple[tuple[Any, ...] | None, str | None]:
         return None, f"jax.vmap over the subject's call raised {type(error).__name__}: {first}"
 
 
-def _slices(
-    name: str,
-    got: np.ndarray | None,
-    ref: np.ndarray,
-    unbatched: np.ndarray | None,
-    dtype: str,
-    valid: Any = None,
-    cancellation: float = 0.0,
-) -> list[Judgement] | str:
+def _slices(c: Compared) -> list[Judgement] | str:
     """Both slices of ``got`` judged against the reference (flipped for the second), with the
     subject's own unbatched answer as the baseline: vmap may round differently, by the same
     margin a same-dtype baseline gets, but may not make the answer worse than the call it batches.
     Where the unbatched call is itself far off (a known defect), the margin admits trivial
     answers, and the judgement is weak, so not judged: ``forward`` and ``backward`` report it."""
+    name, got, ref, unbatched = c.name, c.got, c.ref, c.own
     expected = np.shape(ref)
     if got is None or np.shape(got) != (2, *expected):
         shape = None if got is None else np.shape(got)
         return f"{name} under vmap has shape {shape}, expected {(2, *expected)}"
     if unbatched is None or np.shape(unbatched) != expected:
         return f"{name}: the unbatched call gave no answer of shape {expected} to compare with"
-    wants = ((ref, unbatched, valid), (_flip(ref), _flip(unbatched), _flip(valid)))
+    wants = ((ref, unbatched, c.valid), (_flip(ref), _flip(unbatched), _flip(c.valid)))
     judged = []
     for i, (label, (r, b, v)) in enumerate(zip(SLICES, wants, strict=True)):
-        j = judge(name, got[i], r, b, dtype, v, cancellation)
+        j = judge(name, got[i], r, b, c.dtype, v, c.cancellation)
         judged.append(
             dataclasses.replace(j, metrics=dataclasses.replace(j.metrics, tensor=f"{name} ({label})"))
         )
@@ -106,29 +98,12 @@ def vmap(ctx: CheckContext) -> Outcome:
     outputs, problem = _vmapped(forward_call)
     if problem:
         return failed(problem)
-    ref, run = ctx.oracle.reference, ctx.run.forward
-    valid = ctx.oracle.valid_rows
-    floors_in = ctx.baseline  # the forward check's floor dtypes (fp8 inputs: out may be bf16)
-    results = [_slices("out", outputs[0], ref.out, run.out, name_of(floors_in.out.dtype), valid[..., None])]
-    if ctx.capabilities.lse:
-        results.append(_slices("lse", outputs[1], ref.lse, run.lse, name_of(floors_in.lse.dtype), valid))
+    results = [_slices(c) for c in forward_tensors(ctx, outputs)]
     if ctx.backward:
         grads, problem = _vmapped(gradients_call)
         if problem:
             return failed(problem)
-        want, unbatched = ctx.oracle.reference_grads, ctx.run.gradients
-        cancel = ctx.baseline_grads.cancellation
-        for i, name in enumerate(("dq", "dk", "dv")):
-            results.append(
-                _slices(
-                    name,
-                    grads[i],
-                    getattr(want, name),
-                    getattr(unbatched, name),
-                    ctx.dtype,
-                    cancellation=cancel.get(name, 0.0),
-                )
-            )
+        results += [_slices(c) for c in gradient_tensors(ctx, grads)]
     shapes = [r for r in results if isinstance(r, str)]
     if shapes:
         return failed("; ".join(shapes))
