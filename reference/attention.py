@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from reference.masks import visible
-from reference.spec import AttentionInputs, AttentionShape, AttentionSpec, validate
+from reference.spec import AttentionInputs, AttentionShape, AttentionSpec, Dropout, validate
 
 # Elements per [G, chunk, Sk] logits block: 2^20 float64 = 8 MiB. Larger blocks
 # amortise the per-block passes better; measured with ``python -m reference.bench``.
@@ -122,15 +122,28 @@ class _Blocks:
         return s, tanh
 
 
+def _dropout_block(dropout: np.ndarray | None, blocks: _Blocks, rows: slice) -> np.ndarray | None:
+    """The [G|1, c|1, Sk] block of dropout's weights (``Dropout.weights``) for these rows, or None."""
+    if dropout is None:
+        return None
+    w = dropout[blocks.b if dropout.shape[0] > 1 else 0]
+    w = _pick(w, blocks.heads, blocks.shape.q_heads, 0)
+    return _pick(w, rows, blocks.shape.q_len, 1)
+
+
 def _row_chunks(shape: AttentionShape):
     step = _chunk_rows(shape)
     for start in range(0, shape.q_len, step):
         yield slice(start, min(start + step, shape.q_len))
 
 
-def attention_forward(inputs: AttentionInputs, spec: AttentionSpec = DEFAULT_SPEC) -> ReferenceOutput:
-    """Float64 forward pass. See ``ReferenceOutput`` for shapes."""
+def attention_forward(
+    inputs: AttentionInputs, spec: AttentionSpec = DEFAULT_SPEC, dropout: Dropout | None = None
+) -> ReferenceOutput:
+    """Float64 forward pass. See ``ReferenceOutput`` for shapes. ``dropout``: the normalised weights
+    times ``keep / (1 - rate)`` before they meet v; lse is the softmax's own (unchanged)."""
     shape = validate(inputs)
+    weights = None if dropout is None else dropout.weights()
     inputs = _upcast(inputs)
     out = np.zeros((shape.batch, shape.q_heads, shape.q_len, shape.v_head_dim))
     lse = np.full((shape.batch, shape.q_heads, shape.q_len), -np.inf)
@@ -151,6 +164,9 @@ def attention_forward(inputs: AttentionInputs, spec: AttentionSpec = DEFAULT_SPE
                 if blocks.sinks is not None:
                     denom = denom + np.exp(blocks.sinks - m)  # in the denominator only: no value
                 c = s.shape[1]
+                kept = _dropout_block(weights, blocks, rows)
+                if kept is not None:
+                    s *= kept  # the denominator is summed already: dropout leaves it as it is
                 o = (s.reshape(g * c, -1) @ blocks.v).reshape(g, c, -1)
                 live &= denom > 0
                 safe = np.where(live, denom, 1.0)
@@ -166,11 +182,15 @@ def attention_backward(
     dout: np.ndarray,
     spec: AttentionSpec = DEFAULT_SPEC,
     forward: ReferenceOutput | None = None,
+    dropout: Dropout | None = None,
 ) -> ReferenceGrads:
     """Float64 gradients of ``sum(out * dout)``; ``dout: [B, Hq, Sq, Dv]``.
 
-    Pass the matching ``forward`` to avoid recomputing it. Fully masked rows
-    have out = 0 by definition, so they contribute no gradient.
+    Pass the matching ``forward`` (computed with the same ``dropout``) to avoid recomputing it.
+    Fully masked rows have out = 0 by definition, so they contribute no gradient. With
+    ``dropout`` (weights W = keep / (1 - rate)): dv = (p W)^T dout, and d(weights) is
+    W (dout v^T); delta = sum(dout * out) stays the softmax's, since sum_j p_ij W_ij (dout v^T)_ij
+    is dout_i . out_i.
     """
     shape = validate(inputs)
     inputs = _upcast(inputs)
@@ -178,7 +198,8 @@ def attention_backward(
     if dout.shape != (shape.batch, shape.q_heads, shape.q_len, shape.v_head_dim):
         expected = (shape.batch, shape.q_heads, shape.q_len, shape.v_head_dim)
         raise ValueError(f"dout must have out's shape {expected}, got {dout.shape}")
-    fwd = forward if forward is not None else attention_forward(inputs, spec)
+    fwd = forward if forward is not None else attention_forward(inputs, spec, dropout)
+    weights = None if dropout is None else dropout.weights()
     g = shape.group_size
     dq = np.zeros_like(inputs.q)
     dk = np.zeros_like(inputs.k)
@@ -200,8 +221,14 @@ def attention_backward(
                 do = dout[b, blocks.heads, rows]  # [G, c, Dv]
                 p2 = s.reshape(g * c, -1)
                 do2 = do.reshape(g * c, -1)
-                dv[b, hk] += p2.T @ do2
+                kept = _dropout_block(weights, blocks, rows)
+                if kept is None:
+                    dv[b, hk] += p2.T @ do2
+                else:
+                    dv[b, hk] += (s * kept).reshape(g * c, -1).T @ do2
                 dp = (do2 @ blocks.v.T).reshape(g, c, -1)
+                if kept is not None:
+                    dp *= kept
                 delta = np.sum(do * fwd.out[b, blocks.heads, rows], axis=-1, keepdims=True)
                 if dsinks is not None:
                     # d out / d sink = -p_sink * out, with p_sink = exp(sink - lse).

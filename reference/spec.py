@@ -116,6 +116,33 @@ class AttentionInputs:
         return AttentionShape(b, hq, hkv, sq, sk, d, dv)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Dropout:
+    """Attention dropout as one call realised it (docs/semantics.md, "Dropout").
+
+    keep: bool, broadcastable to ``[B, Hq, Sq, Sk]``; True where a softmax weight is kept.
+    rate: the probability that a weight is dropped, in ``[0, 1)``. The normalised weights are
+        multiplied by ``keep / (1 - rate)`` before they meet ``v``; the softmax, its max and its
+        denominator (so lse) are those of the call without dropout.
+    """
+
+    keep: np.ndarray
+    rate: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate < 1.0:
+            raise ValueError(f"dropout rate {self.rate} is outside [0, 1); pass the drop probability")
+        if np.asarray(self.keep).dtype != np.bool_ or np.ndim(self.keep) != 4:
+            raise ValueError(
+                f"dropout keep must be a 4-D bool array broadcastable to [B, Hq, Sq, Sk], got "
+                f"{np.asarray(self.keep).dtype} of shape {np.shape(self.keep)}"
+            )
+
+    def weights(self) -> np.ndarray:
+        """``keep / (1 - rate)`` in float64, the factor each normalised weight is multiplied by."""
+        return np.asarray(self.keep, dtype=np.float64) / (1.0 - self.rate)
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionShape:
     batch: int

@@ -79,7 +79,15 @@ def _split(checks: tuple[str, ...]) -> tuple[list[str], list[str]]:
     sampled = {
         d.name
         for d in REGISTRY
-        if d.sampling in ("runtime_sample", "batched_sample", "one_batched_case", "one_case", "race_sample")
+        if d.sampling
+        in (
+            "runtime_sample",
+            "batched_sample",
+            "one_batched_case",
+            "one_backward_case",
+            "one_case",
+            "race_sample",
+        )
     }
     return [f"test_{c}" for c in checks if c not in sampled], [f"test_{c}" for c in checks if c in sampled]
 

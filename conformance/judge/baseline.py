@@ -36,7 +36,7 @@ import numpy as np
 from conformance.judge import dtypes
 from kernels.contract.base import Capabilities
 from reference.masks import full_visibility, has_mask
-from reference.spec import AttentionInputs, AttentionSpec
+from reference.spec import AttentionInputs, AttentionSpec, Dropout
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -131,6 +131,8 @@ class _Forward:
     """Intermediates the backward pass reuses. All [B, Hq, Sq, Sk] unless noted."""
 
     p: np.ndarray
+    p_kept: np.ndarray  # p times the dropout weights (rounded), what meets v; p itself without dropout
+    weights: np.ndarray | None  # the dropout weights keep / (1 - rate) in the work dtype, or None
     p_sink: np.ndarray | None  # [B, Hq, Sq, 1]: the sink's share of each row, or None
     tanh: np.ndarray | None
     out: np.ndarray  # [B, Hq, Sq, Dv]
@@ -151,7 +153,9 @@ def _visible(inputs: AttentionInputs, spec: AttentionSpec) -> np.ndarray | None:
     return vis
 
 
-def _forward(inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision) -> _Forward:
+def _forward(
+    inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision, dropout: Dropout | None = None
+) -> _Forward:
     r, w = pr.rnd, pr.work
     group = inputs.q.shape[1] // inputs.k.shape[1]
     q = inputs.q.astype(w)
@@ -193,8 +197,23 @@ def _forward(inputs: AttentionInputs, spec: AttentionSpec, pr: _Precision) -> _F
         denom = r(denom)
         p = r(e / denom)
         lse = r(m + r(np.log(denom)))[..., 0]
-    out = r(pr.p_rnd(p) @ v)
-    return _Forward(p=p, p_sink=p_sink, tanh=tanh, out=out, lse=lse, k=k, v=v, scale=scale, q=q)
+    # Dropout multiplies the normalised weights, as a user's ``p * keep / (1 - rate)`` in the dtype.
+    weights = None if dropout is None else r(dropout.weights().astype(w))
+    p_kept = p if weights is None else r(p * weights)
+    out = r(pr.p_rnd(p_kept) @ v)
+    return _Forward(
+        p=p,
+        p_kept=p_kept,
+        weights=weights,
+        p_sink=p_sink,
+        tanh=tanh,
+        out=out,
+        lse=lse,
+        k=k,
+        v=v,
+        scale=scale,
+        q=q,
+    )
 
 
 def _sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -209,28 +228,40 @@ def _group_sum(x: np.ndarray, kv_heads: int) -> np.ndarray:
     return x.reshape(b, kv_heads, hq // kv_heads, s, d).sum(axis=2)
 
 
-def forward(inputs: AttentionInputs, spec: AttentionSpec, model: Numerics = Numerics()) -> BaselineOutput:
+def forward(
+    inputs: AttentionInputs,
+    spec: AttentionSpec,
+    model: Numerics = Numerics(),
+    dropout: Dropout | None = None,
+) -> BaselineOutput:
     """The baseline's out and lse: out in the inputs' dtype (``model.out_dtype`` where set), lse
-    in the inputs' dtype (float32 for fp8 inputs)."""
+    in the inputs' dtype (float32 for fp8 inputs). ``dropout``: applied to the normalised weights."""
     pr = _precision(inputs.q.dtype, model)
-    fwd = _forward(inputs, spec, pr)
+    fwd = _forward(inputs, spec, pr, dropout)
     return BaselineOutput(out=fwd.out.astype(pr.out), lse=fwd.lse.astype(pr.lse))
 
 
 def gradients(
-    inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray, model: Numerics = Numerics()
+    inputs: AttentionInputs,
+    spec: AttentionSpec,
+    dout: np.ndarray,
+    model: Numerics = Numerics(),
+    dropout: Dropout | None = None,
 ) -> BaselineGrads:
-    """The baseline's gradients of ``sum(out * dout)``; dout: [B, Hq, Sq, Dv] in the inputs' dtype."""
+    """The baseline's gradients of ``sum(out * dout)``; dout: [B, Hq, Sq, Dv] in the inputs' dtype.
+    ``dropout``: the forward's weights, applied to d(weights) as autodiff of that code does."""
     pr = _precision(inputs.q.dtype, model)
     r, w = pr.rnd, pr.work
-    fwd = _forward(inputs, spec, pr)
+    fwd = _forward(inputs, spec, pr, dropout)
     do = np.asarray(dout).astype(w)
     kv_heads = inputs.k.shape[1]
     # Every reduction below (delta, dsinks, dbias, the GQA group sums of dk and dv) sums its
     # terms as computed, in the work dtype, and rounds only its result: the contract is storage
     # in the dtype, not arithmetic in it. Matmul operands (p, ds) are stored, so rounded.
-    dv = r(_group_sum(pr.p_rnd(fwd.p).swapaxes(-1, -2) @ do, kv_heads))
+    dv = r(_group_sum(pr.p_rnd(fwd.p_kept).swapaxes(-1, -2) @ do, kv_heads))
     dp = r(do @ fwd.v.swapaxes(-1, -2))
+    if fwd.weights is not None:
+        dp = r(dp * fwd.weights)
     delta = r((do * fwd.out).sum(axis=-1, keepdims=True))
     dsinks = None
     if fwd.p_sink is not None:
@@ -291,7 +322,7 @@ def _recomputed_p(
     with np.errstate(invalid="ignore", over="ignore"):
         # Fully masked rows have a mask-value lse but a zero dout and delta: no share.
         lse = np.abs(np.nan_to_num(fwd.lse.astype(np.float64)))[..., None]  # [B, Hq, Sq, 1]
-        p = np.nan_to_num(fwd.p.astype(np.float64))
+        p = np.nan_to_num(fwd.p_kept.astype(np.float64))  # what dv's matmul takes: dropout applied
         # Each row's largest |do| stands for all its columns: a bound over d at a 64th of a matmul's cost.
         row = np.square(lse * np.abs(do.astype(np.float64)).max(axis=-1, keepdims=True))  # [B, Hq, Sq, 1]
         squares = np.nan_to_num((p * p * row).sum(axis=-2))[..., None]  # [B, Hq, Sk, 1]

@@ -426,6 +426,15 @@ def _one_batched_case(planned: list[Planned]) -> list[Planned]:
     return sorted(chosen, key=lambda p: p.case.dtype != "float32")[:1]
 
 
+def _one_backward_case(planned: list[Planned]) -> list[Planned]:
+    """dropout's case (``one_backward_case``): one of ``_runtime_subset``'s, float32 first (the
+    tightest tolerance), among the cases whose backward runs where there are any, so that one mask
+    is judged in both directions."""
+    runnable = [p for p in planned if p.status == "run"]
+    chosen = _runtime_subset([p for p in runnable if p.backward], 1) or _runtime_subset(runnable, 1)
+    return sorted(chosen, key=lambda p: p.case.dtype != "float32")[:1]
+
+
 def _race_subset(planned: list[Planned], per_dtype: int) -> list[Planned]:
     """The race check's cases: ``_runtime_subset``, first from cases with one batch row and
     several heads, then several programs of any kind, then any. Races need programs that may
@@ -472,6 +481,7 @@ SAMPLES: dict[str, Callable[[list[Planned], Profile], list[Planned]]] = {
     "race_sample": lambda items, profile: _race_subset(items, profile.runtime_cases_per_dtype),
     "batched_sample": lambda items, profile: _batched_subset(items, profile.runtime_cases_per_dtype),
     "one_batched_case": lambda items, profile: _one_batched_case(items),
+    "one_backward_case": lambda items, profile: _one_backward_case(items),
     "config_cases": lambda items, profile: _configured(items),
 }
 

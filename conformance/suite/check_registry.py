@@ -25,7 +25,15 @@ from typing import Any, Literal, get_args
 # gets the check as ``unsupported`` with NEED_REASONS[need]: a check that cannot observe a
 # subject never passes vacuously.
 Need = Literal[
-    "backward", "lse", "jax_runtime", "race_detection", "lowering", "tpu_lowering", "gpu_lowering", "tunables"
+    "backward",
+    "lse",
+    "jax_runtime",
+    "race_detection",
+    "lowering",
+    "tpu_lowering",
+    "gpu_lowering",
+    "tunables",
+    "dropout",
 ]
 NEED_REASONS: dict[str, str] = {
     "backward": "backward pass not declared",
@@ -55,6 +63,10 @@ NEED_REASONS: dict[str, str] = {
         "no tunables declared (Capabilities.tunables): the subject takes no config whose blocks the "
         "traced kernel could show"
     ),
+    "dropout": (
+        "no dropout declared (Capabilities.dropout): the API takes neither a dropout mask nor a "
+        "dropout rate with a key"
+    ),
 }
 
 # Which planned cases a check runs on:
@@ -68,6 +80,8 @@ NEED_REASONS: dict[str, str] = {
 #   one_batched_case    one of batched_sample's cases, float32 first (a batching rule is structure:
 #                       one case shows it); without a batch >= 2 case, the largest cheap one;
 #   one_case            one cheap case with the largest output (a per-call leak stands out);
+#   one_backward_case   one cheap case, float32 first, whose backward runs where any case's does
+#                       (a check that judges both directions under one mask);
 #   race_sample         a few cheap cases per dtype with parallel work inside one kernel call;
 #   lowering_cases      every case and config, those declared to raise included (they must
 #                       fail to lower), both directions, lowered for the target hardware;
@@ -82,6 +96,7 @@ Sampling = Literal[
     "batched_sample",
     "one_batched_case",
     "one_case",
+    "one_backward_case",
     "race_sample",
     "lowering_cases",
     "lowered_cases",
@@ -237,6 +252,17 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         # unsupported, with that reason.
         sampling="one_batched_case",  # one more program per direction (a mesh of 4 devices): one case
         shrinks=False,  # the placement needs the case's divisible axes: a smaller case may lose them
+    ),
+    CheckDeclaration(
+        "dropout",
+        f"{_CHECKS}.dropout:dropout",
+        "dropout (realised mask)",
+        20,
+        needs=("dropout",),
+        # One case: a few calls (the mask passed, or a key's mask read back by probe calls), both
+        # directions under one mask; the check's statistics count every weight of that case.
+        sampling="one_backward_case",
+        shrinks=False,  # a smaller case draws another mask: the failing draw is the repro
     ),
     CheckDeclaration(
         "recompile",

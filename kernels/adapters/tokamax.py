@@ -71,6 +71,7 @@ from kernels.contract.base import (
     SubjectOutput,
     compiled_where_run,
 )
+from kernels.contract.dropout import DROPOUT_FEATURE, DropoutRequest
 from kernels.contract.kv_storage_names import STORAGES
 from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall
@@ -376,6 +377,24 @@ def _not_implemented(name: str, feature: str, what: str, applies_to: str = "both
     )
 
 
+# Where each implementation rejects ``dropout_mask`` (read in tokamax 0.0.17's sources): the XLA ones
+# apply it (base.py, xla_chunked.py: after the softmax, times 1 / (1 - rate)); Triton's forward
+# applies it and its VJP raises. ``kernels/contract/dropout.py``: feature DROPOUT_FEATURE.
+DROPOUT_REJECTIONS: dict[str, tuple[str, str]] = {
+    "mosaic_tpu": ("both", "pallas_mosaic_tpu_common.check_inputs_support: 'dropout is not supported.'"),
+    "triton": ("backward", "pallas_triton_vjp._bwd: '`dropout_mask` unsupported.'"),
+    "mosaic_gpu": ("both", "pallas_mosaic_gpu._fwd: 'dropout is not supported.'"),
+    "cudnn": ("both", "jax_nn.JaxNnDotProductAttention._fwd: 'dropout not supported.'"),
+}
+
+
+def _dropout_constraints(kind: str) -> tuple[ShapeConstraint, ...]:
+    if kind not in DROPOUT_REJECTIONS:
+        return ()
+    applies_to, what = DROPOUT_REJECTIONS[kind]
+    return (_not_implemented("no_dropout", DROPOUT_FEATURE, what, applies_to),)
+
+
 def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
     if kind == "mosaic_tpu":
         version = tokamax_version()
@@ -552,6 +571,7 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
         constraints=compiled_where_run(
             _constraints(kind.name)
+            + _dropout_constraints(kind.name)
             + _interpreter_constraints(kind.name, execution)
             + _storage_constraints(kind.name),
             execution == "native",
@@ -562,6 +582,9 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         # and a scale that broadcasts (per token, channel, head or tensor).
         q_storages=STORAGES,
         kv_storages=STORAGES,
+        # dot_product_attention's dropout_mask (True: kept) and dropout_rate, for every implementation;
+        # those that raise NotImplementedError declare it (DROPOUT_REJECTIONS)
+        dropout="mask",
     )
 
 
@@ -650,14 +673,38 @@ def _with_residuals(op, *args, **kwargs):
 
 
 def tokamax_attention(
-    attention, op, q, k, v, bias, mask, q_lengths, kv_lengths, *, scale, causal, window, softcap, with_lse
+    attention,
+    op,
+    q,
+    k,
+    v,
+    bias,
+    mask,
+    q_lengths,
+    kv_lengths,
+    *,
+    scale,
+    causal,
+    window,
+    softcap,
+    with_lse,
+    dropout_mask=None,
+    dropout_rate=0.0,
 ):
     """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None) through
-    ``tokamax.dot_product_attention(..., implementation=(op,))``, in ``[B, T, N, H]``."""
+    ``tokamax.dot_product_attention(..., implementation=(op,))``, in ``[B, T, N, H]``.
+    ``dropout_mask``: ``[B, Hq, Sq, Sk]`` bool, True where a weight is kept, with ``dropout_rate``: the
+    op's own arguments (``DotProductAttention.__call__`` in base.py documents them, ``*#B #H #T #t``,
+    "applied after softmax calculation", weights scaled by ``1 / (1 - dropout_rate)``), which the
+    public function does not take: they go with the op it runs (its ``implementation=`` entry)."""
     import jax.numpy as jnp
 
     to_btnh = (0, 2, 1, 3)  # its own inverse
     implementation = functools.partial(_with_residuals, op) if with_lse else op
+    if dropout_mask is not None:
+        implementation = functools.partial(
+            implementation, dropout_mask=dropout_mask, dropout_rate=dropout_rate
+        )
     result = attention(
         q.transpose(to_btnh),  # an array or a QArray (which transposes its weights and scales)
         k.transpose(to_btnh),
@@ -694,8 +741,20 @@ def per_batch_row(fn, q, k, v, bias, mask, q_lengths, kv_lengths, **options):
     batched = any(x is not None and x.ndim == 4 and x.shape[0] > 1 for x in (bias, mask))
     if batch == 1 or batched or q_lengths is not None or kv_lengths is not None:
         return fn(q, k, v, bias, mask, q_lengths, kv_lengths, **options)
+    keep = options.pop("dropout_mask", None)  # its own batch rows: one per call
     rows = [
-        fn(q[b : b + 1], k[b : b + 1], v[b : b + 1], bias, mask, None, None, **options) for b in range(batch)
+        fn(
+            q[b : b + 1],
+            k[b : b + 1],
+            v[b : b + 1],
+            bias,
+            mask,
+            None,
+            None,
+            **options,
+            **({} if keep is None else {"dropout_mask": keep[b : b + 1]}),
+        )
+        for b in range(batch)
     ]
     out = jnp.concatenate([r[0] for r in rows])
     lse = None if rows[0][1] is None else jnp.concatenate([r[1] for r in rows])
@@ -703,13 +762,33 @@ def per_batch_row(fn, q, k, v, bias, mask, q_lengths, kv_lengths, **options):
 
 
 def tokamax_gradients(
-    attention, op, q, k, v, bias, mask, q_lengths, kv_lengths, dout, *, scale, causal, window, softcap, loop
+    attention,
+    op,
+    q,
+    k,
+    v,
+    bias,
+    mask,
+    q_lengths,
+    kv_lengths,
+    dout,
+    *,
+    scale,
+    causal,
+    window,
+    softcap,
+    loop,
+    dropout_mask=None,
+    dropout_rate=0.0,
 ):
     """(dq, dk, dv, dbias or None) of ``sum(out * dout)`` by ``jax.vjp`` of the public call: tokamax's
-    own VJP op. dbias has the bias's own shape."""
+    own VJP op. dbias has the bias's own shape. ``dropout_mask``, ``dropout_rate``: as
+    ``tokamax_attention`` takes them (the same mask in both directions)."""
     import jax
 
     options = dict(scale=scale, causal=causal, window=window, softcap=softcap, with_lse=False)
+    if dropout_mask is not None:
+        options.update(dropout_mask=dropout_mask, dropout_rate=dropout_rate)
     call = (
         functools.partial(per_batch_row, functools.partial(tokamax_attention, attention, op))
         if loop
@@ -789,6 +868,13 @@ def from_quantized_leaves(fn, stored, *flat):
         else:
             qkv.append(rest.pop(0))
     return fn(*qkv, *rest)
+
+
+def with_dropout_mask(fn, rate, *args):
+    """``fn(*arrays, dropout_mask=keep, dropout_rate=rate)``, ``keep`` the last of ``args``: the
+    keep mask as one more array argument of a jitted call (its values change, its program not)."""
+    *arrays, keep = args
+    return fn(*arrays, dropout_mask=keep, dropout_rate=rate)
 
 
 def tokamax_op(op_class, vjp_class, forward_config, vjp_config, kwargs):
@@ -1006,6 +1092,40 @@ class TokamaxAdapter:
         # the same limit makes the adapter call once per batch row (per_batch_row)
         no_vmap = TPU_INTERPRET_NO_VMAP if execution == "tpu" else ""
         return JaxCall(fn, args, (True,) * len(args), context, no_vmap), describe
+
+    def dropout(
+        self,
+        inputs: AttentionInputs,
+        spec: AttentionSpec,
+        request: DropoutRequest,
+        dout: np.ndarray | None = None,
+    ) -> SubjectOutput | SubjectGrads:
+        """The forward (``dout`` None) or gradients call of ``jax_call`` with ``dropout_mask`` (the
+        request's keep mask, ``[B, Hq, Sq, Sk]`` bool) and ``dropout_rate``: one mask, both
+        directions. The mask is one more argument of the jitted call."""
+        if request.keep is None:
+            raise ValueError(f"{self.name} takes a dropout mask (Capabilities.dropout 'mask'), not a seed")
+        call, describe = self._call(inputs, spec, dout)
+        fn = functools.partial(with_dropout_mask, call.fn, request.rate)
+        args = (*call.args, to_jax(np.asarray(request.keep, dtype=bool)))
+        direction = "forward" if dout is None else "backward"
+        key = (
+            "dropout",
+            direction,
+            request.rate,
+            _static(inputs.shape, spec),
+            spec.q_storage,
+            spec.kv_storage,
+        )
+        key += array_key(*_arrays(inputs), request.keep)
+        with call.context():
+            compiled = self._cache.get(key, lambda: jit_observed(fn, args, describe))
+            result = compiled.fn(*args)
+            if dout is None:
+                out, lse = result
+                return SubjectOutput(to_numpy(out), None if lse is None else to_numpy(lse), compiled.ran)
+            dq, dk, dv, dbias = (None if g is None else to_numpy(g) for g in result)
+        return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call as it runs on the kernel's own hardware, for its compiler

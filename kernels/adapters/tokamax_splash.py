@@ -67,6 +67,7 @@ from kernels.contract.base import (
     SubjectOutput,
     compiled_where_run,
 )
+from kernels.contract.dropout import DROPOUT_FEATURE, DropoutRequest
 from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -146,6 +147,18 @@ def _constraints(kind: str) -> tuple[ShapeConstraint, ...]:
         return ()
     return (
         ShapeConstraint(
+            name="interpreter_no_dropout",
+            reason="JAX's Pallas TPU interpret mode cannot run splash's in-kernel dropout: the kernel "
+            "draws its mask from a Pallas PRNG key (pltpu.to_pallas_key), which the interpreter's "
+            "io_callback cannot carry ('TypeError: Cannot interpret 'key<pl>' as a data type', "
+            "observed at jax 0.12.0.1, tokamax 0.0.17); an interpreter limit, a TPU runs it",
+            holds=lambda shape, spec: False,
+            basis="raises",
+            features=(DROPOUT_FEATURE,),
+            stage="interpreter",
+            exceptions=("TypeError",),
+        ),
+        ShapeConstraint(
             name="blocks_divide_lengths",
             reason="splash's mask info raises where its default block (128) does not divide a "
             "sequence ('q_block_size=128 should divide q_seq_len=64', likewise kv): the API's contract "
@@ -178,6 +191,9 @@ def _capabilities(kind: _Kind, execution: str) -> Capabilities:
         backward=True,
         lse=True,
         fully_masked_rows=kind.fully_masked_rows,  # type: ignore[arg-type]
+        # dropout_rate and prng_key: the kernel draws the mask (base.py: jax.random.bernoulli, True
+        # dropped; the Mosaic kernel per tile), forward and VJP alike under the same key
+        dropout="key",
         constraints=compiled_where_run(_constraints(kind.name), execution == "native"),
     )
 
@@ -243,11 +259,27 @@ def _with_residuals(op, *args, **kwargs):
     return op(*args, return_residuals=True, **kwargs)
 
 
-def splash_call(attention, op, segment_ids_class, mask, q, k, v, q_seg, kv_seg, sinks, *, softcap, with_lse):
+def splash_call(
+    attention,
+    op,
+    segment_ids_class,
+    mask,
+    q,
+    k,
+    v,
+    q_seg,
+    kv_seg,
+    sinks,
+    *,
+    softcap,
+    with_lse,
+    dropout_rate=0.0,
+    prng_key=None,
+):
     """One batch row, ``q: [Hq, Sq, D]``, ``k: [Hkv, Sk, D]``, ``v: [Hkv, Sk, Dv]`` -> (out
     ``[Hq, Sq, Dv]``, lse ``[Hq, Sq]`` or None). ``mask``: a splash mask object or an ``[Sq, Sk]`` bool
     array; ``softcap``: ``attn_logits_soft_cap``. MQA (one kv head for several query heads) goes as
-    ``is_mqa=True`` with 2-D k and v."""
+    ``is_mqa=True`` with 2-D k and v. ``dropout_rate`` with ``prng_key``: the mask drawn inside."""
     import jax.numpy as jnp
 
     mqa = k.shape[0] == 1 and q.shape[0] > 1
@@ -264,6 +296,8 @@ def splash_call(attention, op, segment_ids_class, mask, q, k, v, q_seg, kv_seg, 
         sinks,
         is_mqa=mqa,
         attn_logits_soft_cap=softcap,
+        dropout_rate=dropout_rate,
+        prng_key=prng_key,
         implementation=(implementation,),
     )
     if not with_lse:
@@ -290,6 +324,8 @@ def tokamax_splash_attention(
     softcap,
     loop,
     with_lse,
+    dropout_rate=0.0,
+    prng_key=None,
 ):
     """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None).
 
@@ -297,7 +333,9 @@ def tokamax_splash_attention(
     ``layout``: ``kernels.adapters.splash.mask_layout``'s structural mask. ``mask``: None or a boolean
     ``[Bm, Hm, Sq, Sk]`` (Bm in 1, B; Hm in 1, Hq), ANDed with the structural mask; with Hm > 1 each
     query head is its own call. ``sinks: [Hq]`` or None, shared by every row. ``loop``: one call per
-    batch row instead of ``vmap``."""
+    batch row instead of ``vmap``. ``dropout_rate`` with ``prng_key``: batch row b draws its mask
+    under ``jax.random.split(prng_key, B)[b]``, as a user gives each example its own key (a head
+    called on its own, under that key folded with the head)."""
     import jax
     import jax.numpy as jnp
 
@@ -305,11 +343,17 @@ def tokamax_splash_attention(
     sq, sk = q.shape[2], k.shape[2]
     structural = structural_mask(masks, layout, sq, sk)
     dense = None if layout[0] == "full" else jnp.asarray(np.asarray(structural[0:sq, 0:sk]))
-    call = functools.partial(
+    splash = functools.partial(
         splash_call, attention, op, segment_ids_class, softcap=softcap, with_lse=with_lse
     )
+    keys = None if prng_key is None else jax.random.split(prng_key, q.shape[0])
 
-    def row(q, k, v, plane, q_seg, kv_seg):
+    def row(q, k, v, plane, q_seg, kv_seg, key):
+        def call(*args, key=key):
+            if key is None:
+                return splash(*args)
+            return splash(*args, dropout_rate=dropout_rate, prng_key=key)
+
         if plane is None:
             return call(structural, q, k, v, q_seg, kv_seg, sinks)
         if dense is not None:
@@ -326,6 +370,7 @@ def tokamax_splash_attention(
                 q_seg,
                 kv_seg,
                 None if sinks is None else sinks[h : h + 1],
+                key=None if key is None else jax.random.fold_in(key, h),
             )
             for h in range(q.shape[0])
         ]
@@ -343,19 +388,24 @@ def tokamax_splash_attention(
                 None if mask is None else mask[b if mask_batched else 0],
                 None if q_seg is None else q_seg[b],
                 None if kv_seg is None else kv_seg[b],
+                None if keys is None else keys[b],
             )
             for b in range(batch)
         ]
         out = jnp.stack([r[0] for r in rows])
         return out, None if rows[0][1] is None else jnp.stack([r[1] for r in rows])
     seg_axis = None if q_seg is None else 0
+    key_axis = None if keys is None else 0
     if mask is not None and not mask_batched:
         plane = mask[0]
         return jax.vmap(
-            lambda q, k, v, qs, ks: row(q, k, v, plane, qs, ks), in_axes=(0, 0, 0, seg_axis, seg_axis)
-        )(q, k, v, q_seg, kv_seg)
+            lambda q, k, v, qs, ks, key: row(q, k, v, plane, qs, ks, key),
+            in_axes=(0, 0, 0, seg_axis, seg_axis, key_axis),
+        )(q, k, v, q_seg, kv_seg, keys)
     mask_axis = None if mask is None else 0
-    return jax.vmap(row, in_axes=(0, 0, 0, mask_axis, seg_axis, seg_axis))(q, k, v, mask, q_seg, kv_seg)
+    return jax.vmap(row, in_axes=(0, 0, 0, mask_axis, seg_axis, seg_axis, key_axis))(
+        q, k, v, mask, q_seg, kv_seg, keys
+    )
 
 
 def tokamax_splash_gradients(
@@ -376,9 +426,12 @@ def tokamax_splash_gradients(
     layout,
     softcap,
     loop,
+    dropout_rate=0.0,
+    prng_key=None,
 ):
     """(dq, dk, dv, dsinks ``[Hq]`` or None) of ``sum(out * dout)`` by ``jax.vjp`` of the public call:
-    the op's own VJP. dq includes the scale (q is scaled inside)."""
+    the op's own VJP. dq includes the scale (q is scaled inside). ``dropout_rate``, ``prng_key``: as
+    ``tokamax_splash_attention`` takes them (the VJP draws the same mask under the same key)."""
     import jax
 
     def attend(q, k, v, sinks):
@@ -399,6 +452,8 @@ def tokamax_splash_gradients(
             softcap=softcap,
             loop=loop,
             with_lse=False,
+            dropout_rate=dropout_rate,
+            prng_key=prng_key,
         )[0]
 
     if sinks is None:
@@ -409,6 +464,13 @@ def tokamax_splash_gradients(
 
 
 # --- the adapter -----------------------------------------------------------------------------
+
+
+def with_prng_key(fn, rate, *args):
+    """``fn(*arrays, dropout_rate=rate, prng_key=key)``, ``key`` the last of ``args``: the key as one
+    more argument of a jitted call (its value changes, its program not)."""
+    *arrays, key = args
+    return fn(*arrays, dropout_rate=rate, prng_key=key)
 
 
 def _mask_array(inputs: AttentionInputs) -> np.ndarray | None:
@@ -484,9 +546,11 @@ class TokamaxSplashAdapter:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def _op(self, api: _Api, execution: str, args: tuple) -> tuple[Any, Any]:
+    def _op(self, api: _Api, execution: str, args: tuple, dropout_rate: float = 0.0) -> tuple[Any, Any]:
         """(op, its forward Config or None): off its hardware the op's ``supported_on`` answers True
-        (``interpretable_op``); Mosaic TPU's Config is the op's own default for these shapes, named."""
+        (``interpretable_op``); Mosaic TPU's Config is the op's own default for these shapes, named,
+        and for this dropout rate (its heuristics set the dropout blocks only where the bound call
+        has a rate: a Config bound without one raises ValueError with dropout)."""
         op_class, vjp_class = api.op_class, api.vjp_class
         if execution != "native" or self._kind.hardware != "cpu":
             op_class, vjp_class = interpretable_op(op_class, vjp_class)
@@ -496,10 +560,18 @@ class TokamaxSplashAdapter:
         import jax
 
         q, k, v = (jax.ShapeDtypeStruct(a.shape[1:], a.dtype) for a in args[:3])
-        config = op_class(**vjp).bind(q, k, v).default_config
+        dropout = {} if not dropout_rate else {"dropout_rate": dropout_rate, "prng_key": jax.random.key(0)}
+        config = op_class(**vjp).bind(q, k, v, **dropout).default_config
         return op_class(config=config, **vjp), config
 
-    def _compiled(self, direction: str, inputs: AttentionInputs, spec: AttentionSpec, dout: Any = None):
+    def _compiled(
+        self,
+        direction: str,
+        inputs: AttentionInputs,
+        spec: AttentionSpec,
+        dout: Any = None,
+        dropout: DropoutRequest | None = None,
+    ):
         kind = self._kind
         api = _load_api(kind)
         execution = _execution(kind)
@@ -520,13 +592,18 @@ class TokamaxSplashAdapter:
         )
         if direction == "backward":
             arrays += (np.asarray(dout, dtype=inputs.q.dtype),)
-        key = (direction, layout, scale, softcap, array_key(*arrays))
+        rate = 0.0 if dropout is None else dropout.rate
+        key = (direction, layout, scale, softcap, rate, array_key(*arrays))
         with _running(execution):
             args = tuple(None if a is None else to_jax(a) for a in arrays)
+            if dropout is not None:
+                import jax
+
+                args += (jax.random.key(dropout.seed),)
 
             def build() -> Compiled:
 
-                op, config = self._op(api, execution, args)
+                op, config = self._op(api, execution, args, rate)
                 options = dict(scale=scale, layout=layout, softcap=softcap, loop=execution == "tpu")
                 if direction == "forward":
                     fn = functools.partial(
@@ -542,6 +619,8 @@ class TokamaxSplashAdapter:
                     fn = functools.partial(
                         tokamax_splash_gradients, api.attention, op, api.segment_ids, api.masks, **options
                     )
+                if dropout is not None:
+                    fn = functools.partial(with_prng_key, fn, rate)
                 return jit_observed(
                     fn, args, functools.partial(self._ran, execution=execution, config=config)
                 )
@@ -561,6 +640,33 @@ class TokamaxSplashAdapter:
         compiled, args, execution = self._compiled("backward", inputs, spec, dout)
         with _running(execution):
             dq, dk, dv, dsinks = compiled.fn(*args)
+            return SubjectGrads(
+                dq=to_numpy(dq),
+                dk=to_numpy(dk),
+                dv=to_numpy(dv),
+                dsinks=None if dsinks is None else to_numpy(dsinks),
+            )
+
+    def dropout(
+        self,
+        inputs: AttentionInputs,
+        spec: AttentionSpec,
+        request: DropoutRequest,
+        dout: np.ndarray | None = None,
+    ) -> SubjectOutput | SubjectGrads:
+        """The forward (``dout`` None) or gradients call with ``dropout_rate`` and ``prng_key =
+        jax.random.key(request.seed)`` (each batch row under its split of it:
+        ``tokamax_splash_attention``); the mask is drawn inside, in both directions."""
+        if request.seed is None:
+            raise ValueError(f"{self.name} draws its dropout mask from a key (Capabilities.dropout 'key')")
+        direction = "forward" if dout is None else "backward"
+        compiled, args, execution = self._compiled(direction, inputs, spec, dout, request)
+        with _running(execution):
+            result = compiled.fn(*args)
+            if dout is None:
+                out, lse = result
+                return SubjectOutput(out=to_numpy(out), lse=to_numpy(lse), ran=compiled.ran)
+            dq, dk, dv, dsinks = result
             return SubjectGrads(
                 dq=to_numpy(dq),
                 dk=to_numpy(dk),

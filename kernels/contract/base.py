@@ -16,6 +16,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 from kernels.contract import features as features_table
+from kernels.contract.dropout import DROPOUT_KINDS, DropoutKind
 from kernels.contract.dtypes import (  # the one list, stdlib only so that reports reads it too
     DTYPES,
     FP8_DTYPES,
@@ -256,8 +257,15 @@ class Capabilities:
     # the interpreter off (``Adapter.lowering``; kernels/hardware/lowering.py): "tpu" (Mosaic) or "cuda"
     # (Triton). The lowers, vmem and observable checks need it. None: nothing to lower.
     lowers_for: str | None = None
+    # How the API takes attention dropout (kernels/contract/dropout.py): "mask" (the caller's
+    # boolean mask and the rate), "key" (the rate and a PRNG key: the kernel draws the mask), or ""
+    # (no dropout parameter: the dropout check is unsupported). An implementation of a family that
+    # rejects it declares a ShapeConstraint with features ("dropout",), basis raises.
+    dropout: DropoutKind = ""
 
     def __post_init__(self) -> None:
+        if self.dropout not in DROPOUT_KINDS:
+            raise ValueError(f"unknown dropout {self.dropout!r}; choose from {DROPOUT_KINDS}")
         if self.lowers_for is not None and self.lowers_for not in PLATFORMS:
             raise ValueError(f"unknown lowers_for {self.lowers_for!r}; choose from {PLATFORMS} (or None)")
         unknown = set(self.dtypes) - set(DTYPES)

@@ -33,6 +33,11 @@ OPTIONAL_MEMBERS: types.MappingProxyType[str, Any] = types.MappingProxyType(
         # and ``sharded`` checks transform. Absent: both are unsupported; NotImplementedError for a
         # case it cannot state: both unsupported with its message (conformance/judge/checks/jax_calls.py).
         "jax_call": None,
+        # ``dropout(inputs, spec, request, dout=None) -> SubjectOutput | SubjectGrads``: the forward
+        # (dout None) or gradients call with attention dropout (``kernels.contract.dropout.DropoutRequest``:
+        # the rate, and the keep mask or a seed, as ``Capabilities.dropout`` says). Absent: the
+        # dropout check is unsupported.
+        "dropout": None,
     }
 )
 

@@ -394,6 +394,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "d(sinks) with its sign flipped in float8_e5m2, which passed a floor of 2 ulps of e5m2",
     ),
     _m(
+        "dropout_forward_only",
+        "dropout:ForwardOnlyDropout",
+        "dropout",
+        "dropout",
+        "a dropout mask applied in the forward but not the backward (gradients of attention without it)",
+    ),
+    _m(
+        "dropout_mask_ignored",
+        "dropout:MaskIgnored",
+        "dropout",
+        "dropout",
+        "a dropout mask accepted and ignored: the answer without dropout must not earn a pass",
+    ),
+    _m(
+        "dropout_rate_off",
+        "dropout:RateOff",
+        "dropout",
+        "dropout",
+        "a drawn dropout mask at 0.8 x the requested rate, scaled by the requested one",
+    ),
+    _m(
         "storage_dtype_sum",
         "precision:StorageDtypeSum",
         ("forward", "lse"),
@@ -425,6 +446,10 @@ CONTROLS: tuple[Control, ...] = (
         (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance", "vmap", "sharded"),
     ),
     Control(f"{PACKAGE}.precision:CarefulAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
+    # Dropout after the softmax, times 1 / (1 - rate), the same mask in both directions: the mask
+    # passed by the caller, or drawn inside from a key (read back by the check's probes).
+    Control(f"{PACKAGE}.dropout:MaskDropout", (*RUNS_EVERYWHERE, "lse", "backward", "dropout")),
+    Control(f"{PACKAGE}.dropout:KeyDropout", (*RUNS_EVERYWHERE, "lse", "backward", "dropout")),
     # The blocked online softmax with a bias, its running max guarded: right on -inf bias blocks.
     # fully_masked runs on it where a smoke case has a fully masked row; no smoke case it admits has.
     Control(f"{PACKAGE}.blocked:online_softmax_bias", RUNS_EVERYWHERE),
