@@ -418,3 +418,50 @@ def test_the_family_reads_what_tokamax_documents_one_way():
     lse = lse_from_residuals((jnp.array([1.5]), jnp.array([4.0])))
     assert abs(float(lse[0]) - (1.5 + math.log(4.0))) < 1e-6
     assert "lse_from" not in inspect.signature(lse_from_residuals).parameters
+
+
+# --- dropout (the dropout check) ------------------------------------------------------------
+
+
+def test_each_dropout_rejection_quotes_its_implementations_source():
+    from kernels.adapters.tokamax import ATTENTION, DROPOUT_REJECTIONS, KINDS
+
+    for impl, (_, what) in DROPOUT_REJECTIONS.items():
+        module = what.split(".")[0]
+        message = what.split("'")[1]
+        source = pathlib.Path(importlib.util.find_spec(f"{ATTENTION}.{module}").origin).read_text()
+        assert f'"{message}"' in source, (impl, message)
+        # every implementation takes dropout_mask in its own call, so the rejection is its own
+        assert "dropout_mask" in inspect.getsource(
+            importlib.import_module(f"{ATTENTION}.{KINDS[impl].module}")
+        )
+
+
+def test_the_family_takes_a_dropout_mask_and_the_xla_ones_reject_no_direction():
+    for impl in IMPLEMENTATIONS:
+        caps = TokamaxAdapter(impl=impl).capabilities()
+        assert caps.dropout == "mask"
+        rejections = [c for c in caps.constraints if "dropout" in c.features]
+        assert bool(rejections) == (impl not in ("xla", "xla_chunked")), impl
+        assert all(c.raises and c.exceptions == ("NotImplementedError",) for c in rejections)
+
+
+@pytest.mark.parametrize("impl", ["xla", "xla_chunked"])
+def test_its_dropout_call_applies_the_mask_in_both_directions(impl):
+    from conformance.judge.checks.dropout import RATE
+    from kernels.contract.dropout import DropoutRequest
+    from reference import attention_backward, attention_forward
+    from reference.spec import Dropout
+
+    inputs = make_inputs(0, 2, 2, 1, 64, 64, 32)
+    spec = AttentionSpec(causal=True)
+    keep = np.random.default_rng(0).random((2, 2, 64, 64)) >= RATE
+    adapter = TokamaxAdapter(impl=impl)
+    out = adapter.dropout(inputs, spec, DropoutRequest(RATE, keep=keep)).out
+    want = attention_forward(inputs, spec, Dropout(keep, RATE))
+    np.testing.assert_allclose(out, want.out, atol=2e-5)
+    dout = np.random.default_rng(1).standard_normal(out.shape).astype(np.float32)
+    grads = adapter.dropout(inputs, spec, DropoutRequest(RATE, keep=keep), dout)
+    want_grads = attention_backward(inputs, dout, spec, want, Dropout(keep, RATE))
+    for name in ("dq", "dk", "dv"):
+        np.testing.assert_allclose(getattr(grads, name), getattr(want_grads, name), atol=5e-5, err_msg=name)

@@ -113,3 +113,39 @@ def test_bottom_right_causal_runs_top_left_a_ledger_finding():
     out = adapter.forward(inputs, AttentionSpec(causal=True, alignment="bottom_right")).out
     top_left = attention_forward(inputs, AttentionSpec(causal=True)).out
     np.testing.assert_allclose(out, top_left, atol=1e-5)
+
+
+# --- dropout (the dropout check) ------------------------------------------------------------
+
+
+@needs_public
+def test_base_dropout_is_one_mask_per_key_and_batch_row_in_both_directions():
+    from kernels.contract.dropout import DropoutRequest
+
+    inputs = make_inputs(0, 2, 2, 2, 128, 128, 64)
+    spec = AttentionSpec()
+    adapter = TokamaxSplashAdapter(impl="base")
+    first, again, other = (adapter.dropout(inputs, spec, DropoutRequest(0.25, seed=s)).out for s in (7, 7, 8))
+    assert first.tobytes() == again.tobytes()
+    assert not np.array_equal(first, other)
+    # each batch row under its own split of the key: the same inputs in both rows, other answers
+    twin = make_inputs(0, 1, 2, 2, 128, 128, 64)
+    doubled = type(inputs)(*(np.concatenate([x, x]) for x in (twin.q, twin.k, twin.v)))
+    rows = adapter.dropout(doubled, spec, DropoutRequest(0.25, seed=7)).out
+    assert not np.array_equal(rows[0], rows[1])
+    dout = np.ones_like(first)
+    grads = adapter.dropout(inputs, spec, DropoutRequest(0.25, seed=7), dout)
+    assert grads.dq.shape == inputs.q.shape and np.isfinite(grads.dv).all()
+
+
+@needs_public
+def test_mosaic_tpu_dropout_in_tpu_interpret_mode_raises_the_declared_type_error():
+    """The declaration is an observation: when the interpreter runs splash's dropout, this fails and
+    the declaration (interpreter_no_dropout) goes."""
+    from kernels.contract.dropout import DropoutRequest
+
+    adapter = TokamaxSplashAdapter(impl="mosaic_tpu")
+    (declared,) = [c for c in adapter.capabilities().constraints if "dropout" in c.features]
+    assert declared.stage == "interpreter" and declared.exceptions == ("TypeError",)
+    with pytest.raises(TypeError, match="key<pl>"):
+        adapter.dropout(make_inputs(0, 1, 1, 1, 128, 128, 128), AttentionSpec(), DropoutRequest(0.25, seed=0))
