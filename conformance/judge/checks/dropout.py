@@ -38,7 +38,7 @@ from conformance.judge.tolerance import Judgement, judge
 from kernels.contract.base import ShapeConstraint
 from kernels.contract.dropout import DROPOUT_FEATURE, DropoutRequest
 from kernels.contract.optional_members import optional_member
-from reference import attention_backward, attention_forward
+from reference import ReferenceOutput, attention_backward, attention_forward
 from reference.spec import AttentionInputs, Dropout
 
 RATE = 0.25  # inexact in binary as 1 / (1 - rate) is: a kernel's rounding of the scale shows
@@ -184,17 +184,18 @@ def _read_by_key(ctx: CheckContext, call: Any, seed: int) -> _Realised:
     return _Realised(keep, tuple(problems), details)
 
 
-def _judged_forward(ctx: CheckContext, out: np.ndarray, dropout: Dropout) -> Judgement:
+def _judged_forward(ctx: CheckContext, out: np.ndarray, dropout: Dropout, ref: ReferenceOutput) -> Judgement:
     inputs, spec = ctx.oracle.inputs, ctx.case.spec
-    ref = attention_forward(inputs, spec, dropout)
     base = plain.forward(inputs, spec, numerics(ctx.capabilities, ctx.dtype), dropout).out
     valid = ctx.oracle.valid_rows[..., None]
     return judge("out", out, ref.out, base, name_of(base.dtype), valid)
 
 
-def _judged_gradients(ctx: CheckContext, grads: Any, dropout: Dropout) -> list[Judgement]:
+def _judged_gradients(
+    ctx: CheckContext, grads: Any, dropout: Dropout, forward: ReferenceOutput
+) -> list[Judgement]:
     inputs, spec, dout = ctx.oracle.inputs, ctx.case.spec, ctx.oracle.dout
-    ref = attention_backward(inputs, dout, spec, attention_forward(inputs, spec, dropout), dropout)
+    ref = attention_backward(inputs, dout, spec, forward, dropout)
     base = plain.gradients(inputs, spec, dout, numerics(ctx.capabilities, ctx.dtype), dropout)
     return [
         judge(
@@ -239,7 +240,8 @@ def dropout(ctx: CheckContext) -> Outcome:
     realised = _read_by_key(ctx, call, seed) if by_key else _Realised(request.keep)
     problems += realised.problems
     mask = Dropout(realised.keep, RATE)
-    judgements = [_judged_forward(ctx, out, mask)]
+    reference = attention_forward(inputs, spec, mask)
+    judgements = [_judged_forward(ctx, out, mask, reference)]
     notes = []
     if ctx.backward:
         if declared.backward is not None:
@@ -248,7 +250,7 @@ def dropout(ctx: CheckContext) -> Outcome:
             )
             (notes if as_declared else problems).append(sentence)
         else:
-            judgements += _judged_gradients(ctx, call(inputs, request, ctx.oracle.dout), mask)
+            judgements += _judged_gradients(ctx, call(inputs, request, ctx.oracle.dout), mask, reference)
     outcome = from_judgements(judgements)
     kept = float(np.mean(realised.keep))
     details = {"rate": RATE, "kept_share": kept, **dict(realised.details)}
