@@ -93,7 +93,7 @@ class ForwardOnlyDropout(MaskDropout):
     description: str = "dropout mask in the forward, gradients of attention without dropout"
 
     def backward_weights(self, weights: jax.Array) -> jax.Array | None:
-        return None  # the bug: the backward forgets the mask
+        return None  # BUG: the backward forgets the mask
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -104,7 +104,7 @@ class MaskIgnored(MaskDropout):
     description: str = "dropout mask accepted and ignored in both directions"
 
     def forward_weights(self, weights: jax.Array) -> jax.Array | None:
-        return None  # the bug
+        return None  # BUG: the mask ignored in the forward (and the backward below)
 
     def backward_weights(self, weights: jax.Array) -> jax.Array | None:
         return None
@@ -139,4 +139,4 @@ class RateOff(KeyDropout):
     description: str = "a drawn dropout mask at 0.8 x the requested rate"
 
     def drop_probability(self, rate: float) -> float:
-        return 0.8 * rate  # the bug
+        return 0.8 * rate  # BUG: not the requested rate

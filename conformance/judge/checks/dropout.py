@@ -80,8 +80,9 @@ def _declared(ctx: CheckContext) -> _Declared:
 
 
 def _first_line(error: BaseException) -> str:
+    """``Type ('its first line')``, or the type alone for an empty message."""
     text = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {text}"
+    return f"{type(error).__name__} ({text!r})" if text else type(error).__name__
 
 
 def _rejected(call: Any, constraint: ShapeConstraint, direction: str) -> tuple[bool, str]:
@@ -91,7 +92,7 @@ def _rejected(call: Any, constraint: ShapeConstraint, direction: str) -> tuple[b
     except Exception as error:  # noqa: BLE001 - what it raised is the observation
         if constraint.expects(error):
             return True, (
-                f"dropout {direction} raised {_first_line(error)} as declared ({constraint.name}: "
+                f"dropout {direction} raised {_first_line(error)}, as declared ({constraint.name}: "
                 f"{constraint.reason})"
             )
         return False, (
