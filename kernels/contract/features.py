@@ -2,8 +2,9 @@
 
 A *feature* is a dimension a case may or may not use beyond its shape and dtype: a causal
 mask, a window, segment ids, valid lengths, a boolean mask, a bias, a softcap, a scale,
-attention sinks, the storage of q and of K/V, GQA, Dv != D. Each ``Feature`` below states
-everything the suite needs to know of it, and every consumer iterates ``FEATURES``:
+attention sinks, the storage of q and of K/V, GQA, Dv != D, leading batch dims (a call form).
+Each ``Feature`` below states everything the suite needs to know of it, and every consumer
+iterates ``FEATURES``:
 
 * the ``Case`` fields it owns, their defaults and validation (``conformance/plan/cases.py``
   builds its dataclass from them),
