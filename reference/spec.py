@@ -48,6 +48,11 @@ class AttentionSpec:
                (a storage name of ``kernels/contract/kv_storage_names.py``, validated by the case);
                ``None`` = plain arrays. The inputs already hold exactly the values the storage
                represents, so the math ignores them: they tell an adapter what to pass.
+    batch_dims: the call's leading batch dims, e.g. ``(2, 3)``: the subject is called with q, k, v
+               as ``[*batch_dims, ...]``, per-batch lengths as ``batch_dims`` and a bias or mask's
+               batch axis as ``batch_dims`` (a broadcast batch axis of 1 as ones), the canonical
+               batch ``B = prod(batch_dims)`` flattened row-major. A call form only: the math
+               ignores it, as the storages. ``None`` = the plain ``[B, ...]`` call.
     """
 
     scale: float | None = None
@@ -58,8 +63,17 @@ class AttentionSpec:
     chunk: int | None = None
     q_storage: str | None = None
     kv_storage: str | None = None
+    batch_dims: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.batch_dims is not None and (
+            len(self.batch_dims) < 2
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.batch_dims)
+        ):
+            raise ValueError(
+                f"batch_dims must be 2 or more positive sizes, e.g. (2, 3), got {self.batch_dims!r}; "
+                "use None for the plain [B, ...] call"
+            )
         if self.alignment not in ALIGNMENTS:
             raise ValueError(f"unknown alignment {self.alignment!r}; use one of {ALIGNMENTS}")
         if self.chunk is not None:

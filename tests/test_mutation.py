@@ -69,6 +69,7 @@ SMOKE: tuple[str, ...] = (
     "chunk1-B1-Hq1-Hkv1-Sq128",  # chunked causal, chunks of one key: every chunk edge is a diagonal
     "_per_channel-B1-Hq4-Hkv2-Sq128-Sk128-D64",  # K/V stored with a scale per (head, channel), GQA
     "_per_head-B1-Hq4-Hkv2-Sq128-Sk128-D64",  # K/V stored with a scale per head, GQA
+    "lead2x3",  # leading batch dims [2, 3], with per-request q and kv lengths shaped [2, 3]
 )
 
 

@@ -139,6 +139,13 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         for t in ragged_cases(caps, profile.edge_level)
         for d in dtypes[:1]
     ]
+    # Leading batch dims, for a subject whose call takes them: in the first dtype (they test the call
+    # form, which no dtype changes); none for the others (their call has one batch axis).
+    curated += [
+        edge_matrix.instantiate(t, subject.name, d)
+        for t in (edge_matrix.leading_batch_cases(profile.edge_level) if caps.leading_batch_dims else ())
+        for d in dtypes[:1]
+    ]
     # Quantized q and K/V in the storages the call accepts: each element type and scale group, in
     # every dtype (what a storage's rounding meets differs by dtype).
     curated += [

@@ -235,6 +235,36 @@ CHUNK_EDGES: tuple[tuple[int, Case], ...] = (
 )
 
 
+# Leading batch dims (``AttentionSpec.batch_dims``), for a subject whose call takes them
+# (``Capabilities.leading_batch_dims``), in its first dtype: the call form, which no dtype changes.
+# Six requests as 2 x 3, causal with GQA; the same with per-request q and kv lengths, which the call
+# gets shaped 2 x 3: an index that assumes one batch axis (``lengths[:, None]``) or flattens them in
+# another order than q's rows is what they reach (one-key and full rows, no two rows alike, so a
+# transposed order moves lengths); then 3 x 2 with a bias and a mask that carry the batch axis.
+LEADING_BATCH_EDGES: tuple[tuple[int, Case], ...] = (
+    (
+        0,
+        _t(batch=6, batch_dims=(2, 3), q_heads=4, kv_heads=2, q_len=64, kv_len=64, head_dim=32, v_head_dim=32,
+           causal=True),
+    ),
+    (
+        0,
+        _t(batch=6, batch_dims=(2, 3), q_heads=2, kv_heads=2, q_len=64, kv_len=96, head_dim=32, v_head_dim=32,
+           q_lengths=(64, 40, 1, 63, 17, 33), kv_lengths=(96, 17, 50, 1, 95, 40)),
+    ),
+    (
+        1,
+        _t(batch=6, batch_dims=(3, 2), q_heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=32, v_head_dim=32,
+           bias="b1qk", mask="b11k"),
+    ),
+)  # fmt: skip
+
+
+def leading_batch_cases(level: int) -> tuple[Case, ...]:
+    """The leading-batch-dims templates up to ``level`` (``LEADING_BATCH_EDGES``)."""
+    return tuple(t for lvl, t in LEADING_BATCH_EDGES if lvl <= level)
+
+
 def chunk_cases(level: int) -> tuple[Case, ...]:
     """The chunked causal templates up to ``level`` (``CHUNK_EDGES``), run in a subject's first dtype."""
     return tuple(t for lvl, t in CHUNK_EDGES if lvl <= level)

@@ -18,6 +18,10 @@ adapter code. It must look like this::
 * ``sinks: [Hq]`` (when declared): one logit per query head in the softmax denominator.
 * Returns ``out: [B, Hq, Sq, Dv]`` (array-like), or ``(out, lse)`` with ``lse: [B, Hq, Sq]``
   when it declares ``lse=True``.
+* Leading batch dims (``leading_batch_dims=True``; no keyword, as GQA needs none: the shapes say it):
+  a case with ``batch_dims``, e.g. ``(2, 3)``, passes q, k, v as ``[2, 3, H, S, D]``, its lengths as
+  ``[2, 3]``, segment ids as ``[2, 3, S]``, a bias or mask's batch axis as ``2, 3`` (a broadcast one as
+  ``1, 1``), the batch flattened row-major; out and lse come back with the same leading dims.
 
 Capabilities are declared on the function itself::
 
@@ -50,7 +54,8 @@ import numpy as np
 
 from kernels.contract import features
 from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
-from kernels.runtime.standalone import StandaloneCall
+from kernels.runtime.leading_batch import with_leading, without_leading
+from kernels.runtime.standalone import StandaloneCall, source_of
 from reference.spec import AttentionInputs, AttentionSpec
 
 CAPABILITIES_ATTRIBUTE = "attention_capabilities"
@@ -122,6 +127,17 @@ def canonical_keywords(inputs: AttentionInputs, spec: AttentionSpec) -> dict[str
     return {"scale": spec.resolved_scale(inputs.q.shape[-1]), **features.call_keywords(inputs, spec)}
 
 
+def call_arguments(inputs: AttentionInputs, spec: AttentionSpec) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(q, k, v)`` and the keywords as the function receives them: ``canonical_keywords``, and with
+    ``spec.batch_dims`` every batch-first array (q, k, v, ``features.batch_inputs()``) reshaped to
+    those leading dims (``kernels/runtime/leading_batch.py``)."""
+    dims = spec.batch_dims
+    keywords = canonical_keywords(inputs, spec)
+    batched = set(features.batch_inputs())
+    keywords = {name: with_leading(x, dims) if name in batched else x for name, x in keywords.items()}
+    return tuple(with_leading(x, dims) for x in (inputs.q, inputs.k, inputs.v)), keywords
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class FunctionAdapter:
     """Adapter around a function with the canonical signature (module docstring)."""
@@ -147,21 +163,24 @@ class FunctionAdapter:
         return self.declared
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
-        """Calls ``fn(q, k, v, **keywords)``; ``out`` keeps the dtype the function returned."""
-        result = self.fn(inputs.q, inputs.k, inputs.v, **canonical_keywords(inputs, spec))
+        """Calls ``fn(q, k, v, **keywords)`` (``call_arguments``); ``out`` keeps the dtype the function
+        returned, flattened back to ``[B, ...]`` from the case's leading batch dims."""
+        arrays, keywords = call_arguments(inputs, spec)
+        result = self.fn(*arrays, **keywords)
+        flat = lambda x: without_leading(np.asarray(x), spec.batch_dims)  # noqa: E731
         if isinstance(result, tuple):
             if len(result) != 2:
                 raise PluginSignatureError(
                     f"{self.name}: returned a {len(result)}-tuple; return out or (out, lse)"
                 )
             out, lse = result
-            lse = None if lse is None else np.asarray(lse)
-            return SubjectOutput(out=np.asarray(out), lse=lse, ran=self.name)
+            lse = None if lse is None else flat(lse)
+            return SubjectOutput(out=flat(out), lse=lse, ran=self.name)
         if self.declared.lse:
             raise PluginSignatureError(
                 f"{self.name}: declares lse=True but returned only out; return (out, lse)"
             )
-        return SubjectOutput(out=np.asarray(result), ran=self.name)
+        return SubjectOutput(out=flat(result), ran=self.name)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """The call ``forward`` makes, as standalone script text (``kernels.runtime.standalone``): the
@@ -170,21 +189,31 @@ class FunctionAdapter:
         module, _, attribute = self.name.partition(":")
         if not attribute:  # wrapped directly, not by dotted path: name it by where it lives
             module, attribute = self.fn.__module__, self.fn.__qualname__
+        dims = spec.batch_dims
+        batched = set(features.batch_inputs())
+        # with leading batch dims, each batch-first array goes through with_leading (as call_arguments)
+        lead = (lambda name: name) if dims is None else (lambda name: f"with_leading({name}, {dims!r})")
+
+        def written(name: str, value: Any) -> str:
+            if not isinstance(value, np.ndarray):
+                return repr(value)
+            return lead(name) if name in batched else name
+
         keywords = ", ".join(
-            f"{name}={name if isinstance(value, np.ndarray) else repr(value)}"
-            for name, value in canonical_keywords(inputs, spec).items()
+            f"{name}={written(name, value)}" for name, value in canonical_keywords(inputs, spec).items()
         )
+        flat = "np.asarray" if dims is None else f"(lambda x: without_leading(np.asarray(x), {dims!r}))"
         root, _, rest = attribute.partition(".")
         return StandaloneCall(
             imports=(f"from {module} import {root}",),
-            definitions=(),
+            definitions=() if dims is None else source_of(with_leading, without_leading),
             setup=f"attention = {attribute}  # the function --impl named\n"
             if rest or root != "attention"
             else "",
             forward=(
-                f"result = attention(q, k, v, {keywords})\n"
+                f"result = attention({lead('q')}, {lead('k')}, {lead('v')}, {keywords})\n"
                 "out, lse = result if isinstance(result, tuple) else (result, None)  # out, or (out, lse)\n"
-                "out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
+                f"out, lse = {flat}(out), None if lse is None else {flat}(lse)\n"
             ),
             note=f"the user function {module}:{attribute}, called with NumPy arrays",
         )

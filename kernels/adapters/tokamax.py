@@ -30,6 +30,12 @@ Translation from canonical semantics (``docs/semantics.md``), read in tokamax's
   (``j <= i + offset`` and ``j > i + offset - window_size``), the same keys for any Sq and Sk.
 * ``query_seq_lengths``/``key_value_seq_lengths`` (int32 ``[B]``) mask rows ``i >= q_len[b]``
   and keys ``j >= kv_len[b]``; the boolean mask is True where a key may be seen.
+* Leading batch dims (``AttentionSpec.batch_dims``, declared for every implementation): q, k and v
+  go as ``[*batch_dims, T, N, H]``, the lengths shaped ``batch_dims`` and a bias or mask's batch axis
+  likewise, as the signature types them (``"*B T N H"``, ``"*#B"``, ``"*#B #N #T #S"``); out and lse
+  come back flattened (``kernels/runtime/leading_batch.py``). With lengths, 0.0.10 to 0.0.17 index
+  them as ``[:, None, None]`` (one batch axis) and raise: a known issue
+  (``tokamax-seq-lengths-leading-batch-dims``), not a declaration.
 * Fully masked rows: tokamax documents no value for a row that sees no key (the base class only
   masks with ``finfo(logits dtype).min`` so that such a row is not NaN), so the family declares
   ``unspecified``, every implementation alike: the XLA ones happen to average V, the kernels skip
@@ -89,6 +95,7 @@ from kernels.runtime.jax_runtime import (
     unavailable_because,
 )
 from kernels.runtime.kv_storage import quantize
+from kernels.runtime.leading_batch import with_leading, without_leading
 from kernels.runtime.standalone import StandaloneCall, source_of
 from kernels.runtime.tokamax_runtime import (
     DISTRIBUTION,
@@ -562,6 +569,9 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         # ``logits_scale * q @ k.T + bias``, so a -inf bias entry becomes -softcap, not a mask.
         softcap_neg_inf_bias="caps",
         distinct_v_dim=True,
+        # api.py: query ``"*B T N H"``, bias and mask ``"*#B #N #T #S"``, lengths ``"*#B"`` ("Support for
+        # additional batch dimensions"), for every implementation (the op vmaps over them).
+        leading_batch_dims=True,
         backward=True,
         bias_grad=xla or kind.name == "triton",
         lse=kind.residuals,
@@ -690,9 +700,13 @@ def tokamax_attention(
     with_lse,
     dropout_mask=None,
     dropout_rate=0.0,
+    batch_dims=None,
 ):
     """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None) through
-    ``tokamax.dot_product_attention(..., implementation=(op,))``, in ``[B, T, N, H]``.
+    ``tokamax.dot_product_attention(..., implementation=(op,))``, in ``[B, T, N, H]``; with
+    ``batch_dims`` (e.g. ``(2, 3)``), in ``[*batch_dims, T, N, H]``, the lengths shaped ``batch_dims``
+    and a bias, mask or dropout mask's batch axis likewise (``"*#B"`` in tokamax's signature), the
+    outputs flattened back to ``[B, ...]``.
     ``dropout_mask``: ``[B, Hq, Sq, Sk]`` bool, True where a weight is kept, with ``dropout_rate``: the
     op's own arguments (``DotProductAttention.__call__`` in base.py documents them, ``*#B #H #T #t``,
     "applied after softmax calculation", weights scaled by ``1 / (1 - dropout_rate)``), which the
@@ -700,21 +714,22 @@ def tokamax_attention(
     import jax.numpy as jnp
 
     to_btnh = (0, 2, 1, 3)  # its own inverse
+    lead = functools.partial(with_leading, batch_dims=batch_dims)
     implementation = functools.partial(_with_residuals, op) if with_lse else op
     if dropout_mask is not None:
         implementation = functools.partial(
-            implementation, dropout_mask=dropout_mask, dropout_rate=dropout_rate
+            implementation, dropout_mask=lead(dropout_mask), dropout_rate=dropout_rate
         )
     result = attention(
-        q.transpose(to_btnh),  # an array or a QArray (which transposes its weights and scales)
-        k.transpose(to_btnh),
-        v.transpose(to_btnh),
-        bias,
-        mask,
+        lead(q.transpose(to_btnh)),  # an array or a QArray (which transposes its weights and scales)
+        lead(k.transpose(to_btnh)),
+        lead(v.transpose(to_btnh)),
+        lead(bias),
+        lead(mask),
         scale=scale,
         is_causal=causal,
-        query_seq_lengths=q_lengths,
-        key_value_seq_lengths=kv_lengths,
+        query_seq_lengths=lead(q_lengths),
+        key_value_seq_lengths=lead(kv_lengths),
         local_window_size=window,
         logits_soft_cap=softcap,
         # A one-element tuple at every release: the docstring types ``implementation`` as a name or
@@ -724,10 +739,11 @@ def tokamax_attention(
         # NotImplementedError still propagates as is (no fallback, no ExceptionGroup).
         implementation=(implementation,),
     )
+    flat = functools.partial(without_leading, batch_dims=batch_dims)
     if not with_lse:
-        return jnp.transpose(result, to_btnh), None
+        return jnp.transpose(flat(result), to_btnh), None
     out, residuals = result
-    return jnp.transpose(out, to_btnh), lse_from_residuals(residuals)
+    return jnp.transpose(flat(out), to_btnh), flat(lse_from_residuals(residuals))
 
 
 def per_batch_row(fn, q, k, v, bias, mask, q_lengths, kv_lengths, **options):
@@ -742,6 +758,9 @@ def per_batch_row(fn, q, k, v, bias, mask, q_lengths, kv_lengths, **options):
     if batch == 1 or batched or q_lengths is not None or kv_lengths is not None:
         return fn(q, k, v, bias, mask, q_lengths, kv_lengths, **options)
     keep = options.pop("dropout_mask", None)  # its own batch rows: one per call
+    dims = options.get("batch_dims")
+    if dims is not None:  # each row in the same call form: every leading dim 1
+        options = dict(options, batch_dims=(1,) * len(dims))
     rows = [
         fn(
             q[b : b + 1],
@@ -780,13 +799,17 @@ def tokamax_gradients(
     loop,
     dropout_mask=None,
     dropout_rate=0.0,
+    batch_dims=None,
 ):
     """(dq, dk, dv, dbias or None) of ``sum(out * dout)`` by ``jax.vjp`` of the public call: tokamax's
     own VJP op. dbias has the bias's own shape. ``dropout_mask``, ``dropout_rate``: as
-    ``tokamax_attention`` takes them (the same mask in both directions)."""
+    ``tokamax_attention`` takes them (the same mask in both directions). With ``batch_dims`` every array
+    is still canonical ``[B, ...]`` here (``tokamax_attention`` reshapes inside the differentiated call)."""
     import jax
 
-    options = dict(scale=scale, causal=causal, window=window, softcap=softcap, with_lse=False)
+    options = dict(
+        scale=scale, causal=causal, window=window, softcap=softcap, with_lse=False, batch_dims=batch_dims
+    )
     if dropout_mask is not None:
         options.update(dropout_mask=dropout_mask, dropout_rate=dropout_rate)
     call = (
@@ -893,6 +916,7 @@ class _Static:
     causal: bool
     window: tuple[int, int] | None
     softcap: float | None
+    batch_dims: tuple[int, ...] | None = None
 
 
 def _static(shape: AttentionShape, spec: AttentionSpec) -> _Static:
@@ -903,6 +927,7 @@ def _static(shape: AttentionShape, spec: AttentionSpec) -> _Static:
         # tokamax.dot_product_attention takes jax.nn's local_window_size, convention and all
         jax_nn_window(spec.window, shape.q_len, shape.kv_len),
         softcap,
+        spec.batch_dims,
     )
 
 
@@ -1039,7 +1064,13 @@ class TokamaxAdapter:
         """The forward (``(q, k, v, bias, mask, q_lengths, kv_lengths)`` -> (out, lse)) or gradients
         (those and dout -> (dq, dk, dv, dbias)) function of JAX arrays; ``loop``: one call per batch
         row (the TPU interpreter's limit). Returns it and whether it takes dout."""
-        options = dict(scale=static.scale, causal=static.causal, window=static.window, softcap=static.softcap)
+        options = dict(
+            scale=static.scale,
+            causal=static.causal,
+            window=static.window,
+            softcap=static.softcap,
+            batch_dims=static.batch_dims,
+        )
         if direction == "forward":
             call = functools.partial(tokamax_attention, api.attention, op)
             if loop:
@@ -1187,7 +1218,7 @@ class TokamaxAdapter:
         static = _static(inputs.shape, spec)
         options = (
             f"scale={static.scale!r}, causal={static.causal!r}, window={static.window!r}, "
-            f"softcap={static.softcap!r}"
+            f"softcap={static.softcap!r}, batch_dims={static.batch_dims!r}"
         )
         arrays = "call_arrays(q, k, v, bias, mask, q_lengths, kv_lengths)"
         setup = (
@@ -1210,6 +1241,8 @@ class TokamaxAdapter:
                 call_inputs,
                 lse_from_residuals,
                 _with_residuals,
+                with_leading,
+                without_leading,
                 tokamax_attention,
                 tokamax_gradients,
                 per_batch_row,

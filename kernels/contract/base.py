@@ -209,6 +209,10 @@ class Capabilities:
     sinks: bool = False
     sinks_grad: bool = False
     distinct_v_dim: bool = False
+    # The call takes leading batch dims (``AttentionSpec.batch_dims``): q, k, v as ``[*batch_dims, ...]``,
+    # per-batch lengths shaped ``batch_dims``, a bias or mask's batch axis likewise, as the API documents
+    # (tokamax: ``"*B T N H"``, lengths ``"*#B"``). Declared only where it is documented.
+    leading_batch_dims: bool = False
     backward: bool = False
     bias_grad: bool = False
     lse: bool = False

@@ -2,8 +2,9 @@
 
 A *feature* is a dimension a case may or may not use beyond its shape and dtype: a causal
 mask, a window, segment ids, valid lengths, a boolean mask, a bias, a softcap, a scale,
-attention sinks, the storage of q and of K/V, GQA, Dv != D. Each ``Feature`` below states
-everything the suite needs to know of it, and every consumer iterates ``FEATURES``:
+attention sinks, the storage of q and of K/V, GQA, Dv != D, leading batch dims (a call form).
+Each ``Feature`` below states everything the suite needs to know of it, and every consumer
+iterates ``FEATURES``:
 
 * the ``Case`` fields it owns, their defaults and validation (``conformance/plan/cases.py``
   builds its dataclass from them),
@@ -1255,6 +1256,85 @@ DISTINCT_V_DIM = Feature(
     ),
 )
 
+# Leading batch dims (``AttentionSpec.batch_dims``): the case's ``B`` requests passed as
+# ``[*batch_dims, ...]``, as tokamax documents its arrays (``"*B T N H"``, lengths ``"*#B"``). The
+# canonical inputs, the reference and every check stay ``[B, ...]``: only the subject's call form
+# changes, so an index into a per-batch input that assumes one batch axis (lengths read as ``[:, None]``)
+# is what these cases reach. Never drawn: curated and ``--case`` only, so the ci draws stay the same.
+
+
+def batch_dims_text(batch_dims: tuple[int, ...]) -> str:
+    """``(2, 3)`` -> ``"2x3"``: how an id, a ``--case`` and a review write leading batch dims."""
+    return "x".join(map(str, batch_dims))
+
+
+def _batch_dims_validate(case: Any) -> str | None:
+    dims = case.batch_dims
+    if dims is None:
+        return None
+    if len(dims) < 2 or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in dims):
+        return f"batch_dims must be 2 or more positive sizes, e.g. (2, 3), got {dims!r}"
+    held = 1
+    for n in dims:
+        held *= n
+    if held != case.batch:
+        return (
+            f"batch_dims {batch_dims_text(dims)} holds {held} requests but batch is {case.batch}: "
+            f"set B={held} (or batch_dims whose product is {case.batch})"
+        )
+    return None
+
+
+def _batch_dims_parse(value: str) -> Fields:
+    if value in NO:
+        return {}
+    dims = tuple(_number("batch_dims", n) for n in value.split("x"))
+    if len(dims) < 2 or min(dims) < 1:
+        raise FeatureSyntaxError(f"batch_dims={value!r}: write 2 or more positive sizes, e.g. batch_dims=2x3")
+    return {"batch_dims": dims}
+
+
+def _batch_dims_shrink(ctx: Any) -> Fields:
+    # Draws nothing for a case without them, so other cases shrink as before; a smaller batch
+    # drops them (their product must stay the batch).
+    dims = ctx.case.batch_dims
+    if dims is None:
+        return {}
+    held = 1
+    for n in dims:
+        held *= n
+    if held != ctx.fields.get("batch", ctx.case.batch):
+        return {"batch_dims": None}
+    return {"batch_dims": _maybe(ctx, dims)}
+
+
+LEADING_BATCH_DIMS = Feature(
+    "leading_batch_dims",
+    fields=(Field("batch_dims", "tuple[int, ...] | None", None),),
+    capability="leading_batch_dims",
+    present=_optional("batch_dims"),
+    refusals=(
+        _refuse(
+            lambda caps, shape, spec, inputs: spec.batch_dims is not None and not caps.leading_batch_dims,
+            "leading batch dims not supported (the call takes one batch axis, [B, ...])",
+        ),
+    ),
+    grid=lambda case: "leading_batch_dims" if case.batch_dims is not None else None,
+    labels={"leading_batch_dims": "leading batch dims"},
+    token=lambda case: None if case.batch_dims is None else f"lead{batch_dims_text(case.batch_dims)}",
+    words=lambda case: (
+        None
+        if case.batch_dims is None
+        else f"{len(case.batch_dims)} leading batch dims ({batch_dims_text(case.batch_dims)})"
+    ),
+    spec_fields=("batch_dims",),
+    parse={"batch_dims": _batch_dims_parse},
+    shrinks=(Draw(260, _batch_dims_shrink),),
+    validate=_batch_dims_validate,
+    # A request alone is a batch of 1: the same call form, every leading dim 1.
+    request=lambda case, b: {} if case.batch_dims is None else {"batch_dims": (1,) * len(case.batch_dims)},
+)
+
 FEATURES: tuple[Feature, ...] = (
     CAUSAL,
     CHUNK,
@@ -1271,6 +1351,7 @@ FEATURES: tuple[Feature, ...] = (
     KV_STORAGE,
     GQA,
     DISTINCT_V_DIM,
+    LEADING_BATCH_DIMS,
 )
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}
 

@@ -166,6 +166,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "right unbatched; its batching rule answers every vmapped slice with the first one's answer",
     ),
     _m(
+        "lengths_transposed_leading_batch",
+        "leading_batch:lengths_transposed",
+        "forward",
+        "leading batch dims",
+        "lengths shaped [2, 3] flattened column-major, q's rows row-major: right with one batch axis only",
+    ),
+    _m(
         "sharded_local_keys",
         "sharded:LocalKeysWhenSharded",
         "sharded",
@@ -445,6 +452,8 @@ CONTROLS: tuple[Control, ...] = (
         f"{PACKAGE}.vmap:VmapAdapter",
         (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance", "vmap", "sharded"),
     ),
+    # Leading batch dims ([2, 3, H, S, D], lengths [2, 3]) flattened row-major, as the suite's B.
+    Control(f"{PACKAGE}.leading_batch:attention", (*RUNS_EVERYWHERE, "lse")),
     Control(f"{PACKAGE}.precision:CarefulAdapter", (*RUNS_EVERYWHERE, "lse", "backward")),
     # Dropout after the softmax, times 1 / (1 - rate), the same mask in both directions: the mask
     # passed by the caller, or drawn inside from a key (read back by the check's probes).
