@@ -80,6 +80,32 @@ def test_rows_with_more_query_tokens_than_keys_pack_only_the_rows_that_see_a_key
     assert packed_rows(_inputs()) is not None and unpack_rows(inputs.q, _inputs(), inputs.q) is inputs.q
 
 
+def test_the_kernels_cache_layout_is_a_reshape_of_the_references_packing_heads_to_a_word():
+    f32 = np.arange(2 * 16 * 4 * 128, dtype=np.float32).reshape(2, 16, 4, 128)
+    assert tokamax_batched_rpa.kernel_cache(f32).shape == (2, 16, 4, 1, 128)
+    bf16 = tokamax_batched_rpa.kernel_cache(f32.astype(_bfloat16()))
+    assert bf16.shape == (2, 16, 2, 2, 128) and np.array_equal(
+        bf16[0, 0, 1, 0], f32[0, 0, 2].astype(_bfloat16())
+    )
+
+
+def _bfloat16():
+    return pytest.importorskip("ml_dtypes").bfloat16
+
+
+def test_the_kv_cache_check_sees_one_flipped_bit_and_a_write_one_slot_off():
+    from conformance.judge.checks.cache import differing
+
+    pack = pack_batched(_inputs(), seed=1)
+    assert not differing(pack.expected_cache, pack.expected_cache.copy()).any()
+    flipped = pack.expected_cache.copy()
+    flipped.view(np.uint32)[3, 5, 1, 7] ^= 1
+    assert np.argwhere(differing(flipped, pack.expected_cache)).tolist() == [[3, 5, 1, 7]]
+    assert differing(pack.kv_cache, pack.expected_cache).any()  # the stale slots before the write
+    nan = np.full((2, 2), np.nan, np.float32)
+    assert not differing(nan, nan.copy()).any()
+
+
 def test_constraints_non_causal_only_where_every_query_token_fits_in_the_cache():
     def holds(shape, spec, features=()):
         return all(c.holds(shape, spec) for c in CONSTRAINTS if c.concerns(features))
@@ -143,7 +169,7 @@ def direct_call_failure() -> str | None:
     op = Anywhere(config=pallas_mosaic_tpu.Config(**PROBE_CONFIG))
     rng = np.random.default_rng(0)
     q, k, v = (jnp.asarray(rng.standard_normal((4, h, 128)), jnp.float32) for h in (4, 2, 2))
-    cache = jnp.asarray(rng.standard_normal((8, 16, 4, 128)), jnp.float32)
+    cache = jnp.asarray(rng.standard_normal((8, 16, 4, 1, 128)), jnp.float32)  # the kernel's layout, float32
     lens, table, cu, dist = (jnp.asarray(a, jnp.int32) for a in ([8, 20], [3, 5, 1, 6], [0, 1, 4], [0, 0, 2]))
     try:
         with pltpu.force_tpu_interpret_mode(), abstract_tpu(DEFAULT_DEVICE_KIND):
