@@ -173,6 +173,22 @@ SUBJECTS: tuple[BuiltinSubject, ...] = (
             _variant("tokamax_splash[impl=mosaic_tpu]", "dev", PALLAS_TPU),
         ),
     ),
+    BuiltinSubject(
+        name="tokamax_batched_rpa",
+        adapter="kernels.adapters.tokamax_batched_rpa:TokamaxBatchedRpaAdapter",
+        family="impl",
+        # Its implementation list as api.py documents it: reference (pure JAX) natively, about 55 s
+        # of ci warm on 2 cores (25 cases), so dev; the Mosaic TPU kernel, which no released
+        # interpreter runs yet: off a TPU its probe costs about 35 s and lowering its three kernels
+        # (decode, prefill, mixed) 30 to 90 s a case, 16 minutes at ci, so thorough; and
+        # implementation=None, which picks mosaic_tpu where it imports (a TPU here): its probe
+        # raises at once off a TPU, so ci.
+        variants=(
+            _variant("tokamax_batched_rpa[impl=reference]", "dev", ANY_BACKEND),
+            _variant("tokamax_batched_rpa[impl=mosaic_tpu]", "thorough", ("tpu", "lowering")),
+            _variant("tokamax_batched_rpa[impl=default]", "ci", ("tpu",)),
+        ),
+    ),
 )
 
 

@@ -516,5 +516,7 @@ def plan(subjects: tuple[Subject, ...], profile: Profile, draw_seed: int) -> dic
             sample = SAMPLES.get(check.sampling)
             if sample is not None:
                 items = sample(items, profile)
+            if check.sampling == "declared_cases" and check.unmet_needs(caps):
+                items = items[:1]  # one item says why, not one per case
             by_check[check.name].extend(_with_needs(p, caps) for p in items)
     return {check: tuple(items) for check, items in by_check.items()}

@@ -27,6 +27,7 @@ from typing import Any, Literal, get_args
 Need = Literal[
     "backward",
     "lse",
+    "kv_cache",
     "jax_runtime",
     "race_detection",
     "lowering",
@@ -38,6 +39,9 @@ Need = Literal[
 NEED_REASONS: dict[str, str] = {
     "backward": "backward pass not declared",
     "lse": "lse not exposed",
+    "kv_cache": (
+        "no KV cache written by the call (Capabilities.kv_cache): the subject takes no cache to update"
+    ),
     "jax_runtime": (
         "no JAX runtime declared (Capabilities.jax_runtime): this check observes JAX's "
         "compilations and live arrays, which a subject outside JAX does not create"
@@ -71,6 +75,8 @@ NEED_REASONS: dict[str, str] = {
 
 # Which planned cases a check runs on:
 #   every_case          every case of the catalogue;
+#   declared_cases      every case for a subject that declares the check's needs; one item
+#                       (unsupported, with the reason) for any other subject;
 #   fully_masked_cases  cases where some query row sees no key;
 #   raising_cases       cases outside a constraint declared to raise (the call must raise);
 #   runtime_sample      the largest cheap runnable cases, a few per dtype (calls repeat);
@@ -90,6 +96,7 @@ NEED_REASONS: dict[str, str] = {
 #                       subject without any gets one item, unsupported with its reason.
 Sampling = Literal[
     "every_case",
+    "declared_cases",
     "fully_masked_cases",
     "raising_cases",
     "runtime_sample",
@@ -198,6 +205,14 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
     ),
     CheckDeclaration("forward", f"{_CHECKS}.numeric:forward", "forward", 0, repro="out_tensor"),
     CheckDeclaration("lse", f"{_CHECKS}.numeric:lse", "lse", 1, needs=("lse",), repro="lse_tensor"),
+    CheckDeclaration(
+        "kv_cache",
+        f"{_CHECKS}.cache:kv_cache",
+        "KV cache write-back",
+        20,
+        needs=("kv_cache",),
+        sampling="declared_cases",
+    ),
     CheckDeclaration(
         "fully_masked",
         f"{_CHECKS}.masked:fully_masked",

@@ -337,7 +337,7 @@ class RaggedPagedAttentionAdapter:
         """The packed arrays and the kernel options of a case (``_call``'s)."""
         explicit = dict(self.config).get("num_kv_pages_per_block")
         packed = pack(
-            inputs, None if explicit is None else int(explicit), _layout_seed(inputs), spec.kv_storage
+            inputs, None if explicit is None else int(explicit), layout_seed(inputs), spec.kv_storage
         )
         width, tokens = packed.page_indices.shape[1], packed.q.shape[0]  # the kernel's max_num_batched_tokens
         blocks = block_sizes(self.config, width, tokens, native)
@@ -403,7 +403,7 @@ def _takes_kv_scales() -> bool:
         return False
 
 
-def _layout_seed(inputs: AttentionInputs) -> int:
+def layout_seed(inputs: AttentionInputs) -> int:
     """The layout's seed: fixed by the shapes, so every call of a case sees one layout."""
     return int(np.prod(inputs.k.shape) + inputs.q.shape[2]) % (2**31)
 

@@ -216,6 +216,9 @@ class Capabilities:
     backward: bool = False
     bias_grad: bool = False
     lse: bool = False
+    # The call writes the case's new keys and values into a KV cache and returns it
+    # (``SubjectOutput.kv_cache``): the ``kv_cache`` check compares it with the cache expected.
+    kv_cache: bool = False
     fully_masked_rows: FullyMaskedConvention = "unspecified"
     constraints: tuple[ShapeConstraint, ...] = ()
     # The implementation runs on JAX in this process, so its compilations and live arrays
@@ -449,6 +452,18 @@ class SubjectOutput:
     out: np.ndarray
     lse: np.ndarray | None = None
     ran: str = ""
+    kv_cache: CacheWrite | None = None  # where Capabilities.kv_cache
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CacheWrite:
+    """The KV cache a call returned beside the one it should return, in the subject's own layout
+    (``[pages, page_size, ...]``): ``expected`` is the cache the call was given with each new
+    token's K and V in its own slot and every other element as it was. A write-back copies, so
+    the two are compared bitwise."""
+
+    returned: np.ndarray
+    expected: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

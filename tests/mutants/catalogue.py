@@ -296,6 +296,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "each packed sequence's diagonal at the tensors' Sk - Sq instead of its kv_len - q_len",
     ),
     _m(
+        "write_back_dropped",
+        "batched_rpa:WriteBackDropped",
+        "kv_cache",
+        "KV-cache write-back",
+        "the new tokens attended but never written: the cache returned as given",
+    ),
+    _m(
+        "write_back_one_slot_late",
+        "batched_rpa:WriteBackOneSlotLate",
+        ("kv_cache", "forward"),
+        "KV-cache write-back",
+        "each new token's K/V written one slot past its cache position kv_len - q_len + i",
+    ),
+    _m(
         "rescale_square_tiles_only",
         "tuned:RescaleSquareOnly",
         "forward",
@@ -473,6 +487,8 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.paged:Int8PagedDecode", RUNS_EVERYWHERE),
     # Ragged paged attention over its adapter's packing: right on every mixed pack and config.
     Control(f"{PACKAGE}.ragged:RaggedPaged", RUNS_EVERYWHERE),
+    # Attention plus the KV-cache write-back over tokamax_batched_rpa's packing: the cache bitwise.
+    Control(f"{PACKAGE}.batched_rpa:BatchedRaggedPaged", (*RUNS_EVERYWHERE, "kv_cache")),
     # Correct, with Capabilities.jax_runtime unset: NumPy (leak judges its host memory; recompile is
     # unsupported, nothing compiles) and JAX (observed compiling: recompile and leak run in full).
     Control(f"{PACKAGE}.undeclared:numpy_attention", tuple(c for c in RUNS_EVERYWHERE if c != "recompile")),

@@ -198,6 +198,20 @@ def test_config_applied_plans_the_configured_cases_and_says_why_for_a_subject_wi
     assert plain.status == "unsupported" and "Capabilities.tunables" in plain.reason
 
 
+def test_kv_cache_runs_on_every_case_of_a_cache_writer_and_says_why_once_for_any_other_subject():
+    plan = catalogue.plan(
+        (subject("writer", dataclasses.replace(FULL, kv_cache=True)), subject("plain", FULL)),
+        profiles.get("ci"),
+        draw_seed=0,
+    )
+    items = {s: [p for p in plan["kv_cache"] if p.case.subject == s] for s in ("writer", "plain")}
+    forward = [p for p in plan["forward"] if p.case.subject == "writer"]
+    assert [(p.case, p.status) for p in items["writer"]] == [(p.case, p.status) for p in forward]
+    assert sum(p.status == "run" for p in items["writer"]) > 1
+    (plain,) = items["plain"]  # one record with the reason, not one per case
+    assert plain.status == "unsupported" and "Capabilities.kv_cache" in plain.reason
+
+
 def test_a_decode_kernels_edge_configs_run_when_only_the_hardware_refuses_other_head_dims():
     """paged_attention decodes one query (Sq = 1), causal top-left unsupported, and declares head dims
     off multiples of 128 as refused by Mosaic only (stage lowering). Its edge configs (megacore
