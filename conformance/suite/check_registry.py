@@ -209,7 +209,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "kv_cache",
         f"{_CHECKS}.cache:kv_cache",
         "KV cache write-back",
-        20,
+        21,
         needs=("kv_cache",),
         sampling="declared_cases",
     ),
