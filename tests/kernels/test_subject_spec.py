@@ -81,12 +81,15 @@ def test_the_same_configuration_twice_is_refused():
 def test_all_adds_the_tpu_interpret_and_int8_variants_in_thorough_only():
     ci, dev, thorough = (impl_names("all", tier) for tier in ("ci", "dev", "thorough"))
     # the only names with options in ci are a family's members (one per implementation: tokamax[impl=...],
-    # tokamax_splash[impl=...])
-    assert all(name.startswith(("tokamax[impl=", "tokamax_splash[impl=")) for name in ci if "[" in name)
+    # tokamax_splash[impl=...], tokamax_batched_rpa[impl=...])
+    families = ("tokamax[impl=", "tokamax_splash[impl=", "tokamax_batched_rpa[impl=")
+    assert all(name.startswith(families) for name in ci if "[" in name)
     assert not [name for name in dev if "[" in name and not name.startswith("tokamax")]
     assert set(thorough) - set(dev) == {
         "tpu_flash[interpreter=tpu]",
         "splash[interpreter=tpu]",
         "paged_attention[kv=int8]",
+        # lowering only (the TPU interpreter cannot run it): 16 minutes of lowering at ci
+        "tokamax_batched_rpa[impl=mosaic_tpu]",
     }
     assert resolve("tpu_flash[interpreter=tpu]").name in thorough
