@@ -275,9 +275,19 @@ def classify(check: str, case: Case, caps: Capabilities) -> Planned | None:
     return None if planned is None else _with_needs(planned, caps)
 
 
-def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities) -> Planned | None:
-    """The case against the subject's declared capabilities and constraints, before the
-    check's own needs (``_with_needs``): sampled checks pick their cases first."""
+@dataclasses.dataclass(frozen=True)
+class CaseExclusions:
+    """What a subject's declaration says of one case, whatever the check: the declared-capability
+    reason it is outside (None: inside), and the shape constraints it violates per direction."""
+
+    reason: str | None
+    forward: tuple[ShapeConstraint, ...]
+    backward: tuple[ShapeConstraint, ...]
+
+
+def case_exclusions(case: Case, caps: Capabilities) -> CaseExclusions:
+    """The case against the subject's declared capabilities and constraints: the same for every
+    check, so a plan computes it once per case (it is most of a plan's time)."""
     skeleton = case.skeleton()
     outside = caps.admits(skeleton, case.spec, case.dtype, "forward", case.features, case.config)
     outside_bwd = (
@@ -285,9 +295,21 @@ def _against_declaration(check: CheckDeclaration, case: Case, caps: Capabilities
         if caps.backward
         else ()
     )
-    reason = next((e.text for e in outside if e.constraint is None), None)
-    fwd = tuple(e.constraint for e in outside if e.constraint is not None)
-    bwd = tuple(e.constraint for e in outside_bwd if e.constraint is not None)
+    return CaseExclusions(
+        reason=next((e.text for e in outside if e.constraint is None), None),
+        forward=tuple(e.constraint for e in outside if e.constraint is not None),
+        backward=tuple(e.constraint for e in outside_bwd if e.constraint is not None),
+    )
+
+
+def _against_declaration(
+    check: CheckDeclaration, case: Case, caps: Capabilities, exclusions: CaseExclusions | None = None
+) -> Planned | None:
+    """The case against the subject's declared capabilities and constraints, before the
+    check's own needs (``_with_needs``): sampled checks pick their cases first. ``exclusions``:
+    ``case_exclusions(case, caps)`` where the caller already has it."""
+    found = case_exclusions(case, caps) if exclusions is None else exclusions
+    reason, fwd, bwd = found.reason, found.forward, found.backward
     name = check.name
     if check.sampling in LOWERING_SAMPLINGS:
         return _for_lowering(check, case, caps, reason, fwd, bwd)
@@ -509,10 +531,12 @@ def plan(subjects: tuple[Subject, ...], profile: Profile, draw_seed: int) -> dic
                 continue
         cases = cases_for(subject, profile, draw_seed)
         caps = subject.capabilities
+        exclusions = [case_exclusions(c, caps) for c in cases]
         for check in REGISTRY:
             if not subject.available and check.sampling not in LOWERING_SAMPLINGS:
                 continue
-            items = [p for p in (_against_declaration(check, c, caps) for c in cases) if p is not None]
+            found = (_against_declaration(check, c, caps, e) for c, e in zip(cases, exclusions, strict=True))
+            items = [p for p in found if p is not None]
             sample = SAMPLES.get(check.sampling)
             if sample is not None:
                 items = sample(items, profile)
