@@ -271,6 +271,7 @@ class ControllerIsolation:
     ):
         self.config = config
         self.lookup = lookup
+        self._groups: dict[str, str] = {}
         self.impl_of = impl_of
         self.folder = Path(tempfile.mkdtemp(prefix="conformance-workers-"))
         self.memory_limit = parse_size(config.getoption("worker_memory_limit"))
@@ -319,7 +320,18 @@ class ControllerIsolation:
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         from conformance.harness import scheduling  # imports xdist, which this plugin implies
 
-        return scheduling.make_scheduler(config, log)
+        return scheduling.make_scheduler(config, log, self._compile_group)
+
+    def _compile_group(self, nodeid: str) -> str:
+        """The compiled call a test's case shares with others (``Case.compile_key``): the scheduler
+        sends such tests to one worker, which compiles the call once."""
+        group = self._groups.get(nodeid)
+        if group is None:
+            parsed = recording.parse_node_id(nodeid)
+            planned = self.lookup(*parsed) if parsed else None
+            group = nodeid if planned is None else planned.case.compile_key
+            self._groups[nodeid] = group
+        return group
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

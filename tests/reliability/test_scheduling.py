@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from xdist.scheduler import LoadScheduling
 
-from conformance.harness.scheduling import CrashTolerantLoadScheduling, make_scheduler
+from conformance.harness.scheduling import CrashTolerantLoadScheduling, case_of, make_scheduler
 
 TESTS = [f"test_{i}" for i in range(40)]  # enough that a lone survivor is sent more
 
@@ -93,3 +93,46 @@ def test_a_failed_send_keeps_the_queue_order():
 @pytest.mark.parametrize("dist, expected", [("load", CrashTolerantLoadScheduling), ("loadscope", type(None))])
 def test_only_load_scheduling_is_replaced(dist, expected):
     assert type(make_scheduler(FakeConfig(dist), None)) is expected
+
+
+def run_to_the_end(tests: list[str], group_of=None) -> tuple[FakeWorker, FakeWorker]:
+    sched = CrashTolerantLoadScheduling(FakeConfig(), None, group_of)
+    a, b = FakeWorker("gw0"), FakeWorker("gw1")
+    for worker in (a, b):
+        sched.add_node(worker)
+        sched.add_node_collection(worker, tests)
+    sched.schedule()
+    while sched.pending:
+        for worker in (a, b):
+            if sched.node2pending[worker]:
+                sched.mark_test_complete(worker, sched.node2pending[worker][0])
+    assert sorted(a.received + b.received) == list(range(len(tests)))
+    return a, b
+
+
+CASES = [f"conformance/test_checks.py::test_{check}[case{i}]" for i in range(12) for check in "abcde"]
+
+
+@pytest.mark.parametrize(
+    "group_of",
+    # By case; by pairs of adjacent cases that share a compiled call ("[case7]" -> "3").
+    [None, lambda nodeid: str(int(case_of(nodeid)[5:-1]) // 2)],
+    ids=["by-case", "by-compile-group"],
+)
+def test_a_compile_group_is_sent_whole_so_it_compiles_on_one_worker(group_of):
+    """Chunks end at a group's last check: a group split over two workers compiles twice."""
+    group = group_of or case_of
+
+    def groups(worker):
+        return {group(CASES[i]) for i in worker.received}
+
+    a, b = run_to_the_end(CASES, group_of)
+    assert groups(a) and groups(b) and not groups(a) & groups(b)
+
+
+def test_the_case_of_a_test_is_its_parameter_id():
+    assert (
+        case_of("conformance/test_checks.py::test_lse[tpu_flash-float32-full-B1]")
+        == "[tpu_flash-float32-full-B1]"
+    )
+    assert case_of("tests/test_x.py::test_plain") == "tests/test_x.py::test_plain"
