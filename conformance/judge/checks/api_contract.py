@@ -10,7 +10,8 @@
   fall back.
 * Default (``ApiContract.default``): ``implementation=None`` answers within tolerance of the float64
   reference; where the documentation names the default (``default_is``) and it is the subject's own
-  implementation (``own``), bitwise its answer.
+  implementation (``own``), bitwise its answer. The same on the case's twin in each other dtype the
+  subject declares and admits for it (judged against the twin's reference): "every input".
 * Precision (``ApiContract.precision``): ``precision=HIGHEST`` on float32 inputs (the case's, or its
   float32 twin) is judged as ``forward`` judges a float32 out; a declared rejection (a
   ``ShapeConstraint`` on feature ``precision``) must raise as declared.
@@ -114,7 +115,10 @@ def _twin(ctx: CheckContext, dtype: str) -> _Inputs | None:
         return _Inputs(dtype, inputs, ctx.oracle.reference.out, ctx.baseline.out)
     if dtype not in ctx.capabilities.dtypes:
         return None
-    inputs = build_inputs(dataclasses.replace(ctx.case, dtype=dtype))
+    return _judged_twin(ctx, dtype, build_inputs(dataclasses.replace(ctx.case, dtype=dtype)))
+
+
+def _judged_twin(ctx: CheckContext, dtype: str, inputs: AttentionInputs) -> _Inputs:
     reference = attention_forward(inputs, ctx.case.spec).out
     base = plain.forward(inputs, ctx.case.spec, numerics(ctx.capabilities, dtype)).out
     return _Inputs(dtype, inputs, reference, base)
@@ -267,6 +271,30 @@ def _default(ctx: CheckContext, call: _Caller, contract: ApiContract, own: np.nd
     return _judged_part("default", "implementation=None answered", judgement)
 
 
+def _default_in_other_dtypes(ctx: CheckContext, call: _Caller) -> list[_Part]:
+    """``implementation=None`` on the case's twin in every other dtype the subject declares and admits
+    for it (a dtype declared to raise for the case is one the API does not accept): "every input".
+    Judged against the twin's reference; a raise fails."""
+    parts = []
+    for dtype in ctx.capabilities.dtypes:
+        if dtype == ctx.dtype:
+            continue
+        inputs = build_inputs(dataclasses.replace(ctx.case, dtype=dtype))
+        if ctx.capabilities.admits(
+            inputs, ctx.case.spec, dtype, "forward", ctx.case.features, ctx.case.config
+        ):
+            continue
+        name, words = f"default_{dtype}", f"implementation=None, {dtype}"
+        out, error = call(inputs, ContractCall("default"))
+        if error is not None:
+            parts.append(
+                _Part(name, "fail", f"{words}: raised {_first_line(error)} on an input the API accepts")
+            )
+        else:
+            parts.append(_judged_part(name, words, _judged(ctx, out, _judged_twin(ctx, dtype, inputs))))
+    return parts
+
+
 def _argument(
     ctx: CheckContext, call: _Caller, dtype: str, feature: str, request: ContractCall, words: str
 ) -> _Part:
@@ -326,6 +354,7 @@ def api_contract(ctx: CheckContext) -> Outcome:
         parts += _fallback(ctx, call, contract, own)
     if contract.default:
         parts.append(_default(ctx, call, contract, own))
+        parts += _default_in_other_dtypes(ctx, call)
     if contract.precision:
         request = ContractCall("own", precision="highest")
         parts.append(
