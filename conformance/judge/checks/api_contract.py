@@ -389,7 +389,10 @@ def _outcome(parts: list[_Part], not_promised: list[str], documentation: str) ->
     lines += [f"{name}: {j.explain_weak()}" for name, j in explained if j.passed and j.weak]
     if not_promised:
         lines.append(f"not observed, the API documents {', '.join(not_promised)} ({documentation})")
-    details = {"parts": {p.name: p.verdict for p in parts}}
+    verdicts = {p.name: "fail" if p in failing else p.verdict for p in parts}
+    # the record keeps numbers only: how many parts ended each way; the names are in the reason
+    counts = {f"parts_{v}": sum(x == v for x in verdicts.values()) for v in ("pass", "fail", "unsupported")}
+    details = {"parts": verdicts, **counts}
     metrics = tuple(j.metrics for j in judgements)
     if failing:
         verdict: Verdict = "fail"
