@@ -69,7 +69,13 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from kernels.adapters.jax_nn_attention import jax_nn_window
-from kernels.contract.api_contract import ApiContract, ContractCall, failing_entry, rejecting_entry
+from kernels.contract.api_contract import (
+    ApiContract,
+    ContractCall,
+    NotExpressible,
+    failing_entry,
+    rejecting_entry,
+)
 from kernels.contract.base import (
     Availability,
     Capabilities,
@@ -565,6 +571,9 @@ def tokamax_contract(kind: str) -> ApiContract:
         default=True,
         precision=True,
         logits_dtype=True,
+        # base.Residuals, "(maximum softmax input values, softmax denominator)", for every implementation;
+        # xla_chunked raises on return_residuals (its split is NotExpressible)
+        split_kv=True,
         own=kind,
         documentation="tokamax.dot_product_attention's docstring (implementation, precision) and "
         "DotProductAttention.__call__'s (logits_dtype)",
@@ -806,6 +815,40 @@ def attention_as_asked(attention, asked, rejecting, *args, implementation, **kwa
         "after_other_error": (failing_entry, own),
     }[asked.implementation]
     return attention(*args, implementation=entries, **kwargs)
+
+
+def split_kv_attention(
+    attention, combine, op, q, k, v, bias, mask, q_lengths, kv_lengths, *, with_lse=False, **options
+):
+    """``tokamax_attention`` over each half of the keys, the op asked for its output unnormalised with
+    its residuals (``normalize_output=False, return_residuals=True``, ``DotProductAttention.__call__``),
+    the halves merged by ``combine`` (tokamax's ``base.combine_partial_results``, the one its Triton
+    op's ``split_k`` uses): (out ``[B, Hq, Sq, Dv]`` in q's dtype, None). Keys split in the canonical
+    ``[B, H, S, D]`` layout; a bias or mask keeps a broadcast key axis whole. No causal mask, window or
+    lengths (their second half needs key offsets the public call does not take)."""
+    import jax.numpy as jnp
+
+    to_btnh = (0, 2, 1, 3)
+    half = k.shape[2] // 2
+    entry = functools.partial(op, normalize_output=False, return_residuals=True)
+    outs, maxima, denominators = [], [], []
+    for keys in (slice(0, half), slice(half, None)):
+        bias_part, mask_part = (x if x is None or x.shape[-1] == 1 else x[..., keys] for x in (bias, mask))
+        out, (row_max, denominator) = attention(
+            q.transpose(to_btnh),
+            k[:, :, keys].transpose(to_btnh),
+            v[:, :, keys].transpose(to_btnh),
+            bias_part,
+            mask_part,
+            scale=options["scale"],
+            logits_soft_cap=options["softcap"],
+            implementation=(entry,),
+        )
+        outs.append(out.astype(jnp.float32))
+        maxima.append(row_max)
+        denominators.append(denominator)
+    out, _ = combine(jnp.stack(outs), (jnp.stack(maxima), jnp.stack(denominators)), normalize_output=True)
+    return jnp.transpose(out, to_btnh).astype(q.dtype), None
 
 
 def per_batch_row(fn, q, k, v, bias, mask, q_lengths, kv_lengths, **options):
@@ -1241,6 +1284,8 @@ class TokamaxAdapter:
         rejecting = rejecting_name(default_backend(), execution == "generic")
         asked = functools.partial(attention_as_asked, api.attention, request, rejecting)
         call = functools.partial(tokamax_attention, asked, op)
+        if request.implementation == "split_kv":
+            call = self._split_kv_call(api, op, inputs, spec)
         if execution == "tpu":
             call = functools.partial(per_batch_row, call)
         options = dataclasses.asdict(static)
@@ -1259,6 +1304,22 @@ class TokamaxAdapter:
             out = to_numpy(out)
         ran = compiled.ran if not default else "tokamax.dot_product_attention(implementation=None)"
         return SubjectOutput(out=out, ran=ran)
+
+    def _split_kv_call(self, api: _Api, op: Any, inputs: AttentionInputs, spec: AttentionSpec) -> Any:
+        """``split_kv_attention`` with tokamax's combine function; NotExpressible where it cannot be
+        stated (no residuals, a causal mask, window, chunk or lengths, an odd key count, leading
+        batch dims)."""
+        if not self._kind.residuals:
+            raise NotExpressible(f"{self.name} returns no residuals (return_residuals=True raises)")
+        if spec.causal or spec.window is not None or spec.chunk is not None or spec.batch_dims:
+            raise NotExpressible(
+                "the case's causal mask, window, chunk or leading batch dims: its second half of the keys "
+                "needs key offsets (the op's k_indices) that the public call does not take"
+            )
+        if inputs.q_lengths is not None or inputs.kv_lengths is not None or inputs.k.shape[2] % 2:
+            raise NotExpressible("valid lengths or an odd key count: the halves are not plain key ranges")
+        combine = importlib.import_module(f"{ATTENTION}.base").combine_partial_results
+        return functools.partial(split_kv_attention, api.attention, combine, op)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call as it runs on the kernel's own hardware, for its compiler

@@ -21,9 +21,11 @@ from typing import Any, Literal
 #                    NotImplementedError: without a rejection there is nothing to fall back from);
 #   after_rejection  that rejecting entry, then the subject's own implementation;
 #   all_rejecting    the rejecting entry twice (every entry raises NotImplementedError);
-#   after_other_error  an entry that raises ``other_error()`` (a ValueError), then the own implementation.
+#   after_other_error  an entry that raises ``other_error()`` (a ValueError), then the own implementation;
+#   split_kv         the own implementation on each half of the keys, unnormalised with its residuals,
+#                    merged by the library's own combine function (``ApiContract.split_kv``).
 ContractImplementation = Literal[
-    "own", "default", "rejecting", "after_rejection", "all_rejecting", "after_other_error"
+    "own", "default", "rejecting", "after_rejection", "all_rejecting", "after_other_error", "split_kv"
 ]
 CONTRACT_IMPLEMENTATIONS: tuple[str, ...] = (
     "own",
@@ -32,12 +34,19 @@ CONTRACT_IMPLEMENTATIONS: tuple[str, ...] = (
     "after_rejection",
     "all_rejecting",
     "after_other_error",
+    "split_kv",
 )
 # The features a precision or logits-dtype rejection concerns (``ShapeConstraint.features``): no
 # planned case carries them, only the ``api_contract`` check's own calls.
 PRECISION_FEATURE = "precision"
 LOGITS_DTYPE_FEATURE = "logits_dtype"
 OTHER_ERROR = "the suite's first implementation entry fails with an error other than NotImplementedError"
+
+
+class NotExpressible(Exception):
+    """Raised by ``Adapter.contract_call`` for a request the adapter cannot state for this case (e.g. a
+    key split under a causal mask, whose second half needs key offsets the call does not take): the
+    check records that part as unsupported, with the message, never as the library's answer."""
 
 
 def other_error() -> ValueError:
@@ -73,7 +82,10 @@ class ApiContract:
     ``precision``: the call takes ``precision=`` (``jax.lax.Precision.HIGHEST`` on float32 inputs:
     float32 dot products). ``logits_dtype``: it takes ``logits_dtype=`` (float32 on bfloat16
     inputs: the documented default, the q-k dot's float32 accumulator, so the answer of the call
-    without it, bitwise). ``documentation``: where the promises are written, for the report."""
+    without it, bitwise). ``split_kv``: the implementation returns, on request, its output unnormalised
+    with the residuals the library documents, and the library's own function combines partial results
+    over key ranges (the halves' combination must match the reference). ``documentation``: where the
+    promises are written, for the report."""
 
     fallback: bool = False
     fallback_error: str = "ExceptionGroup"
@@ -82,6 +94,7 @@ class ApiContract:
     own: str = ""  # the subject's own implementation, as the API names it
     precision: bool = False
     logits_dtype: bool = False
+    split_kv: bool = False
     documentation: str = ""
 
     def __post_init__(self) -> None:
@@ -89,8 +102,10 @@ class ApiContract:
             raise ValueError(
                 f"default_is {self.default_is!r} names the default's implementation; set default"
             )
-        if not (self.fallback or self.default or self.precision or self.logits_dtype):
-            raise ValueError("an ApiContract promises something (fallback, default, precision, logits_dtype)")
+        if not (self.fallback or self.default or self.precision or self.logits_dtype or self.split_kv):
+            raise ValueError(
+                "an ApiContract promises something (fallback, default, precision, logits_dtype, split_kv)"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -444,6 +444,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "entry is skipped silently",
     ),
     _m(
+        "residuals_lse_not_denominator",
+        "api_contract:ResidualsWithLogsumexp",
+        "api_contract",
+        "API contracts (residuals)",
+        "partial results over key halves return residuals (max, logsumexp) where (max, denominator) is "
+        "documented: the library's combine of them is wrong",
+    ),
+    _m(
         "storage_dtype_sum",
         "precision:StorageDtypeSum",
         ("forward", "lse"),

@@ -15,6 +15,10 @@
 * Precision (``ApiContract.precision``): ``precision=HIGHEST`` on float32 inputs (the case's, or its
   float32 twin) is judged as ``forward`` judges a float32 out; a declared rejection (a
   ``ShapeConstraint`` on feature ``precision``) must raise as declared.
+* Split kv (``ApiContract.split_kv``): the own implementation on each half of the keys, unnormalised
+  with its residuals, merged by the library's own combine function, judged as ``forward`` judges out
+  (a residual convention other than the documented one shows here); a case whose halves the adapter
+  cannot state (``NotExpressible``: causal, windows, lengths) leaves it unsupported.
 * Logits dtype (``ApiContract.logits_dtype``): ``logits_dtype=float32`` on the case's bfloat16 twin is
   judged as a bfloat16 out, and is bitwise the call without it (the documented default is the q-k
   dot's accumulator type, float32 for bfloat16 inputs); a declared rejection likewise.
@@ -42,6 +46,7 @@ from kernels.contract.api_contract import (
     PRECISION_FEATURE,
     ApiContract,
     ContractCall,
+    NotExpressible,
 )
 from kernels.contract.base import ShapeConstraint
 from kernels.contract.optional_members import optional_member
@@ -338,6 +343,30 @@ def _argument(
     return _Part(feature, "pass", f"{words}: the default's answer, bitwise", (judgement,))
 
 
+def _split_kv(ctx: CheckContext, call: _Caller) -> _Part:
+    """The halves of the keys, each unnormalised with its residuals, merged by the library's combine
+    function: the full answer, within tolerance of the reference."""
+    twin = _twin(ctx, ctx.dtype)
+    assert twin is not None
+    words = "split kv: the two halves of the keys combined by the library's own function"
+    shape = twin.inputs.shape
+    half = dataclasses.replace(shape, kv_len=shape.kv_len // 2)
+    declined = ctx.capabilities.admits(
+        half, ctx.case.spec, ctx.dtype, "forward", ctx.case.features, ctx.case.config
+    )
+    if declined:
+        reasons = "; ".join(e.reason for e in declined)
+        return _Part(
+            "split_kv", "unsupported", f"split kv: a half of {half.kv_len} keys is declined ({reasons})"
+        )
+    out, error = call(twin.inputs, ContractCall("split_kv"))
+    if isinstance(error, NotExpressible):
+        return _Part("split_kv", "unsupported", f"split kv: {error}")
+    if error is not None:
+        return _Part("split_kv", "fail", f"{words}: raised {_first_line(error)}")
+    return _judged_part("split_kv", words, _judged(ctx, out, twin))
+
+
 def api_contract(ctx: CheckContext) -> Outcome:
     """Each promise ``Capabilities.api_contract`` declares, on this case (module docstring)."""
     contract = ctx.capabilities.api_contract
@@ -365,6 +394,8 @@ def api_contract(ctx: CheckContext) -> Outcome:
         parts.append(
             _argument(ctx, call, "bfloat16", LOGITS_DTYPE_FEATURE, request, "logits_dtype=float32, bfloat16")
         )
+    if contract.split_kv:
+        parts.append(_split_kv(ctx, call))
     not_promised = [
         words
         for promised, words in (
@@ -372,6 +403,7 @@ def api_contract(ctx: CheckContext) -> Outcome:
             (contract.default, "no default implementation"),
             (contract.precision, "no precision argument"),
             (contract.logits_dtype, "no logits_dtype argument"),
+            (contract.split_kv, "no combine of partial results over key ranges"),
         )
         if not promised
     ]

@@ -33,6 +33,7 @@ CASE = Case(
     v_head_dim=32,
     causal=True,
 )
+FULL = dataclasses.replace(CASE, causal=False, kv_len=128)  # plain key halves: split_kv runs
 MUTANTS = "tests.mutants.api_contract"
 ALL_PARTS = (
     "fallback",
@@ -46,9 +47,24 @@ ALL_PARTS = (
 
 
 def test_an_api_that_keeps_its_promises_passes_every_part():
-    outcome = run_check(CASE, "api_contract", impl=f"{MUTANTS}:ImplementationList")
+    outcome = run_check(FULL, "api_contract", impl=f"{MUTANTS}:ImplementationList")
     assert outcome.verdict == "pass", outcome.reason
-    assert outcome.details["parts"] == dict.fromkeys(ALL_PARTS, "pass")
+    assert outcome.details["parts"] == dict.fromkeys((*ALL_PARTS, "split_kv"), "pass")
+    assert outcome.details["parts_pass"] == len(ALL_PARTS) + 1
+
+
+def test_a_causal_case_leaves_the_key_split_unsupported_with_the_reason():
+    outcome = run_check(CASE, "api_contract", impl=f"{MUTANTS}:ImplementationList")
+    assert outcome.verdict == "pass"
+    assert outcome.details["parts"]["split_kv"] == "unsupported"
+    assert "split kv: a causal, windowed or chunked case" in outcome.reason
+
+
+def test_residuals_other_than_the_documented_pair_fail_the_key_split_alone():
+    outcome = run_check(FULL, "api_contract", impl=f"{MUTANTS}:ResidualsWithLogsumexp")
+    assert outcome.verdict == "fail"
+    assert {k for k, v in outcome.details["parts"].items() if v == "fail"} == {"split_kv"}
+    assert "split_kv: out: OUT OF TOLERANCE" in outcome.reason
 
 
 def test_a_list_that_falls_back_past_another_error_fails_that_part_alone():
@@ -187,8 +203,16 @@ def test_tokamax_keeps_its_documented_promises_but_the_default_fails_float16_on_
         "implementation=None, float16: raised ValueError" in outcome.reason
         and "F16_F16_F32" in outcome.reason
     )
+    # the case is causal: no plain key halves
+    assert parts.pop("split_kv") == "unsupported"
     assert parts == dict.fromkeys(ALL_PARTS, "pass")
     assert "NotImplementedError ('Not supported on cpu.')" in outcome.reason
+
+
+def test_tokamax_s_own_combine_merges_its_key_halves():
+    pytest.importorskip("tokamax")
+    outcome = run_check(FULL, "api_contract", impl="tokamax[impl=xla]")
+    assert outcome.details["parts"]["split_kv"] == "pass", outcome.reason
 
 
 def test_jax_nn_default_is_xla_bitwise_and_the_rest_is_not_promised():
