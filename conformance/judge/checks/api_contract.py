@@ -165,7 +165,7 @@ def _excluded(ctx: CheckContext, twin: _Inputs) -> str:
     exclusions = ctx.capabilities.admits(
         twin.inputs, ctx.case.spec, twin.dtype, "forward", ctx.case.features, ctx.case.config
     )
-    return "; ".join(e.reason for e in exclusions)
+    return "; ".join(e.text for e in exclusions)
 
 
 def _expect_raise(
@@ -355,7 +355,7 @@ def _split_kv(ctx: CheckContext, call: _Caller) -> _Part:
         half, ctx.case.spec, ctx.dtype, "forward", ctx.case.features, ctx.case.config
     )
     if declined:
-        reasons = "; ".join(e.reason for e in declined)
+        reasons = "; ".join(e.text for e in declined)
         return _Part(
             "split_kv", "unsupported", f"split kv: a half of {half.kv_len} keys is declined ({reasons})"
         )

@@ -221,3 +221,38 @@ def test_jax_nn_default_is_xla_bitwise_and_the_rest_is_not_promised():
     assert outcome.details["parts"] == {"default": "pass", "default_bfloat16": "pass"}
     assert "'xla''s answer, bitwise" in outcome.reason
     assert "no implementation list, no precision argument, no logits_dtype argument" in outcome.reason
+
+
+WHOLE_BLOCKS = ShapeConstraint(
+    name="kv_blocks_of_128",
+    reason="a toy kernel of 128-key blocks (NotImplementedError otherwise)",
+    holds=lambda shape, spec: shape.kv_len % 128 == 0,
+    basis="raises",
+    exceptions=("NotImplementedError",),
+)
+NO_BFLOAT16_HERE = ShapeConstraint(
+    name="no_bfloat16_here",
+    reason="a toy that rejects bfloat16 (NotImplementedError)",
+    holds=lambda shape, spec: False,
+    basis="raises",
+    dtypes=("bfloat16",),
+    exceptions=("NotImplementedError",),
+)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Declines(ImplementationList):
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        return dataclasses.replace(caps, constraints=(WHOLE_BLOCKS, NO_BFLOAT16_HERE))
+
+
+def test_a_declined_half_or_dtype_twin_leaves_its_part_unsupported_with_the_declaration():
+    outcome = run_check(FULL, "api_contract", impl=f"{__name__}:Declines")
+    parts = outcome.details["parts"]
+    assert parts["split_kv"] == "unsupported" and parts["logits_dtype"] == "unsupported"
+    assert (
+        "default_bfloat16" not in parts
+    )  # a dtype the case is declared to raise in is not an input it takes
+    assert "split kv: a half of 64 keys is declined (kv_blocks_of_128" in outcome.reason
+    assert "the case in bfloat16 is declined (no_bfloat16_here" in outcome.reason
