@@ -35,6 +35,7 @@ Need = Literal[
     "gpu_lowering",
     "tunables",
     "dropout",
+    "api_contract",
 ]
 NEED_REASONS: dict[str, str] = {
     "backward": "backward pass not declared",
@@ -71,6 +72,10 @@ NEED_REASONS: dict[str, str] = {
         "no dropout declared (Capabilities.dropout): the API takes neither a dropout mask nor a "
         "dropout rate with a key"
     ),
+    "api_contract": (
+        "no API contract declared (Capabilities.api_contract): the API documents no implementation "
+        "list, no default implementation, and no precision or logits_dtype argument"
+    ),
 }
 
 # Which planned cases a check runs on:
@@ -87,7 +92,8 @@ NEED_REASONS: dict[str, str] = {
 #                       one case shows it); without a batch >= 2 case, the largest cheap one;
 #   one_case            one cheap case with the largest output (a per-call leak stands out);
 #   one_backward_case   one cheap case, float32 first, whose backward runs where any case's does
-#                       (a check that judges both directions under one mask);
+#                       (a check that judges both directions under one mask; api_contract, whose
+#                       promises concern the API, not a shape, takes the same one case);
 #   race_sample         a few cheap cases per dtype with parallel work inside one kernel call;
 #   lowering_cases      every case and config, those declared to raise included (they must
 #                       fail to lower), both directions, lowered for the target hardware;
@@ -278,6 +284,18 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         # directions under one mask; the check's statistics count every weight of that case.
         sampling="one_backward_case",
         shrinks=False,  # a smaller case draws another mask: the failing draw is the repro
+    ),
+    CheckDeclaration(
+        "api_contract",
+        f"{_CHECKS}.api_contract:api_contract",
+        "API contract (fallback, default, precision)",
+        22,
+        needs=("api_contract",),
+        # One case: a promise about choosing an implementation or about precision holds for an input
+        # the API accepts or not; a few calls (the own implementation, the fallback, the default, the
+        # precision and logits-dtype calls), float32 first (precision's promise is float32's).
+        sampling="one_backward_case",
+        shrinks=False,  # the fallback's bits are compared with the own call's: the case is the repro
     ),
     CheckDeclaration(
         "recompile",

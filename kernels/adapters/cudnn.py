@@ -24,7 +24,8 @@ import dataclasses
 
 import numpy as np
 
-from kernels.adapters.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
+from kernels.adapters.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse, jax_nn_contract
+from kernels.contract.api_contract import ContractCall
 from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.runtime.jax_runtime import JaxCall, default_backend, installed_jax_versions
 from kernels.runtime.standalone import StandaloneCall
@@ -100,6 +101,7 @@ class CudnnAdapter:
             lse=api_has_lse(),
             fully_masked_rows="unspecified",
             constraints=CONSTRAINTS,
+            api_contract=jax_nn_contract("cudnn"),
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
@@ -107,6 +109,12 @@ class CudnnAdapter:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         return self._runner.gradients(inputs, spec, dout)
+
+    def contract_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, request: ContractCall
+    ) -> SubjectOutput:
+        """The forward call as the api_contract check asks (``jax_nn_contract``)."""
+        return self._runner.contract_call(inputs, spec, request)
 
     def jax_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from kernels.contract.api_contract import ApiContract, ContractCall
 from kernels.contract.base import Availability, SubjectGrads, SubjectOutput
 from kernels.runtime.chunked_mask import as_mask, chunk_plane, fold_chunk
 from kernels.runtime.jax_runtime import (
@@ -82,6 +83,19 @@ def api_availability(execution_detail: str) -> Availability:
     except Exception as error:
         return unavailable_because(error, "looking up jax.nn.dot_product_attention")
     return Availability(True, "", installed_jax_versions(), "native", execution_detail)
+
+
+def jax_nn_contract(own: Implementation) -> ApiContract:
+    """What jax.nn.dot_product_attention documents about its implementation argument: a string, no
+    list; ``None`` "currently falls back to `xla`" (its code calls the same function as 'xla'); no
+    precision or logits_dtype argument."""
+    return ApiContract(
+        default=True,
+        default_is="xla",
+        own=own,
+        documentation="jax.nn.dot_product_attention's docstring: implementation 'xla', 'cudnn' or None, "
+        "'It defaults to `None`, which currently falls back to `xla`'; no precision or logits_dtype",
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -264,6 +278,23 @@ class JaxNnRunner:
             ),
             note=f"jax.nn.dot_product_attention(implementation={self.implementation!r}), jitted",
         )
+
+    def contract_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, request: ContractCall
+    ) -> SubjectOutput:
+        """The forward call with ``implementation=`` this runner's (``own``) or None (``default``), for
+        the api_contract check (``JAX_NN_CONTRACT``); jax.nn takes no implementation list, precision or
+        logits dtype (NotImplementedError: the contract declares none of them)."""
+        if request.implementation not in ("own", "default") or request.precision or request.logits_dtype:
+            raise NotImplementedError(f"jax.nn.dot_product_attention cannot express {request}")
+        implementation = None if request.implementation == "default" else self.implementation
+        call = self.jax_call(inputs, spec, False)
+        fn = functools.partial(call.fn.func, **dict(call.fn.keywords, implementation=implementation))
+        compiled = self._cache.get(
+            ("contract", implementation, _key(call)), lambda: jit_observed(fn, call.args, self._ran)
+        )
+        out, _ = compiled.fn(*call.args)
+        return SubjectOutput(out=to_numpy(out), ran=compiled.ran)
 
     def _ran(self, primitives: TracedPrimitives) -> str:
         if self.implementation == "cudnn":

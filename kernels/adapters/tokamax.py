@@ -69,6 +69,13 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from kernels.adapters.jax_nn_attention import jax_nn_window
+from kernels.contract.api_contract import (
+    ApiContract,
+    ContractCall,
+    NotExpressible,
+    failing_entry,
+    rejecting_entry,
+)
 from kernels.contract.base import (
     Availability,
     Capabilities,
@@ -546,6 +553,33 @@ def _storage_constraints(kind: str) -> tuple[ShapeConstraint, ...]:
     )
 
 
+def tokamax_contract(kind: str) -> ApiContract:
+    """What ``tokamax.dot_product_attention`` documents about choosing an implementation, and what the
+    op it runs takes (read in 0.0.17's api.py and base.py): "If a sequence is passed, the first
+    implementation that doesn't raise a `NotImplementedError` is used" ("ExceptionGroup: If multiple
+    implementations are provided and all of them raise `NotImplementedError`"); ``None`` "will
+    automatically select the best available backend, and is guaranteed to work on all platforms";
+    ``precision`` ("The precision to use for the dot products") on the public call; ``logits_dtype``
+    ("Data type for attention logits (`q @ k.T`). If `AUTO` is passed (the default), the accumulator
+    type from the q-k dot product will be used") on the op (``DotProductAttention.__call__``), which
+    the public call runs as an ``implementation=`` entry. The logits-dtype rejections of Mosaic TPU,
+    Mosaic GPU and cuDNN ("`logits_dtype` must be float32") concern other dtypes than the float32
+    the check asks for."""
+    return ApiContract(
+        fallback=True,
+        fallback_error="ExceptionGroup",
+        default=True,
+        precision=True,
+        logits_dtype=True,
+        # base.Residuals, "(maximum softmax input values, softmax denominator)", for every implementation;
+        # xla_chunked raises on return_residuals (its split is NotExpressible)
+        split_kv=True,
+        own=kind,
+        documentation="tokamax.dot_product_attention's docstring (implementation, precision) and "
+        "DotProductAttention.__call__'s (logits_dtype)",
+    )
+
+
 def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
     xla = kind.name in ("xla", "xla_chunked")
     mosaic = kind.name == "mosaic_tpu"
@@ -595,6 +629,7 @@ def _capabilities(kind: _Kind, execution: Execution) -> Capabilities:
         # dot_product_attention's dropout_mask (True: kept) and dropout_rate, for every implementation;
         # those that raise NotImplementedError declare it (DROPOUT_REJECTIONS)
         dropout="mask",
+        api_contract=tokamax_contract(kind.name),
     )
 
 
@@ -744,6 +779,76 @@ def tokamax_attention(
         return jnp.transpose(flat(result), to_btnh), None
     out, residuals = result
     return jnp.transpose(flat(out), to_btnh), flat(lse_from_residuals(residuals))
+
+
+def rejecting_name(backend, cross_compiling):
+    """An ``implementation=`` entry that raises NotImplementedError for every input on ``backend``: the
+    name of an op whose ``supported_on`` fails there ("Not supported on cpu."), cuDNN off an NVIDIA GPU
+    and Mosaic TPU on one. Under ``tokamax.config.cross_compile(True)`` (the generic interpreter's
+    context) no op checks its device ("disable checks ... that the correct hardware is present"; cuDNN
+    then raises RuntimeError 'cuDNN is not detected.'), so the suite's own ``rejecting_entry``."""
+    if cross_compiling:
+        return rejecting_entry
+    return "mosaic_tpu" if backend == "gpu" else "cudnn"
+
+
+def attention_as_asked(attention, asked, rejecting, *args, implementation, **kwargs):
+    """``attention`` (``tokamax.dot_product_attention``) called as the api_contract check's request
+    ``asked`` (``kernels.contract.api_contract.ContractCall``) says: ``implementation`` is the one-element
+    tuple ``tokamax_attention`` passes (the own op); the list put in its place holds ``rejecting``
+    (``rejecting_name``) or ``failing_entry`` before it, or is None (the API's default).
+    ``precision=HIGHEST`` goes to the public call, ``logits_dtype`` to the op (the public call has none)."""
+    import jax
+    import jax.numpy as jnp
+
+    (own,) = implementation
+    if asked.logits_dtype is not None:
+        own = functools.partial(own, logits_dtype=jnp.dtype(asked.logits_dtype))
+    if asked.precision == "highest":
+        kwargs["precision"] = jax.lax.Precision.HIGHEST
+    entries = {
+        "own": (own,),
+        "default": None,
+        "rejecting": (rejecting,),
+        "after_rejection": (rejecting, own),
+        "all_rejecting": (rejecting, rejecting),
+        "after_other_error": (failing_entry, own),
+    }[asked.implementation]
+    return attention(*args, implementation=entries, **kwargs)
+
+
+def split_kv_attention(
+    attention, combine, op, q, k, v, bias, mask, q_lengths, kv_lengths, *, with_lse=False, **options
+):
+    """``tokamax_attention`` over each half of the keys, the op asked for its output unnormalised with
+    its residuals (``normalize_output=False, return_residuals=True``, ``DotProductAttention.__call__``),
+    the halves merged by ``combine`` (tokamax's ``base.combine_partial_results``, the one its Triton
+    op's ``split_k`` uses): (out ``[B, Hq, Sq, Dv]`` in q's dtype, None). Keys split in the canonical
+    ``[B, H, S, D]`` layout; a bias or mask keeps a broadcast key axis whole. No causal mask, window or
+    lengths (their second half needs key offsets the public call does not take)."""
+    import jax.numpy as jnp
+
+    to_btnh = (0, 2, 1, 3)
+    half = k.shape[2] // 2
+    entry = functools.partial(op, normalize_output=False, return_residuals=True)
+    outs, maxima, denominators = [], [], []
+    for keys in (slice(0, half), slice(half, None)):
+        bias_part, mask_part = (x if x is None or x.shape[-1] == 1 else x[..., keys] for x in (bias, mask))
+        out, (row_max, denominator) = attention(
+            q.transpose(to_btnh),
+            k[:, :, keys].transpose(to_btnh),
+            v[:, :, keys].transpose(to_btnh),
+            bias_part,
+            mask_part,
+            scale=options["scale"],
+            logits_soft_cap=options["softcap"],
+            implementation=(entry,),
+        )
+        outs.append(out.astype(jnp.float32))
+        maxima.append(row_max)
+        denominators.append(denominator)
+    out, _ = combine(jnp.stack(outs), (jnp.stack(maxima), jnp.stack(denominators)), normalize_output=True)
+    return jnp.transpose(out, to_btnh).astype(q.dtype), None
 
 
 def per_batch_row(fn, q, k, v, bias, mask, q_lengths, kv_lengths, **options):
@@ -1157,6 +1262,64 @@ class TokamaxAdapter:
                 return SubjectOutput(to_numpy(out), None if lse is None else to_numpy(lse), compiled.ran)
             dq, dk, dv, dbias = (None if g is None else to_numpy(g) for g in result)
         return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
+
+    def contract_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, request: ContractCall
+    ) -> SubjectOutput:
+        """The forward call of ``jax_call`` as the api_contract check asks (``attention_as_asked``): the
+        own op (its explicit Configs, in its interpreter context off its hardware) behind a rejecting
+        or failing entry, with ``precision`` or ``logits_dtype``; or ``implementation=None``, the API's
+        own choice, natively (as a user on this platform calls it). No lse."""
+        kind = self._kind
+        api = _load_api(kind)
+        default = request.implementation == "default"
+        execution: Execution = "native" if default else _execution(kind)
+        context = functools.partial(_running, kind, execution)
+        static = _static(inputs.shape, spec)
+        arrays = call_inputs(_arrays(inputs), spec.q_storage, spec.kv_storage)
+        op, forward_config, vjp_config = None, None, None
+        if not default:
+            with context():
+                op, forward_config, vjp_config = self._ops(api, execution != "native", static, arrays)
+        rejecting = rejecting_name(default_backend(), execution == "generic")
+        asked = functools.partial(attention_as_asked, api.attention, request, rejecting)
+        call = functools.partial(tokamax_attention, asked, op)
+        if request.implementation == "split_kv":
+            call = self._split_kv_call(api, op, inputs, spec)
+        if execution == "tpu":
+            call = functools.partial(per_batch_row, call)
+        options = dataclasses.asdict(static)
+        fn, args = with_quantized_leaves(functools.partial(call, with_lse=False, **options), arrays)
+        describe = functools.partial(
+            self._ran,
+            execution=execution,
+            forward_config=forward_config,
+            vjp_config=vjp_config,
+            direction="forward",
+        )
+        key = ("contract", request, static, spec.q_storage, spec.kv_storage, array_key(*_arrays(inputs)))
+        with context():
+            compiled = self._cache.get(key, lambda: jit_observed(fn, args, describe))
+            out, _ = compiled.fn(*args)
+            out = to_numpy(out)
+        ran = compiled.ran if not default else "tokamax.dot_product_attention(implementation=None)"
+        return SubjectOutput(out=out, ran=ran)
+
+    def _split_kv_call(self, api: _Api, op: Any, inputs: AttentionInputs, spec: AttentionSpec) -> Any:
+        """``split_kv_attention`` with tokamax's combine function; NotExpressible where it cannot be
+        stated (no residuals, a causal mask, window, chunk or lengths, an odd key count, leading
+        batch dims)."""
+        if not self._kind.residuals:
+            raise NotExpressible(f"{self.name} returns no residuals (return_residuals=True raises)")
+        if spec.causal or spec.window is not None or spec.chunk is not None or spec.batch_dims:
+            raise NotExpressible(
+                "the case's causal mask, window, chunk or leading batch dims: its second half of the keys "
+                "needs key offsets (the op's k_indices) that the public call does not take"
+            )
+        if inputs.q_lengths is not None or inputs.kv_lengths is not None or inputs.k.shape[2] % 2:
+            raise NotExpressible("valid lengths or an odd key count: the halves are not plain key ranges")
+        combine = importlib.import_module(f"{ATTENTION}.base").combine_partial_results
+        return functools.partial(split_kv_attention, api.attention, combine, op)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call as it runs on the kernel's own hardware, for its compiler

@@ -21,7 +21,8 @@ import dataclasses
 
 import numpy as np
 
-from kernels.adapters.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse
+from kernels.adapters.jax_nn_attention import JaxNnRunner, api_availability, api_has_lse, jax_nn_contract
+from kernels.contract.api_contract import ContractCall
 from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.contract.dtypes import FP8_DTYPES
 from kernels.runtime.chunked_mask import diagonal_offsets
@@ -88,6 +89,7 @@ class XlaAdapter:
             lse=api_has_lse(),
             fully_masked_rows="unspecified",
             constraints=(FP8_REJECTED,),
+            api_contract=jax_nn_contract("xla"),
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
@@ -96,6 +98,12 @@ class XlaAdapter:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         return self._runner.gradients(inputs, spec, dout)
+
+    def contract_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, request: ContractCall
+    ) -> SubjectOutput:
+        """The forward call as the api_contract check asks (``jax_nn_contract``)."""
+        return self._runner.contract_call(inputs, spec, request)
 
     def jax_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None

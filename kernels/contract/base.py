@@ -16,6 +16,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 from kernels.contract import features as features_table
+from kernels.contract.api_contract import ApiContract
 from kernels.contract.dropout import DROPOUT_KINDS, DropoutKind
 from kernels.contract.dtypes import (  # the one list, stdlib only so that reports reads it too
     DTYPES,
@@ -269,6 +270,10 @@ class Capabilities:
     # (no dropout parameter: the dropout check is unsupported). An implementation of a family that
     # rejects it declares a ShapeConstraint with features ("dropout",), basis raises.
     dropout: DropoutKind = ""
+    # What the API documents about choosing among its implementations (a fallback list, a default)
+    # and about its ``precision`` and ``logits_dtype`` arguments (kernels/contract/api_contract.py);
+    # the ``api_contract`` check judges each promise. None: the API makes none of them.
+    api_contract: ApiContract | None = None
 
     def __post_init__(self) -> None:
         if self.dropout not in DROPOUT_KINDS:

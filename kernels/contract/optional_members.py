@@ -38,6 +38,11 @@ OPTIONAL_MEMBERS: types.MappingProxyType[str, Any] = types.MappingProxyType(
         # the rate, and the keep mask or a seed, as ``Capabilities.dropout`` says). Absent: the
         # dropout check is unsupported.
         "dropout": None,
+        # ``contract_call(inputs, spec, request) -> SubjectOutput``: the forward call with the
+        # implementation argument, precision and logits dtype the request
+        # (``kernels.contract.api_contract.ContractCall``) asks for. Absent: the api_contract check is
+        # unsupported.
+        "contract_call": None,
     }
 )
 

@@ -202,6 +202,7 @@ def test_an_absent_optional_member_reads_as_its_one_default_and_an_unknown_one_i
         "lowering": None,
         "jax_call": None,
         "dropout": None,
+        "contract_call": None,
     }
     assert optional_member(TokamaxAdapter, "FAMILY_OPTION") == "impl"
     assert callable(optional_member(TokamaxAdapter(), "configured"))

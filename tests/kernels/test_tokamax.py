@@ -496,3 +496,63 @@ def test_the_repro_script_calls_with_the_leading_batch_dims():
     script = TokamaxAdapter(impl="xla").standalone(inputs, case_spec)
     assert "batch_dims=(2, 3)" in script.forward and "batch_dims=(2, 3)" in script.gradients
     assert any("def with_leading" in d for d in script.definitions)
+
+
+# --- the API contract (the api_contract check) ----------------------------------------------------
+
+
+def test_every_implementation_declares_the_contract_its_docstrings_quote():
+    from kernels.adapters.tokamax import ATTENTION
+
+    api = pathlib.Path(importlib.util.find_spec(f"{ATTENTION}.api").origin).read_text()
+    base = pathlib.Path(importlib.util.find_spec(f"{ATTENTION}.base").origin).read_text()
+    assert "the first implementation that doesn't raise a `NotImplementedError` is used" in " ".join(
+        api.split()
+    )
+    assert "ExceptionGroup" in api and "guaranteed to work on all platforms" in " ".join(api.split())
+    assert "precision: jax.lax.PrecisionLike" in api and "logits_dtype" not in api  # the op takes it
+    assert "logits_dtype: Data type for attention logits" in base
+    for impl in IMPLEMENTATIONS:
+        contract = TokamaxAdapter(impl=impl).capabilities().api_contract
+        assert contract is not None and contract.own == impl
+        assert contract.fallback and contract.default and contract.precision and contract.logits_dtype
+        assert contract.fallback_error == "ExceptionGroup" and not contract.default_is
+
+
+def test_the_rejecting_entry_is_another_platforms_op_or_the_suites_own_under_cross_compile():
+    import jax.numpy as jnp
+    import tokamax
+
+    from kernels.adapters.tokamax import rejecting_name
+    from kernels.contract.api_contract import REJECTED_EVERYWHERE, rejecting_entry
+
+    assert rejecting_name("cpu", False) == "cudnn" and rejecting_name("tpu", False) == "cudnn"
+    assert rejecting_name("gpu", False) == "mosaic_tpu"
+    assert rejecting_name("cpu", True) is rejecting_entry
+    with pytest.raises(NotImplementedError, match=re.escape(REJECTED_EVERYWHERE)):
+        rejecting_entry()
+    q = jnp.ones((1, 16, 1, 16), jnp.float32)
+    with pytest.raises(NotImplementedError, match="Not supported on cpu"):
+        tokamax.dot_product_attention(q, q, q, implementation=("cudnn",))
+    # cross_compile switches the device checks off: cuDNN no longer rejects with NotImplementedError
+    with tokamax.config.cross_compile(True), pytest.raises(Exception) as raised:
+        tokamax.dot_product_attention(q, q, q, implementation=("cudnn",))
+    assert not isinstance(raised.value, NotImplementedError)
+
+
+@pytest.mark.parametrize(
+    ("implementation", "raises"),
+    [
+        ("all_rejecting", "ExceptionGroup"),
+        ("after_other_error", "ValueError"),
+        ("rejecting", "NotImplementedError"),
+    ],
+)
+def test_its_contract_call_raises_where_the_list_must(implementation, raises):
+    from kernels.contract.api_contract import ContractCall
+
+    inputs = make_inputs(0, 1, 1, 1, 32, 32, 16)
+    adapter = TokamaxAdapter(impl="xla")
+    with pytest.raises(Exception) as raised:
+        adapter.contract_call(inputs, AttentionSpec(), ContractCall(implementation))
+    assert type(raised.value).__name__ == raises

@@ -436,6 +436,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "a drawn dropout mask at 0.8 x the requested rate, scaled by the requested one",
     ),
     _m(
+        "falls_back_on_any_error",
+        "api_contract:FallsBackOnAnyError",
+        "api_contract",
+        "API contracts",
+        "an implementation list that falls back past any error, not NotImplementedError only: a broken "
+        "entry is skipped silently",
+    ),
+    _m(
+        "residuals_lse_not_denominator",
+        "api_contract:ResidualsWithLogsumexp",
+        "api_contract",
+        "API contracts (residuals)",
+        "partial results over key halves return residuals (max, logsumexp) where (max, denominator) is "
+        "documented: the library's combine of them is wrong",
+    ),
+    _m(
         "storage_dtype_sum",
         "precision:StorageDtypeSum",
         ("forward", "lse"),
@@ -473,6 +489,11 @@ CONTROLS: tuple[Control, ...] = (
     # passed by the caller, or drawn inside from a key (read back by the check's probes).
     Control(f"{PACKAGE}.dropout:MaskDropout", (*RUNS_EVERYWHERE, "lse", "backward", "dropout")),
     Control(f"{PACKAGE}.dropout:KeyDropout", (*RUNS_EVERYWHERE, "lse", "backward", "dropout")),
+    # An implementation list that falls back on NotImplementedError only, with a working default,
+    # precision and logits dtype honoured (tokamax's documented promises).
+    Control(
+        f"{PACKAGE}.api_contract:ImplementationList", (*RUNS_EVERYWHERE, "lse", "backward", "api_contract")
+    ),
     # The blocked online softmax with a bias, its running max guarded: right on -inf bias blocks.
     # fully_masked runs on it where a smoke case has a fully masked row; no smoke case it admits has.
     Control(f"{PACKAGE}.blocked:online_softmax_bias", RUNS_EVERYWHERE),
