@@ -53,11 +53,15 @@ class CatalogueError(ValueError):
 class Variant:
     """One configuration of a subject, named as ``--impl`` and the case ids name it.
     tier: the cheapest profile whose ``--impl all`` runs it (``TIERS``).
-    platforms: where it runs (``PLATFORMS``)."""
+    platforms: where it runs (``PLATFORMS``).
+    ci_cases: where its whole catalogue costs more than ci's budget, the cases (in ``--case``
+    syntax, ``conformance/plan/user_cases.py``) that the ci profile runs in its place, chosen for
+    reach; dev and thorough run the whole catalogue. Empty: ci runs the catalogue too."""
 
     name: str
     tier: str
     platforms: tuple[str, ...]
+    ci_cases: tuple[str, ...] = ()
 
     def runs_at(self, tier: str) -> bool:
         """Whether ``--impl all`` at profile ``tier`` runs this variant."""
@@ -86,9 +90,28 @@ class BuiltinSubject:
         return () if self.family else self.variants[1:]
 
 
-def _variant(name: str, tier: str, platforms: tuple[str, ...]) -> Variant:
-    return Variant(name=name, tier=tier, platforms=platforms)
+def _variant(name: str, tier: str, platforms: tuple[str, ...], ci_cases: tuple[str, ...] = ()) -> Variant:
+    return Variant(name=name, tier=tier, platforms=platforms, ci_cases=ci_cases)
 
+
+# tokamax_batched_rpa[impl=reference]'s ci cases: each one call that writes the cache (the kv_cache
+# check judges it bitwise) and attends over pages of 16 tokens in random order. Forward only: the
+# op has no backward.
+BATCHED_RPA_CI_CASES: tuple[str, ...] = (
+    # The mixed pack: a decode row over 37 keys (its last page part-full), a 40-token prefill, a
+    # 7-token chunked prefill over 80 keys (ending on a page edge); GQA, 2 query heads per kv head.
+    "B=3,Hq=4,Hkv=2,Sq=40,Sk=80,D=128,causal=bottom_right_valid,q_lengths=1/40/7,kv_lengths=37/40/80",
+    # Ragged: an empty sequence, a decode token in a page's last slot, 17 new tokens over 33 keys
+    # (two page edges); D = 64 is padded to the cache's 128 lanes, which the write must leave zero.
+    "B=3,Hq=2,Hkv=1,Sq=17,Sk=33,D=64,causal=bottom_right_valid,q_lengths=0/1/17,kv_lengths=0/16/33,"
+    "dtype=bfloat16",
+    # A 16-key sliding window and a softcap on a prefill over 48 keys and a decode row, 8 query
+    # heads on one kv head.
+    "B=2,Hq=8,Hkv=1,Sq=16,Sk=48,D=128,causal=bottom_right_valid,window=15:0,softcap=5,"
+    "q_lengths=16/1,kv_lengths=48/20",
+    # No causal mask (use_causal_mask=False): every query token a new token that sees every key.
+    "B=1,Hq=2,Hkv=2,Sq=5,Sk=21,D=128,dtype=bfloat16",
+)
 
 SUBJECTS: tuple[BuiltinSubject, ...] = (
     BuiltinSubject(
@@ -177,14 +200,15 @@ SUBJECTS: tuple[BuiltinSubject, ...] = (
         name="tokamax_batched_rpa",
         adapter="kernels.adapters.tokamax_batched_rpa:TokamaxBatchedRpaAdapter",
         family="impl",
-        # Its implementation list as api.py documents it: reference (pure JAX) natively, about 55 s
-        # of ci warm on 2 cores (25 cases), so dev; the Mosaic TPU kernel, which no released
+        # Its implementation list as api.py documents it: reference (pure JAX) natively, its whole
+        # catalogue (25 runnable cases) about 70 s cold on one worker, so ci runs its own four
+        # (BATCHED_RPA_CI_CASES) and dev the catalogue; the Mosaic TPU kernel, which no released
         # interpreter runs yet: off a TPU its probe costs about 35 s and lowering its three kernels
         # (decode, prefill, mixed) 30 to 90 s a case, 16 minutes at ci, so thorough; and
         # implementation=None, which picks mosaic_tpu where it imports (a TPU here): its probe
         # raises at once off a TPU, so ci.
         variants=(
-            _variant("tokamax_batched_rpa[impl=reference]", "dev", ANY_BACKEND),
+            _variant("tokamax_batched_rpa[impl=reference]", "ci", ANY_BACKEND, BATCHED_RPA_CI_CASES),
             _variant("tokamax_batched_rpa[impl=mosaic_tpu]", "thorough", ("tpu", "lowering")),
             _variant("tokamax_batched_rpa[impl=default]", "ci", ("tpu",)),
         ),
@@ -202,6 +226,11 @@ def checked_tier(tier: str) -> str:
 def variants() -> tuple[Variant, ...]:
     """Every variant of every built-in subject, in catalogue order."""
     return tuple(v for s in SUBJECTS for v in s.variants)
+
+
+def ci_cases(name: str) -> tuple[str, ...]:
+    """The ci cases a built-in variant declares (``Variant.ci_cases``); () for any other name."""
+    return next((v.ci_cases for v in variants() if v.name == name), ())
 
 
 def on_platform(platform: str, unless: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -222,6 +251,11 @@ def _problems(subject: BuiltinSubject) -> list[str]:
             found.append(f"variant {variant.name!r} is not named after it; write {subject.name}[...]")
         if variant.tier not in TIERS:
             found.append(f"variant {variant.name!r}: tier {variant.tier!r} is not one of {TIERS}")
+        if variant.ci_cases and variant.tier != TIERS[0]:
+            tier = variant.tier
+            found.append(f"variant {variant.name!r}: ci_cases in tier {tier!r}; make it ci or drop them")
+        if any(not c or not isinstance(c, str) for c in variant.ci_cases):
+            found.append(f"variant {variant.name!r}: each ci case is a non-empty --case string")
         unknown = [p for p in variant.platforms if p not in PLATFORMS]
         if unknown or not variant.platforms or len(set(variant.platforms)) != len(variant.platforms):
             found.append(f"variant {variant.name!r}: platforms must be distinct, from {PLATFORMS}")

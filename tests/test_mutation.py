@@ -113,7 +113,13 @@ def selection(names: dict[str, str]) -> str:
             sampled.append(f"({subject} and ({' or '.join(own_sampled)}))")
     controls = " or ".join(f"[{names[c.path]}-" for c in CONTROLS)
     every_per_case, every_sampled = _split(CHECKS)
-    per_case.append(f"(({controls}) and ({' or '.join(every_per_case)}))")
+    # a control's per-case checks on its own smoke fragments where it names some (Control.smoke)
+    everywhere = " or ".join(f"[{names[c.path]}-" for c in CONTROLS if not c.smoke)
+    if everywhere:
+        per_case.append(f"(({everywhere}) and ({' or '.join(every_per_case)}))")
+    for control in (c for c in CONTROLS if c.smoke):
+        subject = f"[{names[control.path]}-"
+        per_case.append(f"(({' or '.join(control.smoke)}) and {subject} and ({' or '.join(every_per_case)}))")
     sampled.append(f"(({controls}) and ({' or '.join(every_sampled)}))")
     return (
         f"(({' or '.join(SMOKE)}) and ({' or '.join(per_case)}))"
@@ -283,6 +289,14 @@ def test_the_selection_runs_a_mutant_on_its_own_checks_and_a_control_on_every_ch
     assert selected("recompile", recompiles.path, other)
     assert not selected("shape_dtype", recompiles.path, smoke)
     assert all(selected(c, m.path, smoke) or selected(c, m.path, other) for m in MUTANTS for c in m.checks)
+    # A control with its own smoke fragments (Control.smoke): its per-case checks there only, its
+    # sampled checks anywhere; its fragments are SMOKE's.
+    (narrow,) = [c for c in CONTROLS if c.path.endswith("tokamax_splash_wrappers:SplashWrapped")]
+    assert narrow.smoke and set(narrow.smoke) <= set(SMOKE)
+    sink = "float32-causal_tl-sink-B1-Hq4-Hkv2-Sq128-Sk128-D64"
+    assert selected("forward", narrow.path, sink) and selected("backward", narrow.path, sink)
+    assert not selected("forward", narrow.path, smoke) and selected("leak", narrow.path, other)
+    assert selected("forward", CONTROLS[1].path, smoke)
 
 
 def test_a_failed_suite_run_fails_every_mutant_without_running_again(tmp_path: Path):

@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 
 from conformance.plan import edge_matrix, pairwise, strategies
+from conformance.plan.case_syntax import CaseSyntaxError, bound, parse_case
 from conformance.plan.cases import Case
 from conformance.plan.draws import mask_arrays, neg_inf_bias
 from conformance.plan.profiles import Profile
@@ -37,6 +38,7 @@ from conformance.suite.check_registry import (
 from kernels.contract import features
 from kernels.contract.base import CONSTRAINT_STAGES, Capabilities, ShapeConstraint
 from kernels.contract.dtypes import DTYPES
+from kernels.subjects import TIERS, CatalogueError, ci_cases
 from reference.masks import full_visibility, has_mask
 from reference.spec import AttentionInputs
 
@@ -107,8 +109,13 @@ def _small_heads(inputs: AttentionInputs) -> AttentionInputs:
 
 
 def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case, ...]:
-    """The curated matrix in each declared dtype, its edge configs, then drawn cases; no duplicates."""
+    """The curated matrix in each declared dtype, its edge configs, then drawn cases; no duplicates.
+    At ci, a built-in variant that declares its own ci cases (``kernels.subjects.ci_cases``) runs
+    those instead."""
     caps = subject.capabilities
+    declared = ci_cases(subject.name) if profile.name == TIERS[0] else ()
+    if declared:
+        return declared_cases(subject.name, declared, caps)
     dtypes = tuple(d for d in DTYPES if d in caps.dtypes)
     curated = [
         edge_matrix.instantiate(t, subject.name, d)
@@ -172,6 +179,15 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
         else ((), {})
     )
     return tuple(dict.fromkeys([*cases, *added]))
+
+
+def declared_cases(subject: str, texts: tuple[str, ...], caps: Capabilities) -> tuple[Case, ...]:
+    """``texts`` (``--case`` syntax) as ``subject``'s cases; CatalogueError naming the one that does
+    not parse (a case in ``kernels/subjects.py`` that cannot exist, or in a dtype it does not declare)."""
+    try:
+        return tuple(bound(parse_case(text, caps.dtypes), subject, caps) for text in texts)
+    except CaseSyntaxError as error:
+        raise CatalogueError(f"{subject}'s ci_cases in kernels/subjects.py: {error}") from None
 
 
 def runs_forward(caps: Capabilities) -> pairwise.RunsCheck:

@@ -286,9 +286,12 @@ def _op(api: Any, impl: str, execution: str, probe: bool = False) -> Any:
 
 
 def _with_lse(impl: str) -> bool:
-    """Whether the call asks for the lse: the reference's. The kernel's lse path does not lower
-    under an abstract TPU (jax 0.12.0.1: "Length of sharding.spec (5) must be equal to aval's ndim
-    (2)" in ``bref_override.wait_out``), so its calls are the plain ``(out, cache)`` ones."""
+    """Whether the call asks for the lse: the reference's. The kernel's calls are the plain ``(out,
+    cache)`` ones: its lse path did not lower under an abstract TPU whose mesh axis was ``Explicit``
+    (jax 0.12.0.1: "Length of sharding.spec (5) must be equal to aval's ndim (2)" in
+    ``bref_override.wait_out``), an artifact of that mesh; under the ``Auto`` one
+    (``kernels/hardware/lowering.py``) the probe case lowers with lse (its six kernels, about 66 s).
+    Asking for it is left to a run that can judge the kernel's lse on a TPU."""
     return impl == "reference"
 
 

@@ -42,6 +42,10 @@ Translation from canonical semantics (``docs/semantics.md``), read in tokamax 0.
   blocks; what each returns is recorded as observed behaviour.
 * No bias, no valid lengths, dropout off (``dropout_rate=0``).
 
+Lowering (``lowering``, ``lowers_for = "tpu"`` for mosaic_tpu): the same op and forward Config as the
+interpreted call, no interpreter, the batch ``jax.vmap``-ed, under an abstract TPU v5e (the kernel
+reads the chip's generation); the lowers, vmem and observable checks judge what a TPU would get.
+
 Finding: ``base.py:90-91`` turns any ``CausalMask`` into ``Mask(is_causal=True)`` in ``bind``, for
 both implementations: its ``offset`` is dropped, so bottom-right causal with Sq != Sk runs top-left
 (ledger ``tokamax-splash-causal-mask-offset-dropped``).
@@ -68,6 +72,7 @@ from kernels.contract.base import (
     compiled_where_run,
 )
 from kernels.contract.dropout import DROPOUT_FEATURE, DropoutRequest
+from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
 from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -195,6 +200,8 @@ def _capabilities(kind: _Kind, execution: str) -> Capabilities:
         # dropped; the Mosaic kernel per tile), forward and VJP alike under the same key
         dropout="key",
         constraints=compiled_where_run(_constraints(kind.name), execution == "native"),
+        # the kernel's call lowers for a TPU with the interpreter off (``lowering``); base is XLA
+        lowers_for="tpu" if kind.hardware == "tpu" else None,
     )
 
 
@@ -463,6 +470,18 @@ def tokamax_splash_gradients(
     return vjp(dout)
 
 
+def _direction_fn(direction: str, api: _Api, op: Any, options: dict[str, Any]) -> Callable[..., Any]:
+    """The forward (out and lse) or gradients call of ``op`` through the public function, a function
+    of the call's arrays (and ``dout`` for the gradients); ``options``: scale, layout, softcap, loop."""
+    if direction == "forward":
+        return functools.partial(
+            tokamax_splash_attention, api.attention, op, api.segment_ids, api.masks, with_lse=True, **options
+        )
+    return functools.partial(
+        tokamax_splash_gradients, api.attention, op, api.segment_ids, api.masks, **options
+    )
+
+
 # --- the adapter -----------------------------------------------------------------------------
 
 
@@ -564,6 +583,50 @@ class TokamaxSplashAdapter:
         config = op_class(**vjp).bind(q, k, v, **dropout).default_config
         return op_class(config=config, **vjp), config
 
+    def _arrays(self, inputs: AttentionInputs, spec: AttentionSpec) -> tuple[tuple, dict[str, Any]]:
+        """(the call's arrays: q, k, v, the mask plane, segment ids, sinks; its static options but
+        ``loop``)."""
+        _, _, sq, d = inputs.q.shape
+        sk = inputs.k.shape[2]
+        options = dict(
+            scale=spec.resolved_scale(d),
+            layout=mask_layout(spec.causal, spec.alignment, spec.window, sq, sk, spec.chunk),
+            softcap=None if spec.softcap is None else float(spec.softcap),
+        )
+        arrays = (
+            inputs.q,
+            inputs.k,
+            inputs.v,
+            _mask_array(inputs),
+            inputs.q_segment_ids,
+            inputs.kv_segment_ids,
+            inputs.sinks,
+        )
+        return arrays, options
+
+    def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
+        """The forward or gradients call as a TPU runs it, for Mosaic (``kernels/hardware/lowering.py``):
+        the same op and forward Config as the interpreted call (``_op``, the op's own default for
+        these shapes; only ``supported_on`` answers True here, where the chip is absent), with no
+        interpreter and none of its shims (the batch ``jax.vmap``-ed, not looped; the VJP's remat
+        optimisation on), under an abstract TPU (``DEFAULT_DEVICE_KIND``: the kernel reads the chip's
+        generation, ``pltpu.get_tpu_info``)."""
+        import jax
+
+        kind = self._kind
+        if kind.hardware != "tpu":
+            raise NotImplementedError(f"{self.name} has no Pallas call to lower (Capabilities.lowers_for)")
+        api = _load_api(kind)
+        arrays, options = self._arrays(inputs, spec)
+        args = abstract_arrays(*arrays)
+        with abstract_tpu(DEFAULT_DEVICE_KIND):  # the default Config as the call picks it
+            op, _ = self._op(api, "tpu", args)
+        fn = _direction_fn(direction, api, op, dict(options, loop=False))
+        if direction == "backward":
+            b, hq, sq, _ = inputs.q.shape
+            args += (jax.ShapeDtypeStruct((b, hq, sq, inputs.v.shape[-1]), inputs.q.dtype),)
+        return LoweringCall("tpu", fn, args, DEFAULT_DEVICE_KIND)
+
     def _compiled(
         self,
         direction: str,
@@ -575,21 +638,8 @@ class TokamaxSplashAdapter:
         kind = self._kind
         api = _load_api(kind)
         execution = _execution(kind)
-        _, _, sq, d = inputs.q.shape
-        sk = inputs.k.shape[2]
-        scale = spec.resolved_scale(d)
-        softcap = None if spec.softcap is None else float(spec.softcap)
-        layout = mask_layout(spec.causal, spec.alignment, spec.window, sq, sk, spec.chunk)
-        mask = _mask_array(inputs)
-        arrays = (
-            inputs.q,
-            inputs.k,
-            inputs.v,
-            mask,
-            inputs.q_segment_ids,
-            inputs.kv_segment_ids,
-            inputs.sinks,
-        )
+        arrays, static = self._arrays(inputs, spec)
+        scale, layout, softcap = static["scale"], static["layout"], static["softcap"]
         if direction == "backward":
             arrays += (np.asarray(dout, dtype=inputs.q.dtype),)
         rate = 0.0 if dropout is None else dropout.rate
@@ -605,20 +655,7 @@ class TokamaxSplashAdapter:
 
                 op, config = self._op(api, execution, args, rate)
                 options = dict(scale=scale, layout=layout, softcap=softcap, loop=execution == "tpu")
-                if direction == "forward":
-                    fn = functools.partial(
-                        tokamax_splash_attention,
-                        api.attention,
-                        op,
-                        api.segment_ids,
-                        api.masks,
-                        with_lse=True,
-                        **options,
-                    )
-                else:
-                    fn = functools.partial(
-                        tokamax_splash_gradients, api.attention, op, api.segment_ids, api.masks, **options
-                    )
+                fn = _direction_fn(direction, api, op, options)
                 if dropout is not None:
                     fn = functools.partial(with_prng_key, fn, rate)
                 return jit_observed(

@@ -145,11 +145,16 @@ def _has_abstract_devices() -> bool:
 @contextlib.contextmanager
 def _abstract_device(device_kind: str, platform: str, num_cores: int | None) -> Iterator[None]:
     """An abstract one-device mesh of ``device_kind``: code asking which chip it runs on gets
-    that answer on a CPU."""
+    that answer on a CPU. Its axis is ``Auto``, as a call on one real device has no sharding in its
+    types: under the default (``Explicit`` at jax 0.12) a ``jax.vmap`` whose batching rule loops
+    (tokamax splash's bool mask per batch row) writes explicitly sharded rows into an unsharded
+    buffer and raises ``ShardingTypeError: dynamic_update_slice operand sharding must be equal to
+    update sharding``, which no device would."""
     import jax
 
     device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=num_cores, platform=platform)
-    mesh = jax.sharding.AbstractMesh((1,), ("lowering",), abstract_device=device)
+    auto = (jax.sharding.AxisType.Auto,)
+    mesh = jax.sharding.AbstractMesh((1,), ("lowering",), axis_types=auto, abstract_device=device)
     with jax.sharding.use_abstract_mesh(mesh):
         yield
 

@@ -70,6 +70,52 @@ def test_mosaic_tpu_raises_where_its_blocks_do_not_divide_the_lengths():
         adapter.forward(inputs, AttentionSpec())
 
 
+def _lowered(adapter: TokamaxSplashAdapter, inputs, spec: AttentionSpec, direction: str):
+    """The call lowered as the ``lowers`` check lowers it (``conformance/judge/artifacts.py``): an
+    adapter raising while it builds the call is a failure to lower."""
+    from kernels.hardware.lowering import Lowering, lower
+
+    try:
+        call = adapter.lowering(inputs, spec, direction)
+    except Exception as error:  # noqa: BLE001 - a kernel rejecting the case while being built
+        return Lowering("tpu", f"{type(error).__name__}: {error}")
+    return lower(call)
+
+
+@needs_public
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_mosaic_tpu_lowers_for_a_tpu_with_a_mask_per_batch_row_and_its_vmem_is_read(direction):
+    """Forward and backward lower under an abstract TPU, a boolean mask that differs per batch row
+    included (its vmap loops over the rows: under an Explicit abstract mesh that raised
+    ShardingTypeError, which no device would), and each kernel's VMEM footprint is read from its
+    block specs. The kernels are splash's own (``splash_mha_*``), not a fallback."""
+    rng = np.random.default_rng(5)
+    mask = rng.random((2, 1, 128, 256)) > 0.3
+    inputs = make_inputs(0, 2, 4, 2, 128, 256, 64, mask=mask, sinks=rng.standard_normal(4).astype(np.float32))
+    adapter = TokamaxSplashAdapter("mosaic_tpu")
+    assert adapter.capabilities().lowers_for == "tpu"
+    lowering = _lowered(adapter, inputs, AttentionSpec(causal=True, softcap=10.0), direction)
+    assert lowering.lowered, lowering.error
+    names = [k.name for k in lowering.kernels]
+    assert names and all(n.startswith("splash_mha_") for n in names), names
+    assert len(names) == (1 if direction == "forward" else 2)
+    assert lowering.footprints and all(f.blocks > 0 for f in lowering.footprints)
+
+
+@needs_public
+def test_mosaic_tpu_does_not_lower_where_it_is_declared_to_raise_and_base_has_nothing_to_lower():
+    adapter = TokamaxSplashAdapter("mosaic_tpu")
+    inputs = make_inputs(0, 1, 1, 1, 64, 128, 64)  # blocks_divide_lengths: 128 does not divide 64
+    (declared,) = adapter.capabilities().violated_constraints(inputs.shape, AttentionSpec(), "forward")
+    assert declared.name == "blocks_divide_lengths"
+    lowering = _lowered(adapter, inputs, AttentionSpec(), "forward")
+    assert not lowering.lowered and "should divide" in lowering.error
+    base = TokamaxSplashAdapter("base")
+    assert base.capabilities().lowers_for is None
+    with pytest.raises(NotImplementedError, match="no Pallas call to lower"):
+        base.lowering(inputs, AttentionSpec(), "forward")
+
+
 @needs_public
 @pytest.mark.parametrize(
     ("hq", "hkv", "spec", "extra"),

@@ -465,11 +465,14 @@ MUTANTS: tuple[Mutant, ...] = (
 class Control:
     """A correct subject: every check it runs must pass, and ``checks`` must run (and pass).
     ``known``: checks where a built-in subject used as a control has a ledger entry at the tests'
-    JAX (``kernels/known_issues.toml``): there ``known`` is accepted too, never ``fail``."""
+    JAX (``kernels/known_issues.toml``): there ``known`` is accepted too, never ``fail``.
+    ``smoke``: where a control costs seconds a case, the fragments of ``tests/test_mutation.py``'s
+    ``SMOKE`` its per-case checks keep (the concern it is the control of); empty: all of them."""
 
     path: str
     checks: tuple[str, ...]
     known: tuple[str, ...] = ()
+    smoke: tuple[str, ...] = ()
 
 
 RUNS_EVERYWHERE = ("shape_dtype", "forward", "finite", "no_mutation", "determinism", "recompile", "leak")
@@ -510,6 +513,15 @@ CONTROLS: tuple[Control, ...] = (
     Control(f"{PACKAGE}.ragged:RaggedPaged", RUNS_EVERYWHERE),
     # Attention plus the KV-cache write-back over tokamax_batched_rpa's packing: the cache bitwise.
     Control(f"{PACKAGE}.batched_rpa:BatchedRaggedPaged", (*RUNS_EVERYWHERE, "kv_cache")),
+    # tokamax's splash attention (base, the XLA one) through the suite's adapter, float32: the
+    # sinks mutant's twin with every argument threaded through. Its per-case checks on the sink smoke
+    # cases alone (forward and backward compile anew per case: about 3 s each); its sampled checks
+    # (determinism, batch_invariance, dropout with a drawn key, ...) on the cases the suite picks.
+    Control(
+        f"{PACKAGE}.tokamax_splash_wrappers:SplashWrapped",
+        (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance", "dropout"),
+        smoke=("sink",),
+    ),
     # Correct, with Capabilities.jax_runtime unset: NumPy (leak judges its host memory; recompile is
     # unsupported, nothing compiles) and JAX (observed compiling: recompile and leak run in full).
     Control(f"{PACKAGE}.undeclared:numpy_attention", tuple(c for c in RUNS_EVERYWHERE if c != "recompile")),
