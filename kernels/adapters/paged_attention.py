@@ -52,7 +52,7 @@ from kernels.contract.base import (
     SubjectOutput,
     compiled_where_run,
 )
-from kernels.contract.tunables import Config, Tunable, Tunables
+from kernels.contract.tunables import Config, Configurable, Tunable, Tunables
 from kernels.hardware.lowering import LoweringCall, abstract_arrays
 from kernels.runtime.jax_runtime import Compiled, CompiledCache, array_key, jit_observed, to_jax, to_numpy
 from kernels.runtime.kv_storage import INT8_LIMIT, int8_quantize
@@ -183,7 +183,7 @@ def int8_pages(x: np.ndarray, table: np.ndarray, total: int, seed: int) -> tuple
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class PagedAttentionAdapter:
+class PagedAttentionAdapter(Configurable):
     """Paged attention at ``pages_per_compute_block`` 4 or a config's. Canonical layout in and out.
 
     kv: ``"float"`` (pages in the case dtype) or ``"int8"`` (int8 pages with a scale per token).
@@ -200,9 +200,6 @@ class PagedAttentionAdapter:
     def availability(self) -> Availability:
         fix = "off a TPU only it runs paged_attention's DMAs and semaphores: use JAX >= 0.7.0, or a TPU"
         return pallas_tpu_availability("tpu", MODULE, lambda execution: _load(), fix)
-
-    def configured(self, config: Config) -> PagedAttentionAdapter:
-        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

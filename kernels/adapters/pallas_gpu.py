@@ -36,7 +36,7 @@ from kernels.contract.base import (
     compiled_where_run,
 )
 from kernels.contract.dtypes import FP8_DTYPES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables
 from kernels.hardware.lowering import LoweringCall, abstract_arrays
 from kernels.runtime.jax_runtime import (
     CompiledCache,
@@ -254,19 +254,13 @@ def _triton_constraints(api: _Api) -> list[ShapeConstraint]:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class PallasGpuAdapter:
+class PallasGpuAdapter(Configurable):
     """Pallas Triton flash attention; canonical ``[B, H, S, D]`` in and out."""
 
     config: Config = ()  # the case's tunables (_tunables); () = the kernel's defaults
     name: str = "pallas_gpu"
     description: str = "Pallas GPU (Triton) flash attention (jax.experimental.pallas.ops.gpu.attention)"
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
-
-    def configured(self, config: Config) -> PallasGpuAdapter:
-        """A copy that calls the kernel with ``config``'s blocks (and its own compile cache)."""
-        return dataclasses.replace(
-            self, config=_load_api().tunables.normalized(config), _cache=CompiledCache()
-        )
 
     def _blocks(self, api: _Api) -> dict[str, int] | None:
         """Every block under this adapter's config (defaults filled in), or None for the

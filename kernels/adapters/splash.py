@@ -56,7 +56,7 @@ from kernels.contract.base import (
     compiled_where_run,
 )
 from kernels.contract.dtypes import FP8_DTYPES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
+from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
 from kernels.runtime.jax_runtime import (
     Compiled,
@@ -337,7 +337,7 @@ def _plan(inputs: AttentionInputs, spec: AttentionSpec) -> _MaskPlan:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SplashAdapter:
+class SplashAdapter(Configurable):
     """Splash attention at its default block sizes or a config's. Canonical ``[B, H, S, D]`` in and out.
 
     interpreter: ``"generic"`` (every JAX version) or ``"tpu"`` (JAX >= 0.7.0); native on a TPU.
@@ -353,10 +353,6 @@ class SplashAdapter:
 
     def availability(self) -> Availability:
         return pallas_tpu_availability(self.interpreter, MODULE, lambda execution: _load_api())
-
-    def configured(self, config: Config) -> SplashAdapter:
-        """A copy that builds its kernels with ``config``'s blocks (and its own compile cache)."""
-        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
 
     def capabilities(self) -> Capabilities:
         head_dim_constraints, distinct_v_dim = _head_dim_constraints()

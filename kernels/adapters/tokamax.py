@@ -79,7 +79,7 @@ from kernels.contract.base import (
 )
 from kernels.contract.dropout import DROPOUT_FEATURE, DropoutRequest
 from kernels.contract.kv_storage_names import STORAGES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
+from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall
 from kernels.runtime.jax_runtime import (
     CompiledCache,
@@ -938,7 +938,7 @@ def _arrays(inputs: AttentionInputs) -> tuple[np.ndarray | None, ...]:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TokamaxAdapter:
+class TokamaxAdapter(Configurable):
     """``tokamax.dot_product_attention`` with one implementation. Canonical ``[B, H, S, D]``."""
 
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"impl": IMPLEMENTATIONS}
@@ -962,12 +962,6 @@ class TokamaxAdapter:
     @property
     def _kind(self) -> _Kind:
         return _release_kind(KINDS[self.impl])
-
-    def configured(self, config: Config) -> TokamaxAdapter:
-        """A copy that runs ``config`` (and has its own compile cache)."""
-        return dataclasses.replace(
-            self, config=self._kind.tunables.normalized(config), _cache=CompiledCache()
-        )
 
     def availability(self) -> Availability:
         kind = self._kind

@@ -39,7 +39,7 @@ from kernels.contract.base import (
     SubjectOutput,
 )
 from kernels.contract.dtypes import FP8_DTYPES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
+from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import LoweringCall, abstract_arrays
 from kernels.runtime.jax_runtime import (
     CompiledCache,
@@ -226,7 +226,7 @@ def _load_api(execution: TpuExecution) -> _Api:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TpuFlashAdapter:
+class TpuFlashAdapter(Configurable):
     """Pallas TPU flash attention. Canonical ``[B, H, S, D]`` in, ``[B, H, Sq, D]`` out.
 
     interpreter: ``"generic"`` (fast, every JAX version) or ``"tpu"`` (TPU interpret
@@ -243,10 +243,6 @@ class TpuFlashAdapter:
 
     def availability(self) -> Availability:
         return pallas_tpu_availability(self.interpreter, MODULE, _load_api)
-
-    def configured(self, config: Config) -> TpuFlashAdapter:
-        """A copy that calls the kernel with ``config``'s blocks (and its own compile cache)."""
-        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
 
     def _blocks(self) -> dict[str, int] | None:
         """Every ``BlockSizes`` field under this adapter's config (all set, so the backward
