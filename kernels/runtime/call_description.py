@@ -79,6 +79,14 @@ class Decided:
     expression: str
 
 
+def off_chip(platform: str) -> Decided:
+    """Whether JAX runs on another platform than ``platform`` (``"gpu"``, ``"tpu"``): a kernel's
+    ``interpret=`` here and where the script runs."""
+    from kernels.runtime.jax_runtime import default_backend
+
+    return Decided(default_backend() != platform, f"jax.default_backend() != {platform!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Module:
     """A module (or one ``attribute`` of it) the call is bound to: ``value`` here; in the script
