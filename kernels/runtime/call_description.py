@@ -59,6 +59,7 @@ FORWARD_OUTPUTS = ("out", "lse")
 GRADIENT_OUTPUTS = ("dq", "dk", "dv", "dbias")
 # Where an embedded function may come from: the suite's own pure translation code.
 EMBEDDABLE_PACKAGES = ("kernels.", "reference.")
+LINE = 100  # a call longer than this is written one keyword a line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,8 +306,17 @@ def _text(node: Any) -> str:
     return repr(node)
 
 
-def _call_text(function: str, args: tuple[Any, ...], keywords: tuple[tuple[str, Any], ...]) -> str:
-    return f"{function}({', '.join([*(_text(a) for a in args), *(f'{k}={_text(v)}' for k, v in keywords)])})"
+def _call_text(
+    function: str, args: tuple[Any, ...], keywords: tuple[tuple[str, Any], ...], width: int = 0
+) -> str:
+    """``function(args, keywords)``; past ``LINE`` characters from column ``width``, one keyword a line."""
+    written = [*(_text(a) for a in args), *(f"{k}={_text(v)}" for k, v in keywords)]
+    one_line = f"{function}({', '.join(written)})"
+    if width == 0 or width + len(one_line) <= LINE or not keywords:
+        return one_line
+    positional = ", ".join(written[: len(args)])
+    lines = ([positional + ","] if positional else []) + [f"{w}," for w in written[len(args) :]]
+    return f"{function}(\n" + "".join(f"    {line}\n" for line in lines) + ")"
 
 
 def _children(node: Any) -> tuple[Any, ...]:
@@ -350,7 +360,8 @@ def _binding(node: Any) -> str:
     if isinstance(node, Module):
         return _module_lines(node)
     comment = f"  # {node.comment}" if node.comment else ""
-    return f"{node.name} = {_call_text(node.function.__name__, node.args, node.keywords)}{comment}\n"
+    width = len(node.name) + 3 + len(comment) + (4 if node.in_context else 0)
+    return f"{node.name} = {_call_text(node.function.__name__, node.args, node.keywords, width)}{comment}\n"
 
 
 def _module_lines(node: Module) -> str:
@@ -383,15 +394,14 @@ def _call_block(
     own = [b for b in _bindings(call) if b not in shared]
     before = "".join(_binding(b) for b in own if not getattr(b, "in_context", False))
     inside = "".join(_binding(b) for b in own if getattr(b, "in_context", False))
-    bound = ", ".join([call.function.__name__, *(_text(b) for b in call.bound)])
-    keywords = "".join(f", {k}={_text(v)}" for k, v in call.keywords)
+    partial = _call_text("functools.partial", (Name(call.function.__name__), *call.bound), call.keywords, 30)
     arrays = ", ".join(_text(a) for a in call.arrays)
     arrays = (
         f"({arrays},)" if len(call.arrays) == 1 and not isinstance(call.arrays[0], Star) else f"({arrays})"
     )
     body = (
         inside
-        + f"{jitted} = jax.jit(functools.partial({bound}{keywords}))\n"
+        + f"{jitted} = jax.jit({partial})\n"
         + f"args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
         + f"{result} = {jitted}(*args)\n"
     )

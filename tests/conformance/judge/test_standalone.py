@@ -405,7 +405,7 @@ def test_tpu_flash_config_case_passes_standalone_with_its_block_sizes(tmp_path):
     assert result.verdict == "pass", result.reason
     _, adapter = _configured("tpu_flash", case)
     text = standalone.script(case, declaration("forward"), adapter, result.metrics)
-    call = re.search(r"functools\.partial\(flash_forward, module, [^\n]*blocks=(\{[^}]*\})", text)
+    call = re.search(r"functools\.partial\(\n    flash_forward, module,\n[^)]*    blocks=(\{[^}]*\})", text)
     assert call is not None, text[text.index("# --- the subject") :]
     blocks = eval(call.group(1))  # noqa: S307 - the dict literal we just generated
     assert {k: blocks[k] for k in config} == config and len(blocks) == 11  # every BlockSizes field
@@ -460,7 +460,7 @@ def test_pallas_gpu_backward_config_reproduces_standalone_with_its_block_sizes(t
     )
     blocks = re.search(r"block_kwargs = mha_block_kwargs\(BlockSizes, (\{[^}]*\})\)", text)
     assert blocks is not None and eval(blocks.group(1)) == config  # noqa: S307 - the literal we generated
-    assert "functools.partial(mha_gradients, mha, " in text and "block_kwargs=block_kwargs" in text
+    assert "functools.partial(\n    mha_gradients, mha,\n" in text and "block_kwargs=block_kwargs" in text
     done = run_isolated(text, tmp_path)
     assert done.returncode == (1 if buggy else 0), done.stdout + done.stderr[-3000:]
     assert_same_worst(done, result)
