@@ -166,6 +166,7 @@ class CallDescription:
     arrays: the arrays it is traced on, in order (``Name``, ``Built``, ``Star``), NumPy here and
         ``jnp.asarray`` of them in the call;
     keywords: static keywords (literals, ``Decided``, ``Built``, ``Module``);
+    prepare: calls made first for their effect (unnamed ``Built``: a library's flags marked parsed);
     note: what runs, in words (the script's header).
     """
 
@@ -175,19 +176,23 @@ class CallDescription:
     keywords: tuple[tuple[str, Any], ...] = ()
     outputs: tuple[str, ...] = FORWARD_OUTPUTS
     context: Context = NO_CONTEXT
+    prepare: tuple[Built, ...] = ()
     note: str = ""
 
     def static_function(self, inputs: AttentionInputs, dout: np.ndarray | None = None) -> Callable[..., Any]:
         """``function`` with its bound values and keywords, as the adapter jits it; values are built
         here (a kernel list inside the context), so call it where the compile cache misses."""
         scope = _Scope(inputs, dout)
+        for step in self.prepare:
+            scope.value(step)
         with self.context.enter():
             bound = tuple(scope.value(node) for node in self.bound)
             keywords = {key: scope.value(node) for key, node in self.keywords}
         return functools.partial(self.function, *bound, **keywords)
 
     def traced_arguments(self, inputs: AttentionInputs, dout: np.ndarray | None = None) -> tuple[Any, ...]:
-        """The arrays ``static_function`` is called on, NumPy (None where the case has none)."""
+        """The arguments ``static_function`` is called on: NumPy arrays (None where the case has
+        none), or what a ``Built`` among them made (e.g. JAX arrays, quantized ones)."""
         scope = _Scope(inputs, dout)
         values: list[Any] = []
         for node in self.arrays:
@@ -208,7 +213,9 @@ def jax_call(
     """The described call as the adapter runs it: its function jitted on JAX arrays inside its
     context; ``batched``: each array's axis 0 is the batch (default: all of them)."""
     with call.context.enter():
-        args = tuple(to_jax(a) for a in call.traced_arguments(inputs, dout))
+        args = tuple(
+            to_jax(a) if isinstance(a, np.ndarray) else a for a in call.traced_arguments(inputs, dout)
+        )
     fn = call.static_function(inputs, dout)
     return JaxCall(fn, args, (True,) * len(args) if batched is None else batched, call.context.enter, no_vmap)
 
@@ -268,7 +275,9 @@ def standalone(
     both directions make alike once in its setup, the rest beside each call."""
     calls = (forward,) if gradients is None else (forward, gradients)
     shared = _shared_bindings(calls)
-    setup = "".join(_binding(node) for node in shared)
+    prepare = dict.fromkeys(step for call in calls for step in call.prepare)
+    setup = "".join(f"{_text(step)}{_comment(step)}\n" for step in prepare)
+    setup += "".join(_binding(node) for node in shared)
     blocks = [_call_block(call, "attention", "result", "x", FORWARD_OUTPUTS, shared) for call in calls[:1]]
     if gradients is not None:
         blocks.append(_call_block(gradients, "gradients", "grads", "g", GRADIENT_OUTPUTS, shared))
@@ -335,7 +344,7 @@ def _walk(node: Any) -> Iterator[Any]:
 
 
 def _nodes(call: CallDescription) -> list[Any]:
-    roots = (*call.bound, *call.arrays, *(v for _, v in call.keywords))
+    roots = (*call.prepare, *call.bound, *call.arrays, *(v for _, v in call.keywords))
     return [n for root in roots for n in _walk(root)]
 
 
@@ -356,10 +365,14 @@ def _shared_bindings(calls: tuple[CallDescription, ...]) -> list[Any]:
     return [b for b in first if all(b in other for other in rest) and not getattr(b, "in_context", False)]
 
 
+def _comment(node: Built) -> str:
+    return f"  # {node.comment}" if node.comment else ""
+
+
 def _binding(node: Any) -> str:
     if isinstance(node, Module):
         return _module_lines(node)
-    comment = f"  # {node.comment}" if node.comment else ""
+    comment = _comment(node)
     width = len(node.name) + 3 + len(comment) + (4 if node.in_context else 0)
     return f"{node.name} = {_call_text(node.function.__name__, node.args, node.keywords, width)}{comment}\n"
 
@@ -396,13 +409,11 @@ def _call_block(
     inside = "".join(_binding(b) for b in own if getattr(b, "in_context", False))
     partial = _call_text("functools.partial", (Name(call.function.__name__), *call.bound), call.keywords, 30)
     arrays = ", ".join(_text(a) for a in call.arrays)
-    arrays = (
-        f"({arrays},)" if len(call.arrays) == 1 and not isinstance(call.arrays[0], Star) else f"({arrays})"
-    )
+    arrays = f"({arrays},)" if len(call.arrays) == 1 else f"({arrays})"
     body = (
         inside
         + f"{jitted} = jax.jit({partial})\n"
-        + f"args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
+        + f"args = tuple(jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in {arrays})\n"
         + f"{result} = {jitted}(*args)\n"
     )
     if call.context.expression:
