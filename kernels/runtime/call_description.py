@@ -166,8 +166,8 @@ class CallDescription:
     arrays: the arrays it is traced on, in order (``Name``, ``Built``, ``Star``), NumPy here and
         ``jnp.asarray`` of them in the call;
     keywords: static keywords (literals, ``Decided``, ``Built``, ``Module``);
-    prepare: calls made first for their effect (unnamed ``Built``: a library's flags marked parsed);
-    note: what runs, in words (the script's header).
+    note: what runs, in words (the script's header);
+    prepare: calls made first for their effect (unnamed ``Built``: a library's flags marked parsed).
     """
 
     function: Callable[..., Any]
@@ -176,8 +176,8 @@ class CallDescription:
     keywords: tuple[tuple[str, Any], ...] = ()
     outputs: tuple[str, ...] = FORWARD_OUTPUTS
     context: Context = NO_CONTEXT
-    prepare: tuple[Built, ...] = ()
     note: str = ""
+    prepare: tuple[Built, ...] = ()
 
     def static_function(self, inputs: AttentionInputs, dout: np.ndarray | None = None) -> Callable[..., Any]:
         """``function`` with its bound values and keywords, as the adapter jits it; values are built
