@@ -253,7 +253,7 @@ class PagedAttentionAdapter(Configurable):
     def _description(
         self, inputs: AttentionInputs, spec: AttentionSpec, lowering: bool = False
     ) -> CallDescription:
-        """``paged_call`` on q and the case's pages (``paged_layout``: a random page order, garbage in
+        """``paged_forward`` on q and the case's pages (``paged_layout``: a random page order, garbage in
         unowned slots, int8 pages where the case stores K/V so), in TPU interpret mode off a TPU
         (two simulated TensorCores for a megacore mode; no interpreter for ``lowering``)."""
         block, megacore = self._settings()
@@ -274,7 +274,7 @@ class PagedAttentionAdapter(Configurable):
             f"{self.description}; off TPU: {TpuExecution('tpu').description}; pages of {PAGE_SIZE} tokens "
             "in a random order, garbage in unowned slots" + (f"; {dict(self.config)}" if self.config else "")
         )
-        return CallDescription(paged_call, (Name("q"), Star(layout)), bound, context=context, note=note)
+        return CallDescription(paged_forward, (Name("q"), Star(layout)), bound, context=context, note=note)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The kernel call on the same paged layout, for Mosaic (a forward-only kernel)."""
@@ -333,11 +333,13 @@ def paged_forward(
     kv: str,
     q: Any,
     *layout: Any,
-) -> Any:
-    """The kernel's call on ``q: [B, Hq, D]`` and ``paged_layout``'s arrays (as JAX arrays):
-    ``q`` pre-scaled in float32 and rounded once to its dtype (the kernel applies no scale)."""
+) -> tuple[Any, None]:
+    """(out ``[B, Hq, 1, D]``, no lse): the kernel's call on the decode step's one query row of
+    ``q: [B, Hq, 1, D]`` and ``paged_layout``'s arrays (as JAX arrays), ``q`` pre-scaled in float32
+    and rounded once to its dtype (the kernel applies no scale)."""
     import jax.numpy as jnp
 
+    q = q[:, :, 0, :]  # [B, Hq, D], as the kernel takes it
     *pages, lengths, table = layout
     if kv == "int8":
         k_w, k_s, v_w, v_s = pages
@@ -345,7 +347,7 @@ def paged_forward(
     else:
         k_pages, v_pages = pages
     q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
-    return paged_attention(
+    out = paged_attention(
         q,
         k_pages,
         v_pages,
@@ -354,24 +356,6 @@ def paged_forward(
         attn_logits_soft_cap=softcap,
         pages_per_compute_block=block,
         megacore_mode=None if megacore == "none" else megacore,
-    )
-
-
-def paged_call(
-    paged_attention: Any,
-    quantized_tensor: Any,
-    scale: float,
-    softcap: float | None,
-    block: int,
-    megacore: str,
-    kv: str,
-    q: Any,
-    *layout: Any,
-) -> tuple[Any, None]:
-    """(out ``[B, Hq, 1, D]``, no lse): ``paged_forward`` on the decode step's one query row of
-    ``q: [B, Hq, 1, D]``, in the canonical layout."""
-    out = paged_forward(
-        paged_attention, quantized_tensor, scale, softcap, block, megacore, kv, q[:, :, 0, :], *layout
     )
     return out[:, :, None, :], None
 
