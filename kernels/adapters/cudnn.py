@@ -124,4 +124,4 @@ class CudnnAdapter:
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """This adapter's calls as standalone script text (``kernels.runtime.standalone``)."""
-        return self._runner.standalone(inputs.shape, spec, lse=api_has_lse())
+        return self._runner.standalone(inputs, spec, lse=api_has_lse())

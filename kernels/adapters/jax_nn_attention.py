@@ -20,7 +20,6 @@ Translation from canonical semantics (``docs/semantics.md``):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 from typing import Any, Literal
 
@@ -28,7 +27,15 @@ import numpy as np
 
 from kernels.contract.api_contract import ApiContract, ContractCall
 from kernels.contract.base import Availability, SubjectGrads, SubjectOutput
-from kernels.runtime.chunked_mask import as_mask, chunk_plane, fold_chunk
+from kernels.runtime.call_description import (
+    GRADIENT_OUTPUTS,
+    Built,
+    CallDescription,
+    Name,
+    jax_call,
+    standalone,
+)
+from kernels.runtime.chunked_mask import diagonal_offsets, fold_chunk
 from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
@@ -36,11 +43,10 @@ from kernels.runtime.jax_runtime import (
     array_key,
     installed_jax_versions,
     jit_observed,
-    to_jax,
     to_numpy,
     unavailable_because,
 )
-from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
 
 Implementation = Literal["xla", "cudnn"]
@@ -206,21 +212,34 @@ class JaxNnRunner:
     implementation: Implementation
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
+    def description(
+        self, inputs: AttentionInputs, spec: AttentionSpec, lse: bool, backward: bool = False
+    ) -> CallDescription:
+        """The forward call (or the gradients call) on the canonical arrays, batch-first: q, k, v,
+        bias, mask, lengths (and dout); a chunked case's mask is the chunk folded into it
+        (``kernels.runtime.chunked_mask``)."""
+        _load_api()  # the arguments used here exist on this JAX
+        mask: Any = Name("mask")
+        if spec.chunk is not None:
+            offsets = diagonal_offsets(inputs, spec)
+            chunk = (Name("mask"), Name("SQ"), Name("SK"), offsets, spec.chunk)
+            mask = Built(
+                "mask", fold_chunk, chunk, comment="the chunked causal mask as jax.nn's boolean mask"
+            )
+        arrays = (Name("q"), Name("k"), Name("v"), Name("bias"), mask, Name("q_lengths"), Name("kv_lengths"))
+        options = tuple(_static(self.implementation, inputs.shape, spec).options().items())
+        note = f"jax.nn.dot_product_attention(implementation={self.implementation!r}), jitted"
+        if not backward:
+            return CallDescription(jax_nn_attention, arrays, keywords=(*options, ("lse", lse)), note=note)
+        return CallDescription(
+            jax_nn_gradients, (*arrays, Name("dout")), keywords=options, outputs=GRADIENT_OUTPUTS, note=note
+        )
+
     def jax_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, lse: bool, dout: np.ndarray | None = None
     ) -> JaxCall:
-        """The forward call (``dout`` None) or the gradients call, on JAX arrays in the canonical
-        layout (every array batch-first: q, k, v, bias, mask, lengths)."""
-        _load_api()  # the arguments used here exist on this JAX
-        inputs, spec = as_mask(inputs, spec)
-        options = _static(self.implementation, inputs.shape, spec).options()
-        args = tuple(to_jax(a) for a in _arrays(inputs))
-        if dout is None:
-            fn = functools.partial(jax_nn_attention, **options, lse=lse)
-        else:
-            fn = functools.partial(jax_nn_gradients, **options)
-            args += (to_jax(np.asarray(dout, dtype=inputs.q.dtype)),)
-        return JaxCall(fn, args, (True,) * len(args))
+        """The forward call (``dout`` None) or the gradients call (``description``) on JAX arrays."""
+        return jax_call(self.description(inputs, spec, lse, dout is not None), inputs, dout)
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec, lse: bool) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype; ``lse: [B, Hq, Sq]`` (dtype of k) or None."""
@@ -244,40 +263,9 @@ class JaxNnRunner:
         dbias = None if dbias is None else to_numpy(dbias)
         return SubjectGrads(to_numpy(dq), to_numpy(dk), to_numpy(dv), dbias)
 
-    def standalone(
-        self, shape: AttentionShape, spec: AttentionSpec, lse: bool, chunk_offsets: tuple[int, ...] = (0,)
-    ) -> StandaloneCall:
-        """The calls above as script text (``kernels.runtime.standalone``); ``chunk_offsets``: each row's
-        ``diag(i) - i`` for a chunked case (``kernels.runtime.chunked_mask.diagonal_offsets``)."""
-        options = ", ".join(
-            f"{k}={v!r}" for k, v in _static(self.implementation, shape, spec).options().items()
-        )
-        arrays = "(q, k, v, bias, mask, q_lengths, kv_lengths)"
-        setup, folding = "", ()
-        if spec.chunk is not None:
-            folding = source_of(chunk_plane, fold_chunk)
-            setup = (
-                f"mask = fold_chunk(mask, SQ, SK, {chunk_offsets!r}, {spec.chunk!r})"
-                "  # the chunked causal mask as jax.nn's boolean mask\n"
-            )
-        return StandaloneCall(
-            imports=("import functools", "import jax", "import jax.numpy as jnp"),
-            definitions=folding + source_of(jax_nn_attention, jax_nn_gradients),
-            setup=setup,
-            forward=(
-                f"attention = jax.jit(functools.partial(jax_nn_attention, {options}, lse={lse!r}))\n"
-                f"args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
-                "out, lse = attention(*args)\n"
-                "out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
-            ),
-            gradients=(
-                f"gradients = jax.jit(functools.partial(jax_nn_gradients, {options}))\n"
-                f"args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
-                "grads = gradients(*args, jnp.asarray(dout))\n"
-                "dq, dk, dv, dbias = (None if g is None else np.asarray(g) for g in grads)\n"
-            ),
-            note=f"jax.nn.dot_product_attention(implementation={self.implementation!r}), jitted",
-        )
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec, lse: bool) -> StandaloneCall:
+        """Both calls as standalone script text, rendered from their descriptions."""
+        return standalone(self.description(inputs, spec, lse), self.description(inputs, spec, lse, True))
 
     def contract_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, request: ContractCall

@@ -38,8 +38,8 @@ caches lose 16 mantissa bits. The ledger tracks it (``kernels/known_issues.toml`
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -52,19 +52,34 @@ from kernels.contract.base import (
     SubjectOutput,
     compiled_where_run,
 )
-from kernels.contract.tunables import Config, Tunable, Tunables
+from kernels.contract.tunables import Config, Configurable, Tunable, Tunables
 from kernels.hardware.lowering import LoweringCall, abstract_arrays
-from kernels.runtime.jax_runtime import Compiled, CompiledCache, array_key, jit_observed, to_jax, to_numpy
-from kernels.runtime.kv_storage import INT8_LIMIT, int8_quantize
-from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.call_description import (
+    NO_CONTEXT,
+    Built,
+    CallDescription,
+    Module,
+    Name,
+    Star,
+    standalone,
+    tpu_interpret_context,
+)
+from kernels.runtime.jax_runtime import (
+    CompiledCache,
+    TracedPrimitives,
+    array_key,
+    jit_observed,
+    to_jax,
+    to_numpy,
+)
+from kernels.runtime.kv_storage import int8_quantize
+from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tpu_interpret import (
     TpuExecution,
     choose_execution,
-    interpret_params,
     pallas_ran,
     pallas_tpu_availability,
     race_detection_declared,
-    tpu_interpret_mode_missing,
 )
 from reference.spec import AttentionInputs, AttentionSpec
 
@@ -183,7 +198,7 @@ def int8_pages(x: np.ndarray, table: np.ndarray, total: int, seed: int) -> tuple
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class PagedAttentionAdapter:
+class PagedAttentionAdapter(Configurable):
     """Paged attention at ``pages_per_compute_block`` 4 or a config's. Canonical layout in and out.
 
     kv: ``"float"`` (pages in the case dtype) or ``"int8"`` (int8 pages with a scale per token).
@@ -200,9 +215,6 @@ class PagedAttentionAdapter:
     def availability(self) -> Availability:
         fix = "off a TPU only it runs paged_attention's DMAs and semaphores: use JAX >= 0.7.0, or a TPU"
         return pallas_tpu_availability("tpu", MODULE, lambda execution: _load(), fix)
-
-    def configured(self, config: Config) -> PagedAttentionAdapter:
-        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -225,94 +237,55 @@ class PagedAttentionAdapter:
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, 1, D]`` in the input dtype; no lse."""
         execution = choose_execution("tpu")
-        block, megacore = self._settings()
+        _, megacore = self._settings()
         kv = self._kv(spec)
-        layout = paged_layout(inputs.k, inputs.v, inputs.kv_lengths, block, kv, layout_seed(inputs.k.shape))
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q[:, :, 0, :], *layout)
-        key = (execution.mode, array_key(*arrays), scale, spec.softcap, kv)
-        with execution.context(cores=_cores(megacore)):
+        call = self._description(inputs, spec)
+        arrays = call.traced_arguments(inputs)
+        key = (execution.mode, array_key(*arrays), spec.resolved_scale(inputs.q.shape[-1]), spec.softcap, kv)
+        with call.context.enter():
             args = tuple(to_jax(a) for a in arrays)
             compiled = self._cache.get(
-                key, lambda: _build(execution, scale, spec.softcap, block, megacore, kv, args)
+                key, lambda: jit_observed(call.static_function(inputs), args, _ran(execution, megacore, kv))
             )
-            out = compiled.fn(*args)
-        return SubjectOutput(out=to_numpy(out)[:, :, None, :], lse=None, ran=compiled.ran)
+            out, _ = compiled.fn(*args)
+        return SubjectOutput(out=to_numpy(out), lse=None, ran=compiled.ran)
+
+    def _description(
+        self, inputs: AttentionInputs, spec: AttentionSpec, lowering: bool = False
+    ) -> CallDescription:
+        """``paged_forward`` on q and the case's pages (``paged_layout``: a random page order, garbage in
+        unowned slots, int8 pages where the case stores K/V so), in TPU interpret mode off a TPU
+        (two simulated TensorCores for a megacore mode; no interpreter for ``lowering``)."""
+        block, megacore = self._settings()
+        kv = self._kv(spec)
+        seed = Built("", layout_seed, (Name("k.shape"),))
+        layout = Built("layout", paged_layout, (Name("k"), Name("v"), Name("kv_lengths"), block, kv, seed))
+        kernel = Module("paged_attention", MODULE, _load(), attribute="paged_attention")
+        quantized = Module(
+            "QuantizedTensor",
+            MODULE + ".quantization_utils",
+            _quantized_tensor(),
+            attribute="QuantizedTensor",
+        )
+        scale = spec.resolved_scale(inputs.shape.head_dim)
+        bound = (kernel, quantized, scale, spec.softcap, block, megacore, kv)
+        context = NO_CONTEXT if lowering else tpu_interpret_context("tpu", cores=_cores(megacore))
+        note = (
+            f"{self.description}; off TPU: {TpuExecution('tpu').description}; pages of {PAGE_SIZE} tokens "
+            "in a random order, garbage in unowned slots" + (f"; {dict(self.config)}" if self.config else "")
+        )
+        return CallDescription(paged_forward, (Name("q"), Star(layout)), bound, context=context, note=note)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The kernel call on the same paged layout, for Mosaic (a forward-only kernel)."""
-        block, megacore = self._settings()
-        kv = self._kv(spec)
-        layout = paged_layout(inputs.k, inputs.v, inputs.kv_lengths, block, kv, layout_seed(inputs.k.shape))
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        fn = functools.partial(
-            paged_forward, _load(), _quantized_tensor(), scale, spec.softcap, block, megacore, kv
+        call = self._description(inputs, spec, lowering=True)
+        return LoweringCall(
+            "tpu", call.static_function(inputs), abstract_arrays(*call.traced_arguments(inputs))
         )
-        return LoweringCall("tpu", fn, abstract_arrays(inputs.q[:, :, 0, :], *layout))
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's call as standalone script text (``kernels.runtime.standalone``): the same layout
-        functions and kernel call, run natively on a TPU and in TPU interpret mode elsewhere."""
-        execution = choose_execution("tpu")
-        block, megacore = self._settings()
-        scale = spec.resolved_scale(inputs.shape.head_dim)
-        params = interpret_params(_cores(megacore)) if tpu_interpret_mode_missing() is None else {}
-        kv = self._kv(spec)
-        options = f"{scale!r}, {spec.softcap!r}, {block!r}, {megacore!r}, {kv!r}"
-        setup = (
-            f"MODULE = {MODULE!r}\n"
-            "paged_attention = importlib.import_module(MODULE).paged_attention\n"
-            "QuantizedTensor = importlib.import_module(MODULE + '.quantization_utils').QuantizedTensor\n"
-            "# The kernel issues DMAs: off a TPU only Pallas TPU interpret mode runs it"
-            + (" (two simulated TensorCores for megacore_mode; this JAX's field name)" if params else "")
-            + ".\n"
-            "interpreting = (\n"
-            "    contextlib.nullcontext() if jax.default_backend() == 'tpu'\n"
-            f"    else pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(**{params!r}))\n"
-            ")\n"
-        )
-        forward = (
-            f"layout = paged_layout(k, v, kv_lengths, {block!r}, {kv!r}, layout_seed(k.shape))\n"
-            "with interpreting:\n"
-            "    attention = jax.jit(functools.partial(\n"
-            f"        paged_forward, paged_attention, QuantizedTensor, {options}\n"
-            "    ))\n"
-            "    out = attention(*(jnp.asarray(a) for a in (q[:, :, 0, :], *layout)))\n"
-            "out, lse = np.asarray(out)[:, :, None, :], None  # back to [B, Hq, 1, D]; no lse\n"
-        )
-        constants = (
-            f"PAGE_SIZE = {PAGE_SIZE!r}\n",
-            f"SPARE_PAGES = {SPARE_PAGES!r}\n",
-            f"GARBAGE_STD = {GARBAGE_STD!r}\n",
-            f"INT8_SCALE_DIVISOR = {INT8_SCALE_DIVISOR!r}\n",
-            f"INT8_LIMIT = {INT8_LIMIT!r}\n",
-        )
-        functions = (
-            pages_per_sequence,
-            page_table,
-            scatter_pages,
-            int8_quantize,
-            int8_pages,
-            paged_layout,
-            layout_seed,
-        )
-        return StandaloneCall(
-            imports=(
-                "import contextlib",
-                "import functools",
-                "import importlib",
-                "import math",
-                "import jax",
-                "import jax.numpy as jnp",
-                "from jax.experimental.pallas import tpu as pltpu",
-            ),
-            definitions=(*constants, *source_of(*functions, paged_forward)),
-            setup=setup,
-            forward=forward,
-            note=f"{self.description}; off TPU: {execution.description}; pages of {PAGE_SIZE} tokens "
-            f"in a random order, garbage in unowned slots"
-            + (f"; {dict(self.config)}" if self.config else ""),
-        )
+        """The call as standalone script text, rendered from its description."""
+        return standalone(self._description(inputs, spec))
 
     def _kv(self, spec: AttentionSpec) -> str:
         """The pages' form for a case: int8 where the case stores K/V so (or the subject fixes it)."""
@@ -360,11 +333,13 @@ def paged_forward(
     kv: str,
     q: Any,
     *layout: Any,
-) -> Any:
-    """The kernel's call on ``q: [B, Hq, D]`` and ``paged_layout``'s arrays (as JAX arrays):
-    ``q`` pre-scaled in float32 and rounded once to its dtype (the kernel applies no scale)."""
+) -> tuple[Any, None]:
+    """(out ``[B, Hq, 1, D]``, no lse): the kernel's call on the decode step's one query row of
+    ``q: [B, Hq, 1, D]`` and ``paged_layout``'s arrays (as JAX arrays), ``q`` pre-scaled in float32
+    and rounded once to its dtype (the kernel applies no scale)."""
     import jax.numpy as jnp
 
+    q = q[:, :, 0, :]  # [B, Hq, D], as the kernel takes it
     *pages, lengths, table = layout
     if kv == "int8":
         k_w, k_s, v_w, v_s = pages
@@ -372,7 +347,7 @@ def paged_forward(
     else:
         k_pages, v_pages = pages
     q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype)
-    return paged_attention(
+    out = paged_attention(
         q,
         k_pages,
         v_pages,
@@ -382,6 +357,7 @@ def paged_forward(
         pages_per_compute_block=block,
         megacore_mode=None if megacore == "none" else megacore,
     )
+    return out[:, :, None, :], None
 
 
 def _cores(megacore: str) -> int:
@@ -410,25 +386,11 @@ def _quantized_tensor() -> Any:
     return importlib.import_module(MODULE + ".quantization_utils").QuantizedTensor
 
 
-def _build(
-    execution: TpuExecution,
-    scale: float,
-    softcap: float | None,
-    block: int,
-    megacore: str,
-    kv: str,
-    args: tuple,
-) -> Compiled:
-
-    fn = functools.partial(paged_forward, _load(), _quantized_tensor(), scale, softcap, block, megacore, kv)
-
+def _ran(execution: TpuExecution, megacore: str, kv: str) -> Callable[[TracedPrimitives], str]:
+    """The ``ran`` sentence's writer for the call's traced primitives."""
     cores = "" if megacore == "none" else f", megacore {megacore} on 2 cores"
     int8 = " (int8, a scale per token)" if kv == "int8" else ""
-    return jit_observed(
-        fn,
-        args,
-        lambda primitives: (
-            f"{pallas_ran(primitives, execution, fallback='no kernel')}; pages of "
-            f"{PAGE_SIZE} tokens{int8}, random page order, garbage in unowned slots{cores}"
-        ),
+    return lambda primitives: (
+        f"{pallas_ran(primitives, execution, fallback='no kernel')}; pages of "
+        f"{PAGE_SIZE} tokens{int8}, random page order, garbage in unowned slots{cores}"
     )

@@ -19,7 +19,6 @@ Translation from canonical semantics (``docs/semantics.md``):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import inspect
 import math
@@ -36,8 +35,18 @@ from kernels.contract.base import (
     compiled_where_run,
 )
 from kernels.contract.dtypes import FP8_DTYPES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables
 from kernels.hardware.lowering import LoweringCall, abstract_arrays
+from kernels.runtime.call_description import (
+    Built,
+    CallDescription,
+    Decided,
+    Module,
+    Name,
+    jax_call,
+    off_chip,
+    standalone,
+)
 from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
@@ -47,11 +56,10 @@ from kernels.runtime.jax_runtime import (
     installed_jax_versions,
     jax_version,
     jit_observed,
-    to_jax,
     to_numpy,
     unavailable_because,
 )
-from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.gpu.attention"
@@ -254,7 +262,7 @@ def _triton_constraints(api: _Api) -> list[ShapeConstraint]:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class PallasGpuAdapter:
+class PallasGpuAdapter(Configurable):
     """Pallas Triton flash attention; canonical ``[B, H, S, D]`` in and out."""
 
     config: Config = ()  # the case's tunables (_tunables); () = the kernel's defaults
@@ -262,19 +270,10 @@ class PallasGpuAdapter:
     description: str = "Pallas GPU (Triton) flash attention (jax.experimental.pallas.ops.gpu.attention)"
     _cache: CompiledCache = dataclasses.field(default_factory=CompiledCache, repr=False)
 
-    def configured(self, config: Config) -> PallasGpuAdapter:
-        """A copy that calls the kernel with ``config``'s blocks (and its own compile cache)."""
-        return dataclasses.replace(
-            self, config=_load_api().tunables.normalized(config), _cache=CompiledCache()
-        )
-
     def _blocks(self, api: _Api) -> dict[str, int] | None:
         """Every block under this adapter's config (defaults filled in), or None for the
         kernel's own defaults (the empty config)."""
         return api.tunables.resolved(self.config) if self.config else None
-
-    def _block_kwargs(self, api: _Api) -> dict[str, Any]:
-        return mha_block_kwargs(api.block_sizes, self._blocks(api))
 
     def _native(self) -> bool:
         return default_backend() == "gpu"
@@ -321,20 +320,35 @@ class PallasGpuAdapter:
     ) -> JaxCall:
         """The forward call (``dout`` None) or the gradients call through the kernel's custom VJP,
         interpreted off GPU, on JAX arrays in the canonical layout (q, k, v and dout batch-first)."""
+        return jax_call(self._description(inputs, spec, dout is not None), inputs, dout)
+
+    def _description(
+        self, inputs: AttentionInputs, spec: AttentionSpec, backward: bool, lowering: bool = False
+    ) -> CallDescription:
+        """``mha_forward`` or ``mha_gradients`` on the kernel's ``mha``, interpreted off a GPU (never
+        for ``lowering``), at the config's blocks (``mha_block_kwargs``), on q, k, v (and dout)."""
         api = _load_api()
-        options = dict(
-            scale=spec.resolved_scale(inputs.q.shape[-1]),
-            causal=spec.causal,
-            interpret=not self._native(),
-            block_kwargs=self._block_kwargs(api),
+        interpret = Decided(False, "False") if lowering else off_chip("gpu")
+        keywords = (
+            ("scale", spec.resolved_scale(inputs.shape.head_dim)),
+            ("causal", spec.causal),
+            ("interpret", interpret),
         )
-        args = tuple(to_jax(a) for a in (inputs.q, inputs.k, inputs.v))
-        if dout is None:
-            fn = functools.partial(mha_forward, api.mha, **options, with_lse=api.has_lse)
-        else:
-            fn = functools.partial(mha_gradients, api.mha, **options)
-            args += (to_jax(np.asarray(dout, dtype=inputs.q.dtype)),)
-        return JaxCall(fn, args, (True,) * len(args))
+        if self.config:  # the case's block sizes, exactly as the suite passes them
+            block_sizes = Module("BlockSizes", MODULE, api.block_sizes, attribute="BlockSizes")
+            blocks = Built("block_kwargs", mha_block_kwargs, (block_sizes, self._blocks(api)))
+            keywords += (("block_kwargs", blocks),)
+        mha = (Module("mha", MODULE, api.mha, attribute="mha"),)
+        arrays = (Name("q"), Name("k"), Name("v"))
+        note = f"{self.description}; off GPU: Pallas generic interpreter (interpret=True)" + (
+            f"; block sizes {dict(self.config)}" if self.config else ""
+        )
+        if not backward:
+            keywords += (("with_lse", api.has_lse),)
+            return CallDescription(mha_forward, arrays, mha, keywords, note=note)
+        return CallDescription(
+            mha_gradients, (*arrays, Name("dout")), mha, keywords, ("dq", "dk", "dv"), note=note
+        )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32 where exposed."""
@@ -354,61 +368,15 @@ class PallasGpuAdapter:
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call with ``interpret=False``, for Pallas's Triton lowering."""
-        api = _load_api()
-        options = dict(
-            scale=spec.resolved_scale(inputs.q.shape[-1]),
-            causal=spec.causal,
-            interpret=False,
-            block_kwargs=self._block_kwargs(api),
-        )
+        call = self._description(inputs, spec, direction != "forward", lowering=True)
         args = abstract_arrays(inputs.q, inputs.k, inputs.v)
-        if direction == "forward":
-            return LoweringCall(
-                "cuda", functools.partial(mha_forward, api.mha, with_lse=api.has_lse, **options), args
-            )
-        return LoweringCall("cuda", functools.partial(mha_gradients, api.mha, **options), (*args, args[0]))
+        return LoweringCall(
+            "cuda", call.static_function(inputs), args if direction == "forward" else (*args, args[0])
+        )
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's calls as standalone script text (``kernels.runtime.standalone``)."""
-        api = _load_api()
-        scale = spec.resolved_scale(inputs.shape.head_dim)
-        options = f"scale={scale!r}, causal={spec.causal!r}, interpret=interpret"
-        setup = (
-            f"from {MODULE} import mha\n"
-            "interpret = jax.default_backend() != 'gpu'  # native Triton on a GPU, else the interpreter\n"
-        )
-        if self.config:  # the case's block sizes, exactly as the suite passed them
-            options += ", block_kwargs=block_kwargs"
-            setup += (
-                f"kernel = importlib.import_module({MODULE!r})\n"
-                "BlockSizes = getattr(kernel, 'BlockSizes', None)  # from JAX 0.5.1\n"
-                f"block_kwargs = mha_block_kwargs(BlockSizes, {self._blocks(api)!r})\n"
-            )
-        return StandaloneCall(
-            imports=(
-                "import functools",
-                "import importlib",
-                "import math",
-                "import jax",
-                "import jax.numpy as jnp",
-            ),
-            definitions=source_of(_to_bshd, _from_bshd, mha_block_kwargs, mha_forward, mha_gradients),
-            setup=setup,
-            forward=(
-                f"attention = jax.jit(functools.partial(mha_forward, mha, {options}, "
-                f"with_lse={api.has_lse!r}))\n"
-                "out, lse = attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))\n"
-                "out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
-            ),
-            gradients=(
-                f"gradients = jax.jit(functools.partial(mha_gradients, mha, {options}))\n"
-                "grads = gradients(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(dout))\n"
-                "dq, dk, dv = (np.asarray(g) for g in grads)\n"
-                "dbias = None\n"
-            ),
-            note=f"{self.description}; off GPU: Pallas generic interpreter (interpret=True)"
-            + (f"; block sizes {dict(self.config)}" if self.config else ""),
-        )
+        """Both calls as standalone script text, rendered from their descriptions."""
+        return standalone(self._description(inputs, spec, False), self._description(inputs, spec, True))
 
     def _ran(self, primitives: TracedPrimitives) -> str:
         n = primitives.count("pallas_call")

@@ -44,7 +44,7 @@ import numpy as np
 from kernels.adapters import paged_attention as paged
 from kernels.adapters.paged_attention import GARBAGE_STD, PAGE_SIZE
 from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables
+from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
 from kernels.runtime import kv_storage
 from kernels.runtime.jax_runtime import (
@@ -287,7 +287,7 @@ def block_sizes(config: Config, width: int, tokens: int, native: bool) -> tuple[
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class RaggedPagedAttentionAdapter:
+class RaggedPagedAttentionAdapter(Configurable):
     """Ragged paged attention at the kernel's default blocks or a config's. Canonical layout in and out."""
 
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {}
@@ -312,9 +312,6 @@ class RaggedPagedAttentionAdapter:
                     installed_jax_versions(),
                 )
         return found if found.available else dataclasses.replace(found, lowerable=_lowerable())
-
-    def configured(self, config: Config) -> RaggedPagedAttentionAdapter:
-        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

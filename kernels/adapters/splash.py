@@ -32,8 +32,8 @@ Translation from canonical semantics (``docs/semantics.md``):
 The translation lives in module-level functions of NumPy/JAX values (``mask_layout``,
 ``mask_planes``, ``structural_mask`` (shared with ``kernels/adapters/tokamax_splash.py``), ``splash_mask``,
 ``kernel_blocks``, ``splash_kernels``, ``splash_attention``, ``splash_forward``, ``splash_gradients``)
-that the adapter calls and ``standalone()`` embeds in a repro script (``kernels/runtime/standalone.py``),
-so script and suite build the same kernels.
+that the adapter's call description (``kernels/runtime/call_description.py``) runs and renders as a
+repro script, so script and suite build the same kernels.
 """
 
 from __future__ import annotations
@@ -56,8 +56,19 @@ from kernels.contract.base import (
     compiled_where_run,
 )
 from kernels.contract.dtypes import FP8_DTYPES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
+from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays
+from kernels.runtime.call_description import (
+    NO_CONTEXT,
+    Built,
+    CallDescription,
+    Decided,
+    Module,
+    Name,
+    off_chip,
+    standalone,
+    tpu_interpret_context,
+)
 from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -68,7 +79,7 @@ from kernels.runtime.jax_runtime import (
     to_jax,
     to_numpy,
 )
-from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tpu_interpret import (
     INTERPRETERS,
     Interpreter,
@@ -337,7 +348,7 @@ def _plan(inputs: AttentionInputs, spec: AttentionSpec) -> _MaskPlan:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SplashAdapter:
+class SplashAdapter(Configurable):
     """Splash attention at its default block sizes or a config's. Canonical ``[B, H, S, D]`` in and out.
 
     interpreter: ``"generic"`` (every JAX version) or ``"tpu"`` (JAX >= 0.7.0); native on a TPU.
@@ -353,10 +364,6 @@ class SplashAdapter:
 
     def availability(self) -> Availability:
         return pallas_tpu_availability(self.interpreter, MODULE, lambda execution: _load_api())
-
-    def configured(self, config: Config) -> SplashAdapter:
-        """A copy that builds its kernels with ``config``'s blocks (and its own compile cache)."""
-        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
 
     def capabilities(self) -> Capabilities:
         head_dim_constraints, distinct_v_dim = _head_dim_constraints()
@@ -407,10 +414,6 @@ class SplashAdapter:
         except Exception:  # noqa: BLE001 - unavailable: availability() says why
             return jax_version() >= CHUNKED_MASK_SINCE
 
-    def _blocks(self) -> dict[str, Any]:
-        """``BlockSizes`` keywords under this adapter's config (every block and the fused flag)."""
-        return kernel_blocks(TUNABLES.resolved(self.config))
-
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32."""
         compiled, args = self._compiled("forward", inputs, spec)
@@ -455,70 +458,67 @@ class SplashAdapter:
         execution = choose_execution(self.interpreter)
         plan = _plan(inputs, spec)
         scale = spec.resolved_scale(inputs.q.shape[-1])
-        if inputs.sinks is not None and not _load_api().sinks:
-            raise NotImplementedError(SINKS_REASON)
-        arrays = (inputs.q, inputs.k, inputs.v, inputs.q_segment_ids, inputs.kv_segment_ids, inputs.sinks)
-        if direction == "backward":
-            arrays += (dout,)
+        call = self._description(inputs, spec, direction == "backward")
+        arrays = call.traced_arguments(inputs, dout)
         key = (direction, execution.mode, plan.key, array_key(*arrays), scale, spec.softcap)
         with execution.context():
             args = tuple(to_jax(a) for a in arrays)
 
             def build() -> Compiled:
-                return self._build(direction, execution, inputs, plan, scale, spec.softcap, args)
+                describe = functools.partial(pallas_ran, execution=execution, fallback="fell back")
+                return jit_observed(call.static_function(inputs, dout), args, describe)
 
             compiled = self._cache.get(key, build)
         return _Contextual(compiled, execution), args
 
-    def _build(
-        self,
-        direction: str,
-        execution: TpuExecution,
-        inputs: AttentionInputs,
-        plan: _MaskPlan,
-        scale: float,
-        softcap: float | None,
-        args: tuple,
-    ) -> Compiled:
-
-        fn = self._fn(direction, execution.mode != "native", inputs, plan, scale, softcap)
-        describe = functools.partial(pallas_ran, execution=execution, fallback="fell back")
-        return jit_observed(fn, args, describe)
-
-    def _fn(
-        self,
-        direction: str,
-        interpret: bool,
-        inputs: AttentionInputs,
-        plan: _MaskPlan,
-        scale: float,
-        softcap: float | None,
-    ) -> Any:
-        """The forward (or gradients) function of JAX arrays, its kernels built for this case."""
+    def _description(
+        self, inputs: AttentionInputs, spec: AttentionSpec, backward: bool, lowering: bool = False
+    ) -> CallDescription:
+        """``splash_forward`` (kernels that save residuals) or ``splash_gradients`` over this case's
+        kernels: its structural mask (``mask_layout``) and boolean mask planes (``mask_planes``), the
+        config's blocks, built in the interpreter's context (``interpret=`` off a TPU; never for
+        ``lowering``), on q, k, v, segment ids and sinks (and dout)."""
         api = _load_api()
-        _, hq, sq, _ = inputs.q.shape
-        kernels = splash_kernels(
-            api.module,
-            plan.layout,
-            plan.planes,
-            hq,
-            sq,
-            inputs.k.shape[2],
-            save_residuals=direction == "forward",
-            softcap=softcap,
-            blocks=self._blocks(),
-            interpret=interpret,
-            shard_kwargs=dict(api.shard_kwargs),
+        if inputs.sinks is not None and not api.sinks:
+            raise NotImplementedError(SINKS_REASON)
+        splash = Module("splash", MODULE, api.module)
+        sq, sk = Name("SQ"), Name("SK")
+        chunk = () if spec.chunk is None else (spec.chunk,)
+        mask = (spec.causal, spec.alignment, spec.window, sq, sk, *chunk)
+        layout = Built("layout", mask_layout, mask, comment="(kind, offset, window, chunk)")
+        planes = Built(
+            "planes",
+            mask_planes,
+            (Name("mask"), Name("HQ"), sq, sk),
+            comment="the boolean mask, [Hq, Sq, Sk] per batch row",
         )
-        call = splash_forward if direction == "forward" else splash_gradients
-        return functools.partial(call, api.module, kernels, scale=scale)
+        options = (
+            ("save_residuals", not backward),
+            ("softcap", spec.softcap),
+            ("blocks", Built("", kernel_blocks, (TUNABLES.resolved(self.config),))),
+            ("interpret", Decided(False, "False") if lowering else off_chip("tpu")),
+            ("shard_kwargs", dict(api.shard_kwargs)),
+        )
+        kernels = Built(
+            "kernels", splash_kernels, (splash, layout, planes, Name("HQ"), sq, sk), options, in_context=True
+        )
+        arrays = tuple(Name(n) for n in ("q", "k", "v", "q_segment_ids", "kv_segment_ids", "sinks"))
+        scale = (("scale", spec.resolved_scale(inputs.shape.head_dim)),)
+        context = NO_CONTEXT if lowering else tpu_interpret_context(self.interpreter)
+        note = f"{self.description}; off TPU: {TpuExecution(self.interpreter).description}" + (
+            f"; config {dict(self.config)}" if self.config else ""
+        )
+        if not backward:
+            return CallDescription(
+                splash_forward, arrays, (splash, kernels), scale, context=context, note=note
+            )
+        outputs = ("dq", "dk", "dv", "dsinks")
+        arrays += (Name("dout"),)
+        return CallDescription(splash_gradients, arrays, (splash, kernels), scale, outputs, context, note)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The same kernels built with ``interpret=False``, for Mosaic."""
-        if inputs.sinks is not None and not _load_api().sinks:
-            raise NotImplementedError(SINKS_REASON)
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        fn = self._fn(direction, False, inputs, _plan(inputs, spec), scale, spec.softcap)
+        call = self._description(inputs, spec, direction == "backward", lowering=True)
         arrays = (inputs.q, inputs.k, inputs.v, inputs.q_segment_ids, inputs.kv_segment_ids, inputs.sinks)
         args = abstract_arrays(*arrays)
         if direction == "backward":
@@ -529,97 +529,15 @@ class SplashAdapter:
         # A ChunkedCausalMask is computed in the kernel from a 1-D q_sequence, whose block Mosaic
         # tiles by the chip's lanes and sublanes: lowered under an abstract TPU (the default kind).
         device_kind = DEFAULT_DEVICE_KIND if spec.chunk is not None else None
-        return LoweringCall("tpu", fn, args, device_kind)
+        return LoweringCall("tpu", call.static_function(inputs), args, device_kind)
 
     # -- standalone repro ------------------------------------------------------------
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's calls as standalone script text (``kernels.runtime.standalone``): the same mask,
+        """Both calls as standalone script text, rendered from their descriptions: the same mask,
         kernels and calls, decided for the installed JAX (its sharding keywords, whether it takes
-        sinks); natively on a TPU, elsewhere in this subject's interpreter. ``inputs`` may be a
-        skeleton: only shapes and which arrays are set matter."""
-        api = _load_api()
-        if inputs.sinks is not None and not api.sinks:
-            raise NotImplementedError(SINKS_REASON)
-        off_tpu = TpuExecution(self.interpreter)
-        scale = spec.resolved_scale(inputs.shape.head_dim)
-        chunk = "" if spec.chunk is None else f", {spec.chunk!r}"
-        layout = f"mask_layout({spec.causal!r}, {spec.alignment!r}, {spec.window!r}, SQ, SK{chunk})"
-        kernel_options = (
-            f"softcap={spec.softcap!r},\n"
-            f"        blocks=kernel_blocks({TUNABLES.resolved(self.config)!r}),\n"
-            "        interpret=jax.default_backend() != 'tpu',\n"
-            f"        shard_kwargs={dict(api.shard_kwargs)!r},  # this JAX's make_splash_mha keywords\n"
-        )
-        arrays = "(q, k, v, q_segment_ids, kv_segment_ids, sinks)"
-        if self.interpreter == "tpu":
-            interpreting = (
-                "def interpreting():\n"
-                '    """Natively on a TPU; elsewhere Pallas TPU interpret mode, a tracing-time setting\n'
-                '    (it wraps tracing and execution alike), on top of make_splash_mha(interpret=True)."""\n'
-                "    if jax.default_backend() == 'tpu':\n"
-                "        return contextlib.nullcontext()\n"
-                "    return pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())\n"
-            )
-        else:
-            interpreting = (
-                "# Off a TPU: Pallas's generic interpreter (make_splash_mha(..., interpret=True)).\n"
-                "interpreting = contextlib.nullcontext\n"
-            )
-        setup = (
-            f"MODULE = {MODULE!r}\n"
-            "splash = importlib.import_module(MODULE)\n"
-            f"layout = {layout}  # (kind, offset, window, chunk)\n"
-            "planes = mask_planes(mask, HQ, SQ, SK)  # the boolean mask, [Hq, Sq, Sk] per batch row\n"
-            f"{interpreting}"
-        )
-
-        def call(save: bool, name: str, function: str) -> str:
-            """Kernels built and ``function`` jitted over them as ``name``, in the interpreter's context."""
-            return (
-                "with interpreting():\n"
-                "    kernels = splash_kernels(\n"
-                f"        splash, layout, planes, HQ, SQ, SK, save_residuals={save!r}, {kernel_options}"
-                "    )\n"
-                f"    {name} = jax.jit(functools.partial({function}, splash, kernels, scale={scale!r}))\n"
-                f"    args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
-            )
-
-        imports = (
-            "import contextlib",
-            "import functools",
-            "import importlib",
-            "import jax",
-            "import jax.numpy as jnp",
-        )
-        if self.interpreter == "tpu":
-            imports += ("from jax.experimental.pallas import tpu as pltpu",)
-        return StandaloneCall(
-            imports=imports,
-            definitions=source_of(
-                mask_layout,
-                mask_planes,
-                structural_mask,
-                splash_mask,
-                kernel_blocks,
-                splash_kernels,
-                splash_attention,
-            )
-            + source_of(splash_forward, splash_gradients),
-            setup=setup,
-            forward=(
-                call(True, "attention", "splash_forward") + "    out, lse = attention(*args)\n"
-                "out, lse = np.asarray(out), np.asarray(lse)\n"
-            ),
-            gradients=(
-                call(False, "gradients", "splash_gradients")
-                + "    grads = gradients(*args, jnp.asarray(dout))\n"
-                "dq, dk, dv, dsinks = (None if g is None else np.asarray(g) for g in grads)\n"
-                "dbias = None  # splash takes no bias\n"
-            ),
-            note=f"{self.description}; off TPU: {off_tpu.description}"
-            + (f"; config {dict(self.config)}" if self.config else ""),
-        )
+        sinks); ``inputs`` may be a skeleton (only shapes and which arrays are set matter)."""
+        return standalone(self._description(inputs, spec, False), self._description(inputs, spec, True))
 
 
 # --- the translation: functions of NumPy/JAX values, embedded verbatim in standalone repros --

@@ -86,8 +86,17 @@ from kernels.contract.base import (
 )
 from kernels.contract.dropout import DROPOUT_FEATURE, DropoutRequest
 from kernels.contract.kv_storage_names import STORAGES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
+from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall
+from kernels.runtime.call_description import (
+    GRADIENT_OUTPUTS,
+    Built,
+    CallDescription,
+    Module,
+    Name,
+    Star,
+    standalone,
+)
 from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
@@ -103,7 +112,7 @@ from kernels.runtime.jax_runtime import (
 )
 from kernels.runtime.kv_storage import quantize
 from kernels.runtime.leading_batch import with_leading, without_leading
-from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tokamax_runtime import (
     DISTRIBUTION,
     OLDEST,
@@ -949,6 +958,9 @@ def quantized(x, storage, dtype):
     )
 
 
+_CALL_ARRAYS = ("q", "k", "v", "bias", "mask", "q_lengths", "kv_lengths")  # call_arrays' order
+
+
 def call_arrays(q, k, v, bias, mask, q_lengths, kv_lengths):
     """The canonical NumPy inputs as the call takes them: lengths int32, the mask boolean."""
     lengths = (None if x is None else np.asarray(x, dtype=np.int32) for x in (q_lengths, kv_lengths))
@@ -1043,7 +1055,7 @@ def _arrays(inputs: AttentionInputs) -> tuple[np.ndarray | None, ...]:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TokamaxAdapter:
+class TokamaxAdapter(Configurable):
     """``tokamax.dot_product_attention`` with one implementation. Canonical ``[B, H, S, D]``."""
 
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"impl": IMPLEMENTATIONS}
@@ -1067,12 +1079,6 @@ class TokamaxAdapter:
     @property
     def _kind(self) -> _Kind:
         return _release_kind(KINDS[self.impl])
-
-    def configured(self, config: Config) -> TokamaxAdapter:
-        """A copy that runs ``config`` (and has its own compile cache)."""
-        return dataclasses.replace(
-            self, config=self._kind.tunables.normalized(config), _cache=CompiledCache()
-        )
 
     def availability(self) -> Availability:
         kind = self._kind
@@ -1379,57 +1385,42 @@ class TokamaxAdapter:
         if forward_config is not None or vjp_config is not None or api.vjp_class is not None:
             raise NotImplementedError(f"{self.name}: a standalone repro writes no Config objects yet")
         static = _static(inputs.shape, spec)
-        options = (
-            f"scale={static.scale!r}, causal={static.causal!r}, window={static.window!r}, "
-            f"softcap={static.softcap!r}, batch_dims={static.batch_dims!r}"
+        options = tuple(
+            (name, getattr(static, name)) for name in ("scale", "causal", "window", "softcap", "batch_dims")
         )
-        arrays = "call_arrays(q, k, v, bias, mask, q_lengths, kv_lengths)"
-        setup = (
-            "absl_flags_parsed()  # tokamax >= 0.0.10 parses sys.argv with absl in its first call otherwise\n"
-            "import tokamax\n"
-            f"module = importlib.import_module({f'{ATTENTION}.{kind.module}'!r})\n"
-            f"op_class = module.{kind.op_class}\n"
-            "# The suite's explicit Configs: this op has none (NullConfig, config=None) and no VJP op\n"
-            "# (jax.vjp differentiates its XLA code).\n"
-            f"op = tokamax_op(op_class, None, None, None, {self._op_kwargs()!r})\n"
+        op_class = Module("op_class", f"{ATTENTION}.{kind.module}", api.op_class, attribute=kind.op_class)
+        op = Built(
+            "op",
+            tokamax_op,
+            (op_class, None, None, None, self._op_kwargs()),
+            comment="the suite's explicit Configs: none for this op (NullConfig) and no VJP op",
         )
-        storages = f"{spec.q_storage!r}, {spec.kv_storage!r}"
-        return StandaloneCall(
-            imports=("import functools", "import importlib", "import jax", "import jax.numpy as jnp"),
-            definitions=source_of(
-                absl_flags_parsed,
-                tokamax_op,
-                call_arrays,
-                quantized,
-                call_inputs,
-                lse_from_residuals,
-                _with_residuals,
-                with_leading,
-                without_leading,
-                tokamax_attention,
-                tokamax_gradients,
-                per_batch_row,
-            ),
-            setup=setup,
-            forward=(
-                "attention = jax.jit(functools.partial(\n"
-                f"    tokamax_attention, tokamax.dot_product_attention, op, {options}, "
-                f"with_lse={kind.residuals!r}\n"
-                "))\n"
-                "# q, k and v as qwix QArrays where the case stores them quantized\n"
-                f"out, lse = attention(*call_inputs({arrays}, {storages}))\n"
-                "out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
-            ),
-            gradients=(
-                "gradients = jax.jit(functools.partial(\n"
-                f"    tokamax_gradients, tokamax.dot_product_attention, op, {options}, loop=False\n"
-                "))\n"
-                f"args = tuple(None if a is None else jnp.asarray(a) for a in {arrays})\n"
-                "grads = gradients(*args, jnp.asarray(dout))\n"
-                "dq, dk, dv, dbias = (None if g is None else np.asarray(g) for g in grads)\n"
-            ),
-            note=f"{self.description}, natively (XLA ops); {self._config_note()}",
+        attention = Module(
+            "dot_product_attention", "tokamax", api.attention, attribute="dot_product_attention"
         )
+        arrays = Built("", call_arrays, tuple(Name(n) for n in _CALL_ARRAYS))
+        flags = Built("", absl_flags_parsed, comment="tokamax >= 0.0.10 parses sys.argv with absl otherwise")
+        note = f"{self.description}, natively (XLA ops); {self._config_note()}"
+        # q, k and v as qwix QArrays where the case stores them quantized
+        quantized = Built("", call_inputs, (arrays, spec.q_storage, spec.kv_storage))
+        forward = CallDescription(
+            tokamax_attention,
+            (Star(quantized),),
+            (attention, op),
+            (*options, ("with_lse", kind.residuals)),
+            prepare=(flags,),
+            note=note,
+        )
+        gradients = CallDescription(
+            tokamax_gradients,
+            (Star(arrays), Name("dout")),
+            (attention, op),
+            (*options, ("loop", False)),
+            GRADIENT_OUTPUTS,
+            prepare=(flags,),
+            note=note,
+        )
+        return standalone(forward, gradients)
 
     def _config_note(self) -> str:
         if self.impl == "xla_chunked":

@@ -25,7 +25,6 @@ Gradients go through the public ``flash_attention`` and its custom VJP.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 from typing import Any, ClassVar
 
@@ -39,18 +38,27 @@ from kernels.contract.base import (
     SubjectOutput,
 )
 from kernels.contract.dtypes import FP8_DTYPES
-from kernels.contract.tunables import BlockDim, Config, Tunable, Tunables, block_divides
+from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables, block_divides
 from kernels.hardware.lowering import LoweringCall, abstract_arrays
+from kernels.runtime.call_description import (
+    GRADIENT_OUTPUTS,
+    NO_CONTEXT,
+    CallDescription,
+    Module,
+    Name,
+    jax_call,
+    standalone,
+    tpu_interpret_context,
+)
 from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
     TracedPrimitives,
     array_key,
     jit_observed,
-    to_jax,
     to_numpy,
 )
-from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tpu_interpret import (
     INTERPRETERS,
     TPU_INTERPRET_NO_VMAP,
@@ -61,7 +69,6 @@ from kernels.runtime.tpu_interpret import (
     pallas_ran,
     pallas_tpu_availability,
     race_detection_declared,
-    standalone_shim,
 )
 from reference.spec import AttentionInputs, AttentionSpec
 
@@ -226,7 +233,7 @@ def _load_api(execution: TpuExecution) -> _Api:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TpuFlashAdapter:
+class TpuFlashAdapter(Configurable):
     """Pallas TPU flash attention. Canonical ``[B, H, S, D]`` in, ``[B, H, Sq, D]`` out.
 
     interpreter: ``"generic"`` (fast, every JAX version) or ``"tpu"`` (TPU interpret
@@ -243,10 +250,6 @@ class TpuFlashAdapter:
 
     def availability(self) -> Availability:
         return pallas_tpu_availability(self.interpreter, MODULE, _load_api)
-
-    def configured(self, config: Config) -> TpuFlashAdapter:
-        """A copy that calls the kernel with ``config``'s blocks (and its own compile cache)."""
-        return dataclasses.replace(self, config=TUNABLES.normalized(config), _cache=CompiledCache())
 
     def _blocks(self) -> dict[str, int] | None:
         """Every ``BlockSizes`` field under this adapter's config (all set, so the backward
@@ -298,46 +301,46 @@ class TpuFlashAdapter:
         """The forward call (``dout`` None) or the gradients call on the kernel module as this
         adapter runs it (interpreted off TPU), on JAX arrays in the canonical layout."""
         execution = choose_execution(self.interpreter)
-        api = _load_api(execution)
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q, inputs.k, inputs.v, inputs.bias, inputs.q_segment_ids, inputs.kv_segment_ids)
-        args = tuple(to_jax(a) for a in arrays)
-        if dout is None:
-            fn = self._forward_fn(api, scale, spec.causal)
-        else:
-            fn = self._gradients_fn(api, scale, spec.causal)
-            args += (to_jax(np.asarray(dout, dtype=inputs.q.dtype)),)
         # Every array is batch-first; a broadcast bias's batch axis is 1, as one row's would be.
         no_vmap = TPU_INTERPRET_NO_VMAP if execution.mode == "tpu" else ""
-        return JaxCall(fn, args, (True,) * len(args), execution.context, no_vmap)
+        return jax_call(self._description(inputs, spec, dout is not None), inputs, dout, no_vmap=no_vmap)
+
+    def _description(
+        self, inputs: AttentionInputs, spec: AttentionSpec, backward: bool, lowering: bool = False
+    ) -> CallDescription:
+        """``flash_forward`` or ``flash_gradients`` on the kernel module (an interpreting copy off
+        TPU; as shipped for ``lowering``), on q, k, v, bias and segment ids (and dout)."""
+        execution = TpuExecution("native") if lowering else choose_execution(self.interpreter)
+        api = _load_api(execution)
+        keywords = (("scale", spec.resolved_scale(inputs.shape.head_dim)), ("causal", spec.causal))
+        if self.config:  # the case's block sizes, every BlockSizes field
+            keywords += (("blocks", self._blocks()),)
+        arrays = tuple(Name(n) for n in ("q", "k", "v", "bias", "q_segment_ids", "kv_segment_ids"))
+        module = (Module("module", MODULE, api.module, interpreted_off_tpu=True),)
+        context = NO_CONTEXT if lowering else tpu_interpret_context(self.interpreter)
+        note = f"{self.description}; off TPU: {TpuExecution(self.interpreter).description}" + (
+            f"; block sizes {dict(self.config)}" if self.config else ""
+        )
+        if not backward:
+            keywords += (("with_lse", api.has_lse),)
+            return CallDescription(flash_forward, arrays, module, keywords, context=context, note=note)
+        arrays += (Name("dout"),)
+        return CallDescription(flash_gradients, arrays, module, keywords, GRADIENT_OUTPUTS, context, note)
 
     def _ran(self, primitives: TracedPrimitives) -> str:
         return pallas_ran(
             primitives, choose_execution(self.interpreter), fallback="fell back to plain attention"
         )
 
-    def _forward_fn(self, api: _Api, scale: float, causal: bool) -> Any:
-        return functools.partial(
-            flash_forward, api.module, scale=scale, causal=causal, with_lse=api.has_lse, blocks=self._blocks()
-        )
-
-    def _gradients_fn(self, api: _Api, scale: float, causal: bool) -> Any:
-        return functools.partial(
-            flash_gradients, api.module, scale=scale, causal=causal, blocks=self._blocks()
-        )
-
     # -- lowering for the TPU --------------------------------------------------------
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call on the kernel module as shipped (no interpreter), for Mosaic."""
-        api = _load_api(TpuExecution("native"))
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        args = abstract_arrays(
-            inputs.q, inputs.k, inputs.v, inputs.bias, inputs.q_segment_ids, inputs.kv_segment_ids
+        call = self._description(inputs, spec, direction != "forward", lowering=True)
+        args = abstract_arrays(*self._description(inputs, spec, False, True).traced_arguments(inputs))
+        return LoweringCall(
+            "tpu", call.static_function(inputs), args if direction == "forward" else (*args, args[0])
         )
-        if direction == "forward":
-            return LoweringCall("tpu", self._forward_fn(api, scale, spec.causal), args)
-        return LoweringCall("tpu", self._gradients_fn(api, scale, spec.causal), (*args, args[0]))
 
     # -- backward --------------------------------------------------------------------
 
@@ -355,55 +358,8 @@ class TpuFlashAdapter:
     # -- standalone repro ------------------------------------------------------------
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """This adapter's calls as standalone script text (``kernels.runtime.standalone``)."""
-        execution = choose_execution(self.interpreter)
-        shim_imports, shim, int_indexer_shim = standalone_shim()
-        options = f"scale={spec.resolved_scale(inputs.shape.head_dim)!r}, causal={spec.causal!r}"
-        if self.config:  # the case's block sizes, exactly as the suite passed them
-            options += f", blocks={self._blocks()!r}"
-        arrays = "(q, k, v, bias, q_segment_ids, kv_segment_ids)"
-        # TPU interpret mode is a tracing-time setting: it wraps tracing and execution alike.
-        tpu_mode = execution.mode == "tpu"
-        # Decided when the script runs, as the module choice below is: natively on a TPU.
-        context = (
-            "(contextlib.nullcontext() if jax.default_backend() == 'tpu' "
-            "else pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()))"
-            if tpu_mode
-            else "contextlib.nullcontext()"
-        )
-        imports = ("import contextlib", *shim_imports, "import jax", "import jax.numpy as jnp")
-        if tpu_mode:
-            imports += ("from jax.experimental.pallas import tpu as pltpu",)
-        setup = (
-            f"MODULE = {MODULE!r}\n"
-            "if jax.default_backend() == 'tpu':\n"
-            "    module = importlib.import_module(MODULE)  # natively, as shipped\n"
-            "else:\n"
-            "    # The kernel calls pl.pallas_call without interpret=: run a private copy of its module\n"
-            "    # whose pallas_call interprets (the suite's runtime/tpu_interpret.py, inline above).\n"
-            f"    module = load_interpreting_copy(MODULE, int_indexer_shim={int_indexer_shim!r})\n"
-        )
-        return StandaloneCall(
-            imports=imports,
-            definitions=(*shim, *source_of(kernel_bias, flash_forward, flash_gradients)),
-            setup=setup,
-            forward=(
-                f"with {context}:\n"
-                f"    attention = jax.jit(functools.partial(flash_forward, module, {options}, "
-                f"with_lse={_load_api(execution).has_lse!r}))\n"
-                f"    out, lse = attention(*(None if x is None else jnp.asarray(x) for x in {arrays}))\n"
-                "    out, lse = np.asarray(out), None if lse is None else np.asarray(lse)\n"
-            ),
-            gradients=(
-                f"with {context}:\n"
-                f"    gradients = jax.jit(functools.partial(flash_gradients, module, {options}))\n"
-                f"    args = tuple(None if x is None else jnp.asarray(x) for x in {arrays})\n"
-                "    grads = gradients(*args, jnp.asarray(dout))\n"
-                "    dq, dk, dv, dbias = (None if g is None else np.asarray(g) for g in grads)\n"
-            ),
-            note=f"{self.description}; off TPU: {execution.description}"
-            + (f"; block sizes {dict(self.config)}" if self.config else ""),
-        )
+        """Both calls as standalone script text, rendered from their descriptions."""
+        return standalone(self._description(inputs, spec, False), self._description(inputs, spec, True))
 
 
 # --- the translation: pure functions of JAX arrays, embedded verbatim in standalone repros --

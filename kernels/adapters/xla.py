@@ -25,7 +25,6 @@ from kernels.adapters.jax_nn_attention import JaxNnRunner, api_availability, api
 from kernels.contract.api_contract import ContractCall
 from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.contract.dtypes import FP8_DTYPES
-from kernels.runtime.chunked_mask import diagonal_offsets
 from kernels.runtime.jax_runtime import JaxCall, default_backend, jax_version
 from kernels.runtime.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
@@ -113,5 +112,4 @@ class XlaAdapter:
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """This adapter's calls as standalone script text (``kernels.runtime.standalone``)."""
-        offsets = diagonal_offsets(inputs, spec) if spec.chunk is not None else (0,)
-        return self._runner.standalone(inputs.shape, spec, lse=api_has_lse(), chunk_offsets=offsets)
+        return self._runner.standalone(inputs, spec, lse=api_has_lse())

@@ -19,10 +19,12 @@ OPTIONAL_MEMBERS: types.MappingProxyType[str, Any] = types.MappingProxyType(
         # The option ``--impl NAME`` expands over, one subject per value (a family). Absent: none.
         "FAMILY_OPTION": None,
         # ``configured(config)``: a copy that calls the kernel with those tunables; needed by an
-        # adapter that declares ``Capabilities.tunables``.
+        # adapter that declares ``Capabilities.tunables``; an adapter dataclass with a ``config``
+        # field gets it from ``kernels.contract.tunables.Configurable``.
         "configured": None,
         # ``standalone(inputs, spec) -> kernels.runtime.standalone.StandaloneCall``: the call as
-        # module-level functions, for self-contained repro scripts. Absent: no standalone script.
+        # module-level functions, for self-contained repro scripts (a JAX adapter's rendered from
+        # its call description, kernels/runtime/call_description.py). Absent: no standalone script.
         "standalone": None,
         # ``lowering(inputs, spec, direction) -> kernels.hardware.lowering.LoweringCall``: the
         # forward or backward call built for its hardware with the interpreter off; needed by an

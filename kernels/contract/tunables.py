@@ -261,3 +261,22 @@ def configured(adapter: Any, config: Config) -> Any:
             "that returns a copy of the adapter using those values"
         )
     return configure(config)
+
+
+class Configurable:
+    """``configured(config)`` for an adapter dataclass with a ``config`` field, written once.
+
+    The copy has ``config`` normalized against the tunables the adapter declares
+    (``capabilities().tunables``: the declaration its cases are planned and judged by) and starts
+    every private per-instance field (a leading ``_`` and a ``default_factory``: its compiled-call
+    cache) afresh, so two configs never share compilations."""
+
+    def configured(self, config: Mapping[str, Value] | Config) -> Any:
+        """A copy that calls the kernel with ``config``'s tunables (and its own compile cache)."""
+        tunables = self.capabilities().tunables  # type: ignore[attr-defined]
+        fresh = {
+            field.name: field.default_factory()
+            for field in dataclasses.fields(self)  # type: ignore[arg-type]
+            if field.name.startswith("_") and field.default_factory is not dataclasses.MISSING
+        }
+        return dataclasses.replace(self, config=tunables.normalized(config), **fresh)  # type: ignore[type-var]

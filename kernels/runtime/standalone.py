@@ -1,10 +1,11 @@
 """How a self-contained repro script calls a subject exactly as its adapter does.
 
-An adapter that offers ``standalone(spec, shape) -> StandaloneCall`` keeps its translation
+An adapter that offers ``standalone(inputs, spec) -> StandaloneCall`` keeps its translation
 (canonical case -> kernel call) in small module-level functions that use only JAX and
-NumPy, calls them itself, and hands their source (``source_of``) to the script generator
-(``conformance/judge/standalone.py``). The script then runs the very code the suite ran,
-and the two cannot drift apart.
+NumPy; a JAX adapter describes its call once (``kernels/runtime/call_description.py``), runs
+that description and renders this from it, and the script generator
+(``conformance/judge/standalone.py``) embeds the result. The script then runs the very code the
+suite ran, and the two cannot drift apart.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from conformance.plan.cases import Case
 from conformance.plan.catalogue import cases_for, classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
-from kernels.contract.tunables import Tunable, Tunables, config_token, configured
+from kernels.contract.tunables import Configurable, Tunable, Tunables, config_token, configured
 from kernels.runtime.jax_runtime import jax_version
 from reference.spec import AttentionShape, AttentionSpec
 
@@ -139,6 +139,23 @@ def test_configured_adapters_are_cached_per_config(subjects):
     assert subject.adapter_for(config).config == config
     with pytest.raises(TypeError, match="configured"):
         configured(object.__new__(type("Bare", (), {"name": "bare"})), config)
+
+
+TUNED = "tpu_flash,splash,paged_attention,pallas_gpu,ragged_paged_attention,tokamax[impl=xla_chunked]"
+
+
+def test_every_adapter_with_tunables_is_configured_by_the_one_shared_method():
+    """``Configurable.configured``: the config normalized against the declared tunables (a default
+    value drops out), the other fields kept, and a compile cache of its own."""
+    for subject in resolve_subjects(TUNED):
+        name = subject.name
+        assert subject.capabilities.tunables.names, name
+        adapter = subject.adapter
+        assert type(adapter).configured is Configurable.configured, name
+        first = adapter.capabilities().tunables.params[0]
+        copy = adapter.configured({first.name: first.default})
+        assert copy.config == () and copy is not adapter and copy.name == adapter.name, name
+        assert copy._cache is not adapter._cache and len(copy._cache) == 0, name
 
 
 def test_edge_configs_cover_the_block_edges_and_are_legal(subjects):

@@ -389,6 +389,64 @@ def test_splash_in_tpu_interpret_mode_passes_standalone(tmp_path):
     assert_same_worst(done, result)
 
 
+# --- the script's call is the suite's call: every value bitwise -------------------------------
+
+# One case per JAX subject whose script is rendered from its call description
+# (kernels/runtime/call_description.py), each with the arrays that description routes: bias and
+# lengths, segment ids, sinks, a boolean mask, pages, a config's blocks.
+SAME_VALUES = {
+    "xla": ("backward", dict(q_heads=4, kv_heads=2, q_len=48, kv_len=64, head_dim=16, causal=True,
+                             bias="1h1k", mask="b1qk", kv_lengths=(50,))),
+    "cudnn": ("forward", dict(dtype="bfloat16", q_heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=64,
+                              causal=True)),
+    "tpu_flash": ("forward", dict(q_len=128, kv_len=128, head_dim=64, causal=True, segments=2, bias="1h1k")),
+    "splash": ("backward", dict(batch=2, q_heads=4, kv_heads=2, q_len=128, kv_len=128, head_dim=128,
+                                causal=True, sinks="normal", mask="b1qk")),
+    "pallas_gpu": ("forward", dict(q_len=96, kv_len=96, head_dim=32, causal=True, config={"block_q": 32})),
+    "paged_attention[kv=int8]": ("forward", dict(batch=2, q_heads=4, kv_heads=2, q_len=1, kv_len=40,
+                                                 head_dim=64, kv_lengths=(40, 17), kv_storage="int8")),
+    "tokamax[impl=xla]": ("lse", dict(q_heads=4, kv_heads=2, q_len=32, kv_len=48, head_dim=16, causal=True,
+                                      bias="1h1k", q_lengths=(20,), kv_lengths=(40,))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("impl", SAME_VALUES, ids=list(SAME_VALUES))
+def test_the_scripts_call_returns_the_suites_values_bitwise(tmp_path, impl):
+    """The rendered script, run without the checkout, saves what its call returned; each array
+    equals the adapter's own forward (or gradients) on the suite's inputs, bit for bit."""
+    (subject,) = resolve_subjects(impl)
+    if not subject.availability.available:
+        pytest.skip(subject.availability.reason)
+    check, fields = SAME_VALUES[impl]
+    fields = dict(fields)
+    fields.setdefault("v_head_dim", fields["head_dim"])
+    case = Case(impl, fields.pop("dtype", "float32"), **fields)
+    adapter = subject.adapter_for(case.config)
+    inputs = build_inputs(case)
+    if check == "backward":
+        dout = build_dout(case, attention_forward(inputs, case.spec).fully_masked)
+        result = adapter.gradients(inputs, case.spec, dout)
+        names = ("dq", "dk", "dv", "dbias", "dsinks")
+    else:
+        result = adapter.forward(inputs, case.spec)
+        names = ("out", "lse")
+    saved = tmp_path / "returned.npz"
+    text = standalone.script(case, declaration(check), adapter)
+    values = f"{{n: globals()[n] for n in {names!r} if globals().get(n) is not None}}"
+    save = f"np.savez({str(saved)!r}, **{values})  # what the call returned\n"
+    verdict = "\n\n# --- the verdict"
+    assert text.count(verdict) == 1
+    done = run_isolated(text.replace(verdict, "\n" + save + verdict), tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]  # no tolerance recorded: inf
+    returned = np.load(saved)
+    expected = {n: getattr(result, n) for n in names if getattr(result, n, None) is not None}
+    assert set(returned.files) == set(expected), (returned.files, list(expected))
+    for name, want in expected.items():
+        got = returned[name]
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert got.tobytes() == want.tobytes(), f"{name}: the script's call differs from the suite's"
+
+
 # --- a non-default config (kernel tunables): the script calls the kernel with the case's blocks ---
 
 
@@ -405,7 +463,7 @@ def test_tpu_flash_config_case_passes_standalone_with_its_block_sizes(tmp_path):
     assert result.verdict == "pass", result.reason
     _, adapter = _configured("tpu_flash", case)
     text = standalone.script(case, declaration("forward"), adapter, result.metrics)
-    call = re.search(r"functools\.partial\(flash_forward, module, [^\n]*blocks=(\{[^}]*\})", text)
+    call = re.search(r"functools\.partial\(\n    flash_forward, module,\n[^)]*    blocks=(\{[^}]*\})", text)
     assert call is not None, text[text.index("# --- the subject") :]
     blocks = eval(call.group(1))  # noqa: S307 - the dict literal we just generated
     assert {k: blocks[k] for k in config} == config and len(blocks) == 11  # every BlockSizes field
@@ -460,7 +518,7 @@ def test_pallas_gpu_backward_config_reproduces_standalone_with_its_block_sizes(t
     )
     blocks = re.search(r"block_kwargs = mha_block_kwargs\(BlockSizes, (\{[^}]*\})\)", text)
     assert blocks is not None and eval(blocks.group(1)) == config  # noqa: S307 - the literal we generated
-    assert "functools.partial(mha_gradients, mha, " in text and "block_kwargs=block_kwargs" in text
+    assert "functools.partial(\n    mha_gradients, mha,\n" in text and "block_kwargs=block_kwargs" in text
     done = run_isolated(text, tmp_path)
     assert done.returncode == (1 if buggy else 0), done.stdout + done.stderr[-3000:]
     assert_same_worst(done, result)
@@ -776,7 +834,7 @@ def test_tokamax_xla_cases_pass_standalone(tmp_path, impl, check, fields):
     adapter = subject.adapter_for(case.config)
     text = standalone.script(case, declaration(check), adapter, result.metrics, versions="jax, tokamax")
     assert not CHECKOUT_IMPORT.search(text)
-    assert "absl_flags_parsed()" in text and "tokamax.dot_product_attention" in text
+    assert "absl_flags_parsed()" in text and "import_module('tokamax').dot_product_attention" in text
     if "config" in fields:  # the case's chunk sizes reach the op
         assert "op = tokamax_op(op_class, None, None, None, {'chunk_size': (16, 32)})" in text
     if "q_storage" in fields:

@@ -1,0 +1,489 @@
+"""An adapter's call, described once: what the suite runs and what a standalone repro script writes.
+
+A ``CallDescription`` says which module-level function the adapter calls (JAX and NumPy only, as
+the adapter's translation always is), what it is bound to before its arrays (the kernel module,
+values built from the case such as a page layout or a list of kernels), its static keywords, the
+arrays it is traced on, what it returns, and the context it runs in (TPU interpret mode). From it:
+
+* ``static_function`` and ``traced_arguments`` give the function the adapter jits and the arrays
+  it jits it on (``kernels.runtime.jax_runtime.JaxCall``);
+* ``standalone`` writes the same call as script text (``kernels.runtime.standalone.StandaloneCall``):
+  the import lines, the embedded functions (the call's own and every module-level function,
+  constant and import they reach), the statements that make the bound values, and one call per
+  direction with its printout names.
+
+So a script cannot call anything the suite did not: both read the one description. Choices the
+suite makes for the machine it runs on (native or interpreted) are ``Decided`` values, ``Module``
+loads and a ``Context``, whose script form re-decides them where the script runs, by the same rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import dis
+import functools
+import inspect
+import types
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import numpy as np
+
+from kernels.runtime.jax_runtime import JaxCall, jax_version, to_jax
+from kernels.runtime.standalone import StandaloneCall, source_of
+from kernels.runtime.tpu_interpret import (
+    INT_INDEXER_SHIM_BEFORE,
+    Interpreter,
+    choose_execution,
+    interpret_params,
+    standalone_shim,
+    tpu_interpret_mode_missing,
+)
+from reference.spec import AttentionInputs
+
+# A script's shape constants (conformance/judge/standalone.py's case block) and where they come
+# from in the suite's inputs.
+SHAPE_NAMES = {
+    "B": lambda s: s.batch,
+    "HQ": lambda s: s.q_heads,
+    "HKV": lambda s: s.kv_heads,
+    "SQ": lambda s: s.q_len,
+    "SK": lambda s: s.kv_len,
+    "D": lambda s: s.head_dim,
+    "DV": lambda s: s.v_head_dim,
+}
+LENGTHS = ("q_lengths", "kv_lengths")  # int32 in the script's draws and in every call
+FORWARD_OUTPUTS = ("out", "lse")
+GRADIENT_OUTPUTS = ("dq", "dk", "dv", "dbias")
+# Where an embedded function may come from: the suite's own pure translation code.
+EMBEDDABLE_PACKAGES = ("kernels.", "reference.")
+LINE = 100  # a call longer than this is written one keyword a line
+
+
+@dataclasses.dataclass(frozen=True)
+class Name:
+    """A script variable the case defines: an input array (``q`` ... ``sinks``, ``dout``), a shape
+    constant (``SHAPE_NAMES``), or an attribute path of one (``k.shape``)."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Decided:
+    """A value the suite decided for this machine (``value``, e.g. ``interpret=True`` off a GPU) that
+    the script decides where it runs by the same rule (``expression``, e.g.
+    ``jax.default_backend() != 'gpu'``)."""
+
+    value: Any
+    expression: str
+
+
+def off_chip(platform: str) -> Decided:
+    """Whether JAX runs on another platform than ``platform`` (``"gpu"``, ``"tpu"``): a kernel's
+    ``interpret=`` here and where the script runs."""
+    from kernels.runtime.jax_runtime import default_backend
+
+    return Decided(default_backend() != platform, f"jax.default_backend() != {platform!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Module:
+    """A module (or one ``attribute`` of it) the call is bound to: ``value`` here; in the script
+    ``name = importlib.import_module(path)[.attribute]``. ``interpreted_off_tpu``: off a TPU the
+    adapter runs a private copy whose ``pallas_call`` interprets (``tpu_interpret.interpreted_copy``),
+    and the script loads the same copy (the shim embedded) unless it runs on a TPU."""
+
+    name: str
+    path: str
+    value: Any
+    attribute: str = ""
+    interpreted_off_tpu: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """A value made from the case before the call, ``name = function(*args, **keywords)``: a page
+    layout, a mask's planes, the kernels of one direction. ``function`` is module-level (embedded
+    in the script); each argument is a literal or a node of this module. ``in_context``: built
+    inside the call's ``Context`` (kernels built under TPU interpret mode). ``comment``: a few words
+    the script shows beside it. Unnamed (``name=""``), it is written inline where it is used."""
+
+    name: str
+    function: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    keywords: tuple[tuple[str, Any], ...] = ()
+    in_context: bool = False
+    comment: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Star:
+    """``*node`` among the traced arrays: a Built that returns several arrays (a page layout)."""
+
+    node: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What the call is traced and run inside: ``enter()`` here; in the script ``expression`` (empty:
+    nothing), with the import lines it needs."""
+
+    enter: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
+    expression: str = ""
+    imports: tuple[str, ...] = ()
+
+
+NO_CONTEXT = Context()
+
+
+def tpu_interpret_context(interpreter: Interpreter, cores: int = 1) -> Context:
+    """The context of a Pallas TPU call with ``interpreter`` (``tpu_interpret.choose_execution``):
+    here natively on a TPU, else that interpreter (``cores`` simulated TensorCores in TPU interpret
+    mode); in the script, for ``"tpu"``, natively on a TPU and TPU interpret mode elsewhere (the
+    generic interpreter is the module's or the kernel's ``interpret=``, no context)."""
+    enter = functools.partial(choose_execution(interpreter).context, cores=cores)
+    if interpreter != "tpu":
+        return Context(enter)
+    params = interpret_params(cores) if tpu_interpret_mode_missing() is None else {}
+    written = f"**{params!r}" if params else ""
+    expression = (
+        "(contextlib.nullcontext() if jax.default_backend() == 'tpu' "
+        f"else pltpu.force_tpu_interpret_mode(pltpu.InterpretParams({written})))"
+    )
+    return Context(enter, expression, ("from jax.experimental.pallas import tpu as pltpu",))
+
+
+@dataclasses.dataclass(frozen=True)
+class CallDescription:
+    """One direction's call: ``function(*bound, *arrays, **keywords)`` inside ``context``.
+
+    function: module-level, JAX and NumPy only: it returns the canonical outputs (``outputs``:
+        ``("out", "lse")`` forward, lse None where none; or the gradients, e.g. ``("dq", "dk", "dv",
+        "dbias")``, a name missing there is None in the script);
+    bound: positional arguments before the arrays (``Module``, ``Built``, literals), static;
+    arrays: the arrays it is traced on, in order (``Name``, ``Built``, ``Star``), NumPy here and
+        ``jnp.asarray`` of them in the call;
+    keywords: static keywords (literals, ``Decided``, ``Built``, ``Module``);
+    note: what runs, in words (the script's header);
+    prepare: calls made first for their effect (unnamed ``Built``: a library's flags marked parsed).
+    """
+
+    function: Callable[..., Any]
+    arrays: tuple[Any, ...]
+    bound: tuple[Any, ...] = ()
+    keywords: tuple[tuple[str, Any], ...] = ()
+    outputs: tuple[str, ...] = FORWARD_OUTPUTS
+    context: Context = NO_CONTEXT
+    note: str = ""
+    prepare: tuple[Built, ...] = ()
+
+    def static_function(self, inputs: AttentionInputs, dout: np.ndarray | None = None) -> Callable[..., Any]:
+        """``function`` with its bound values and keywords, as the adapter jits it; values are built
+        here (a kernel list inside the context), so call it where the compile cache misses."""
+        scope = _Scope(inputs, dout)
+        for step in self.prepare:
+            scope.value(step)
+        with self.context.enter():
+            bound = tuple(scope.value(node) for node in self.bound)
+            keywords = {key: scope.value(node) for key, node in self.keywords}
+        return functools.partial(self.function, *bound, **keywords)
+
+    def traced_arguments(self, inputs: AttentionInputs, dout: np.ndarray | None = None) -> tuple[Any, ...]:
+        """The arguments ``static_function`` is called on: NumPy arrays (None where the case has
+        none), or what a ``Built`` among them made (e.g. JAX arrays, quantized ones)."""
+        scope = _Scope(inputs, dout)
+        values: list[Any] = []
+        for node in self.arrays:
+            if isinstance(node, Star):
+                values.extend(scope.value(node.node))
+            else:
+                values.append(scope.value(node))
+        return tuple(values)
+
+
+def jax_call(
+    call: CallDescription,
+    inputs: AttentionInputs,
+    dout: np.ndarray | None = None,
+    batched: tuple[bool, ...] | None = None,
+    no_vmap: str = "",
+) -> JaxCall:
+    """The described call as the adapter runs it: its function jitted on JAX arrays inside its
+    context; ``batched``: each array's axis 0 is the batch (default: all of them)."""
+    with call.context.enter():
+        args = tuple(
+            to_jax(a) if isinstance(a, np.ndarray) else a for a in call.traced_arguments(inputs, dout)
+        )
+    fn = call.static_function(inputs, dout)
+    return JaxCall(fn, args, (True,) * len(args) if batched is None else batched, call.context.enter, no_vmap)
+
+
+# --- the suite's side: values of the nodes ----------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Scope:
+    """The case's values by script name; a ``Built`` is made once per scope."""
+
+    inputs: AttentionInputs
+    dout: np.ndarray | None
+    made: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def value(self, node: Any) -> Any:
+        if isinstance(node, Name):
+            return self._named(node.name)
+        if isinstance(node, Decided):
+            return node.value
+        if isinstance(node, Module):
+            return node.value
+        if isinstance(node, Built):
+            if node.name and node.name in self.made:
+                return self.made[node.name]
+            args = tuple(self.value(a) for a in node.args)
+            value = node.function(*args, **{k: self.value(v) for k, v in node.keywords})
+            if node.name:
+                self.made[node.name] = value
+            return value
+        if isinstance(node, Star):
+            raise TypeError("Star is only allowed among a CallDescription's arrays")
+        return node  # a literal
+
+    def _named(self, path: str) -> Any:
+        root, *attributes = path.split(".")
+        if root in SHAPE_NAMES:
+            value: Any = SHAPE_NAMES[root](self.inputs.shape)
+        elif root == "dout":  # in the case's dtype, as every adapter passes it
+            value = None if self.dout is None else np.asarray(self.dout, dtype=self.inputs.q.dtype)
+        else:
+            value = getattr(self.inputs, root)
+            if root in LENGTHS and value is not None:
+                value = np.asarray(value, dtype=np.int32)
+        for attribute in attributes:
+            value = getattr(value, attribute)
+        return value
+
+
+# --- the script's side: text of the nodes ------------------------------------------------------
+
+
+def standalone(
+    forward: CallDescription, gradients: CallDescription | None = None, note: str = ""
+) -> StandaloneCall:
+    """The forward call (and the gradients call) as a standalone script's statements: bound values
+    both directions make alike once in its setup, the rest beside each call."""
+    calls = (forward,) if gradients is None else (forward, gradients)
+    shared = _shared_bindings(calls)
+    prepare = dict.fromkeys(step for call in calls for step in call.prepare)
+    setup = "".join(f"{_text(step)}{_comment(step)}\n" for step in prepare)
+    setup += "".join(_binding(node) for node in shared)
+    blocks = [_call_block(call, "attention", "result", "x", FORWARD_OUTPUTS, shared) for call in calls[:1]]
+    if gradients is not None:
+        blocks.append(_call_block(gradients, "gradients", "grads", "g", GRADIENT_OUTPUTS, shared))
+    functions, modules, constants = _embedded(calls)
+    imports = ["import functools", "import jax", "import jax.numpy as jnp"]
+    imports += [line for call in calls for line in _node_imports(call)]
+    imports += modules
+    definitions = tuple(constants) + source_of(*functions)
+    if any(isinstance(n, Module) and n.interpreted_off_tpu for call in calls for n in _nodes(call)):
+        shim_imports, shim, _ = standalone_shim()
+        imports += shim_imports
+        definitions = (*shim, *definitions)
+    return StandaloneCall(
+        imports=tuple(dict.fromkeys(imports)),
+        definitions=definitions,
+        setup=setup,
+        forward=blocks[0],
+        gradients=blocks[1] if gradients is not None else None,
+        note=note or forward.note,
+    )
+
+
+def _text(node: Any) -> str:
+    """A node (or literal) as the script writes it where it is used."""
+    if isinstance(node, Name):
+        return node.name
+    if isinstance(node, Decided):
+        return node.expression
+    if isinstance(node, (Module,)) or (isinstance(node, Built) and node.name):
+        return node.name
+    if isinstance(node, Built):
+        return _call_text(node.function.__name__, node.args, node.keywords)
+    if isinstance(node, Star):
+        return "*" + _text(node.node)
+    return repr(node)
+
+
+def _call_text(
+    function: str, args: tuple[Any, ...], keywords: tuple[tuple[str, Any], ...], width: int = 0
+) -> str:
+    """``function(args, keywords)``; past ``LINE`` characters from column ``width``, one keyword a line."""
+    written = [*(_text(a) for a in args), *(f"{k}={_text(v)}" for k, v in keywords)]
+    one_line = f"{function}({', '.join(written)})"
+    if width == 0 or width + len(one_line) <= LINE or not keywords:
+        return one_line
+    positional = ", ".join(written[: len(args)])
+    lines = ([positional + ","] if positional else []) + [f"{w}," for w in written[len(args) :]]
+    return f"{function}(\n" + "".join(f"    {line}\n" for line in lines) + ")"
+
+
+def _children(node: Any) -> tuple[Any, ...]:
+    if isinstance(node, Built):
+        return (*node.args, *(v for _, v in node.keywords))
+    if isinstance(node, Star):
+        return (node.node,)
+    return ()
+
+
+def _walk(node: Any) -> Iterator[Any]:
+    """``node`` and every node it reaches, dependencies first."""
+    for child in _children(node):
+        yield from _walk(child)
+    yield node
+
+
+def _nodes(call: CallDescription) -> list[Any]:
+    roots = (*call.prepare, *call.bound, *call.arrays, *(v for _, v in call.keywords))
+    return [n for root in roots for n in _walk(root)]
+
+
+def _bindings(call: CallDescription) -> list[Any]:
+    """The statements one call needs before it, in order: each module and named value once."""
+    found: dict[str, Any] = {}
+    for node in _nodes(call):
+        if isinstance(node, Module) or (isinstance(node, Built) and node.name):
+            if node.name in found and found[node.name] != node:
+                raise ValueError(f"two different values are both named {node.name!r} in one call")
+            found.setdefault(node.name, node)
+    return list(found.values())
+
+
+def _shared_bindings(calls: tuple[CallDescription, ...]) -> list[Any]:
+    """Bindings every call makes alike, outside any context: written once, before the calls."""
+    first, *rest = (_bindings(call) for call in calls)
+    return [b for b in first if all(b in other for other in rest) and not getattr(b, "in_context", False)]
+
+
+def _comment(node: Built) -> str:
+    return f"  # {node.comment}" if node.comment else ""
+
+
+def _binding(node: Any) -> str:
+    if isinstance(node, Module):
+        return _module_lines(node)
+    comment = _comment(node)
+    width = len(node.name) + 3 + len(comment) + (4 if node.in_context else 0)
+    return f"{node.name} = {_call_text(node.function.__name__, node.args, node.keywords, width)}{comment}\n"
+
+
+def _module_lines(node: Module) -> str:
+    attribute = f".{node.attribute}" if node.attribute else ""
+    if node.attribute and node.value is None:
+        return f"{node.name} = None  # {node.path} has no {node.attribute} in this JAX\n"
+    if not node.interpreted_off_tpu:
+        return f"{node.name} = importlib.import_module({node.path!r}){attribute}\n"
+    shim = jax_version() < INT_INDEXER_SHIM_BEFORE
+    return (
+        "if jax.default_backend() == 'tpu':\n"
+        f"    {node.name} = importlib.import_module({node.path!r}){attribute}  # natively, as shipped\n"
+        "else:\n"
+        "    # The kernel calls pl.pallas_call without interpret=: run a private copy of its module\n"
+        "    # whose pallas_call interprets (the suite's runtime/tpu_interpret.py, inline above).\n"
+        f"    {node.name} = load_interpreting_copy({node.path!r}, int_indexer_shim={shim!r}){attribute}\n"
+    )
+
+
+def _call_block(
+    call: CallDescription,
+    jitted: str,
+    result: str,
+    item: str,
+    names: tuple[str, ...],
+    shared: list[Any],
+) -> str:
+    """The statements of one call: its own bindings, the jitted function, the call on the arrays
+    (inside the context), and the canonical outputs as NumPy arrays."""
+    own = [b for b in _bindings(call) if b not in shared]
+    before = "".join(_binding(b) for b in own if not getattr(b, "in_context", False))
+    inside = "".join(_binding(b) for b in own if getattr(b, "in_context", False))
+    partial = _call_text("functools.partial", (Name(call.function.__name__), *call.bound), call.keywords, 30)
+    arrays = ", ".join(_text(a) for a in call.arrays)
+    arrays = f"({arrays},)" if len(call.arrays) == 1 else f"({arrays})"
+    body = (
+        inside
+        + f"{jitted} = jax.jit({partial})\n"
+        + f"args = tuple(jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in {arrays})\n"
+        + f"{result} = {jitted}(*args)\n"
+    )
+    if call.context.expression:
+        body = f"with {call.context.expression}:\n" + "".join(f"    {line}\n" for line in body.splitlines())
+    unset = [n for n in names if n not in call.outputs]
+    as_numpy = f"(None if {item} is None else np.asarray({item}) for {item} in {result})"
+    return (
+        before
+        + body
+        + f"{', '.join(call.outputs)} = {as_numpy}\n"
+        + "".join(f"{n} = None  # not among this call's outputs\n" for n in unset)
+    )
+
+
+def _node_imports(call: CallDescription) -> list[str]:
+    nodes = _nodes(call)
+    lines = list(call.context.imports)
+    if call.context.expression:
+        lines.append("import contextlib")
+    if any(isinstance(n, Module) for n in nodes):
+        lines.append("import importlib")
+    return lines
+
+
+def _embedded(calls: tuple[CallDescription, ...]) -> tuple[list[Any], list[str], list[str]]:
+    """(functions, import lines, constant lines) the script embeds: each call's function and each
+    built value's, then every module-level function or class of the suite's own packages, module
+    and upper-case constant that these reach by name (``EMBEDDABLE_PACKAGES``)."""
+    queue: list[Any] = []
+    for call in calls:
+        queue.append(call.function)
+        queue += [n.function for n in _nodes(call) if isinstance(n, Built)]
+    functions: list[Any] = []
+    modules: dict[str, str] = {}
+    constants: dict[str, str] = {}
+    while queue:
+        obj = queue.pop(0)
+        if obj in functions:
+            continue
+        functions.append(obj)
+        for name, value in _globals_used(obj):
+            if inspect.isfunction(value) or inspect.isclass(value):
+                if value.__module__.startswith(EMBEDDABLE_PACKAGES) and value not in functions:
+                    queue.append(value)
+            elif isinstance(value, types.ModuleType):
+                modules[name] = _import_line(name, value)
+            elif name.isupper() and isinstance(value, int | float | str | bool | tuple):
+                constants[name] = f"{name} = {value!r}\n"
+    return functions, list(modules.values()), list(constants.values())
+
+
+def _globals_used(obj: Any) -> Iterator[tuple[str, Any]]:
+    """(name, value) of each module-level name ``obj``'s code reads (nested functions included)."""
+    functions = [obj] if inspect.isfunction(obj) else [m for m in vars(obj).values() if inspect.isfunction(m)]
+    for function in functions:
+        namespace = function.__globals__
+        codes = [function.__code__]
+        while codes:
+            code = codes.pop()
+            codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            for instruction in dis.get_instructions(code):
+                name = instruction.argval
+                if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and name in namespace:
+                    yield name, namespace[name]
+
+
+def _import_line(name: str, module: types.ModuleType) -> str:
+    if module.__name__ == name:
+        return f"import {name}"
+    parent, _, leaf = module.__name__.rpartition(".")
+    if leaf == name:
+        return f"from {parent} import {name}"
+    return f"import {module.__name__} as {name}"

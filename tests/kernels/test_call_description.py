@@ -1,0 +1,109 @@
+"""kernels/runtime/call_description.py: one description of a call, run here and written as script.
+
+The scripts of every JAX subject are run against the adapters' own calls in
+tests/conformance/judge/test_standalone.py (``test_the_scripts_call_returns_the_suites_values_bitwise``);
+these are the renderer's rules, on small descriptions."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from kernels.adapters import paged_attention, splash
+from kernels.runtime.call_description import (
+    Built,
+    CallDescription,
+    Context,
+    Decided,
+    Module,
+    Name,
+    Star,
+    standalone,
+)
+from reference.spec import AttentionInputs
+
+
+def _inputs() -> AttentionInputs:
+    q = np.ones((2, 4, 8, 16), np.float32)
+    kv = np.ones((2, 2, 12, 16), np.float32)
+    return AttentionInputs(q, kv, kv, kv_lengths=np.array([12, 5], dtype=np.int64))
+
+
+def test_the_suite_builds_each_value_once_in_the_context_and_passes_the_arrays():
+    made, entered = [], []
+
+    def layout(k, length):
+        made.append(length)
+        return (k[:, :, :length], np.asarray(length))
+
+    @contextlib.contextmanager
+    def context():
+        entered.append(True)
+        yield
+
+    shared = Built("layout", layout, (Name("k"), Name("SK")))
+    call = CallDescription(
+        np.add,
+        (Name("q"), Star(shared), Name("kv_lengths"), Name("dout")),
+        bound=(Built("kernel", layout, (Name("v"), 3), in_context=True),),
+        keywords=(("shape", Name("k.shape")), ("interpret", Decided(True, "jax.default_backend() != 'tpu'"))),
+        context=Context(context, "interpreting()"),
+    )
+    inputs = _inputs()
+    args = call.traced_arguments(inputs, dout=np.zeros((2, 4, 8, 16), np.float64))
+    assert [a.shape for a in args[:3]] == [(2, 4, 8, 16), (2, 2, 12, 16), ()]
+    assert args[3].dtype == np.int32 and args[4].dtype == np.float32  # lengths int32; dout in q's dtype
+    fn = call.static_function(inputs)
+    assert entered == [True] and made == [12, 3]
+    assert fn.keywords == {"shape": (2, 2, 12, 16), "interpret": True} and fn.args[0][0].shape == (
+        2,
+        2,
+        3,
+        16,
+    )
+
+
+def test_shared_values_go_to_the_setup_and_each_directions_own_inside_its_context():
+    mask = Built("layout", splash.mask_layout, (True, "top_left", None, Name("SQ"), Name("SK")))
+    context = Context(contextlib.nullcontext, "interpreting()", ("import interpreting_module",))
+
+    def call(function, backward):
+        kernels = Built("kernels", splash.kernel_blocks, (mask, backward), in_context=True)
+        arrays = (Name("q"), Name("k"), Name("v")) + ((Name("dout"),) if backward else ())
+        outputs = ("dq", "dk", "dv", "dsinks") if backward else ("out", "lse")
+        return CallDescription(function, arrays, (kernels,), (("scale", 0.5),), outputs, context)
+
+    written = standalone(call(splash.splash_forward, False), call(splash.splash_gradients, True))
+    assert written.setup == "layout = mask_layout(True, 'top_left', None, SQ, SK)\n"
+    assert written.forward.startswith(
+        "with interpreting():\n    kernels = kernel_blocks(layout, False)\n"
+        "    attention = jax.jit(functools.partial(splash_forward, kernels, scale=0.5))\n"
+    )
+    assert "    grads = gradients(*args)\n" in written.gradients
+    assert written.gradients.endswith(
+        "dq, dk, dv, dsinks = (None if g is None else np.asarray(g) for g in grads)\n"
+        "dbias = None  # not among this call's outputs\n"
+    )
+    assert "import interpreting_module" in written.imports and "import contextlib" in written.imports
+
+
+def test_the_script_embeds_what_the_call_reaches_by_name():
+    layout = Built(
+        "layout", paged_attention.paged_layout, (Name("k"), Name("v"), Name("kv_lengths"), 4, "float", 0)
+    )
+    module = Module("kernel", "some.module", None, attribute="kernel")
+    written = standalone(CallDescription(paged_attention.paged_forward, (Name("q"), Star(layout)), (module,)))
+    names = [d.split("(")[0].split(" =")[0].removeprefix("def ") for d in written.definitions]
+    assert {
+        "paged_forward",
+        "paged_layout",
+        "page_table",
+        "scatter_pages",
+        "int8_pages",
+        "int8_quantize",
+    } <= set(names)
+    assert {"PAGE_SIZE", "SPARE_PAGES", "GARBAGE_STD"} <= set(names)  # module constants the functions read
+    assert "import math" in written.imports and "import importlib" in written.imports
+    assert written.setup.startswith("kernel = None  # some.module has no kernel in this JAX\n")
+    assert "for x in (q, *layout))" in written.forward
