@@ -20,6 +20,7 @@ Translation from canonical semantics (``docs/semantics.md``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from typing import Any, Literal
 
