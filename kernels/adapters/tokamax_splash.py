@@ -11,7 +11,9 @@ sequence); Mosaic TPU's op is built with its forward ``Config`` named explicitly
 of that call:
 the op's own VJP op (``base.SplashAttentionVjp``, ``pallas_mosaic_tpu_vjp``). The lse comes from the
 op's residuals ``(max_logits, logsumexp)`` (``return_residuals=True``, through a callable passed as
-the implementation: the public function has no such argument).
+the implementation: the public function has no such argument). ``jax_call`` is that call, a
+function of batch-first JAX arrays (the boolean mask one of them), which ``forward``, ``gradients``
+and ``dropout`` run and the ``vmap`` and ``sharded`` checks transform.
 
 Translation from canonical semantics (``docs/semantics.md``), read in tokamax 0.0.17's
 ``_src/ops/experimental/tpu/splash_attention/`` (``api.py``, ``base.py``, ``reference.py``,
@@ -74,8 +76,8 @@ from kernels.contract.base import (
 from kernels.contract.dropout import DROPOUT_FEATURE, DropoutRequest
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
 from kernels.runtime.jax_runtime import (
-    Compiled,
     CompiledCache,
+    JaxCall,
     TracedPrimitives,
     array_key,
     default_backend,
@@ -91,7 +93,7 @@ from kernels.runtime.tokamax_runtime import (
     interpretable_op,
     remat_optimization_off,
 )
-from kernels.runtime.tpu_interpret import tpu_interpret_mode_missing
+from kernels.runtime.tpu_interpret import TPU_INTERPRET_NO_VMAP, tpu_interpret_mode_missing
 from reference.spec import AttentionInputs, AttentionSpec
 
 Implementation = Literal["base", "mosaic_tpu"]
@@ -627,62 +629,79 @@ class TokamaxSplashAdapter:
             args += (jax.ShapeDtypeStruct((b, hq, sq, inputs.v.shape[-1]), inputs.q.dtype),)
         return LoweringCall("tpu", fn, args, DEFAULT_DEVICE_KIND)
 
-    def _compiled(
-        self,
-        direction: str,
-        inputs: AttentionInputs,
-        spec: AttentionSpec,
-        dout: Any = None,
-        dropout: DropoutRequest | None = None,
-    ):
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        """The forward call (``dout`` None) or the gradients call as this adapter runs it: the public
+        ``splash_attention`` with this implementation's op (Mosaic TPU's forward Config named), on JAX
+        arrays in the canonical layout, inside the interpreter's context off a TPU. q, k, v, the
+        boolean mask (``[Bm, Hm, Sq, Sk]``, a batch axis of 1 where every row's is the same), segment
+        ids and dout are batch-first; sinks (``[Hq]``) are shared by every row. The mask is an
+        argument, not built into the function, so nothing is per batch row; off a TPU the Mosaic
+        kernel runs one call per batch row in TPU interpret mode, which cannot vmap it
+        (``TPU_INTERPRET_NO_VMAP``)."""
+        return self._call(inputs, spec, dout)[0]
+
+    def _call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None, rate: float = 0.0
+    ) -> tuple[JaxCall, Callable[[TracedPrimitives], str]]:
+        """``jax_call``'s call (the op's Config bound for dropout ``rate``: ``_op``), and the ``ran``
+        sentence's writer for the primitives it traces to."""
         kind = self._kind
         api = _load_api(kind)
         execution = _execution(kind)
         arrays, static = self._arrays(inputs, spec)
-        scale, layout, softcap = static["scale"], static["layout"], static["softcap"]
-        if direction == "backward":
+        direction = "forward" if dout is None else "backward"
+        if dout is not None:
             arrays += (np.asarray(dout, dtype=inputs.q.dtype),)
-        rate = 0.0 if dropout is None else dropout.rate
-        key = (direction, layout, scale, softcap, rate, array_key(*arrays))
-        with _running(execution):
+        context = functools.partial(_running, execution)
+        with context():
             args = tuple(None if a is None else to_jax(a) for a in arrays)
+            op, config = self._op(api, execution, args, rate)
+        # the interpreter's limit makes the call loop over the batch rows, and keeps vmap out
+        loop = execution == "tpu"
+        fn = _direction_fn(direction, api, op, dict(static, loop=loop))
+        batched = (True, True, True, True, True, True, False) + ((True,) if dout is not None else ())
+        no_vmap = TPU_INTERPRET_NO_VMAP if loop else ""
+        describe = functools.partial(self._ran, execution=execution, config=config)
+        return JaxCall(fn, args, batched, context, no_vmap), describe
+
+    def _run(
+        self,
+        inputs: AttentionInputs,
+        spec: AttentionSpec,
+        dout: Any = None,
+        dropout: DropoutRequest | None = None,
+    ) -> tuple[tuple[Any, ...], str]:
+        """``_call``'s call jitted (once per shapes and options) and run: its outputs and ``ran``.
+        With ``dropout``, the call takes ``dropout_rate`` and ``prng_key = jax.random.key(seed)``,
+        the key as one more argument."""
+        rate = 0.0 if dropout is None else dropout.rate
+        call, describe = self._call(inputs, spec, dout, rate)
+        arrays, static = self._arrays(inputs, spec)
+        direction = "forward" if dout is None else "backward"
+        key = (direction, static["layout"], static["scale"], static["softcap"], rate)
+        key += array_key(*arrays, None if dout is None else np.asarray(dout, dtype=inputs.q.dtype))
+        fn, args = call.fn, call.args
+        with call.context():
             if dropout is not None:
                 import jax
 
+                fn = functools.partial(with_prng_key, fn, rate)
                 args += (jax.random.key(dropout.seed),)
-
-            def build() -> Compiled:
-
-                op, config = self._op(api, execution, args, rate)
-                options = dict(scale=scale, layout=layout, softcap=softcap, loop=execution == "tpu")
-                fn = _direction_fn(direction, api, op, options)
-                if dropout is not None:
-                    fn = functools.partial(with_prng_key, fn, rate)
-                return jit_observed(
-                    fn, args, functools.partial(self._ran, execution=execution, config=config)
-                )
-
-            compiled = self._cache.get(key, build)
-        return compiled, args, execution
+            compiled = self._cache.get(key, lambda: jit_observed(fn, args, describe))
+            result = compiled.fn(*args)
+            return tuple(None if r is None else to_numpy(r) for r in result), compiled.ran
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32."""
-        compiled, args, execution = self._compiled("forward", inputs, spec)
-        with _running(execution):
-            out, lse = compiled.fn(*args)
-            return SubjectOutput(out=to_numpy(out), lse=to_numpy(lse), ran=compiled.ran)
+        (out, lse), ran = self._run(inputs, spec)
+        return SubjectOutput(out=out, lse=lse, ran=ran)
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` through the op's VJP; ``dsinks: [Hq]`` with sinks."""
-        compiled, args, execution = self._compiled("backward", inputs, spec, dout)
-        with _running(execution):
-            dq, dk, dv, dsinks = compiled.fn(*args)
-            return SubjectGrads(
-                dq=to_numpy(dq),
-                dk=to_numpy(dk),
-                dv=to_numpy(dv),
-                dsinks=None if dsinks is None else to_numpy(dsinks),
-            )
+        (dq, dk, dv, dsinks), _ = self._run(inputs, spec, dout)
+        return SubjectGrads(dq=dq, dk=dk, dv=dv, dsinks=dsinks)
 
     def dropout(
         self,
@@ -691,25 +710,17 @@ class TokamaxSplashAdapter:
         request: DropoutRequest,
         dout: np.ndarray | None = None,
     ) -> SubjectOutput | SubjectGrads:
-        """The forward (``dout`` None) or gradients call with ``dropout_rate`` and ``prng_key =
-        jax.random.key(request.seed)`` (each batch row under its split of it:
+        """The forward (``dout`` None) or gradients call of ``jax_call`` with ``dropout_rate`` and
+        ``prng_key = jax.random.key(request.seed)`` (each batch row under its split of it:
         ``tokamax_splash_attention``); the mask is drawn inside, in both directions."""
         if request.seed is None:
             raise ValueError(f"{self.name} draws its dropout mask from a key (Capabilities.dropout 'key')")
-        direction = "forward" if dout is None else "backward"
-        compiled, args, execution = self._compiled(direction, inputs, spec, dout, request)
-        with _running(execution):
-            result = compiled.fn(*args)
-            if dout is None:
-                out, lse = result
-                return SubjectOutput(out=to_numpy(out), lse=to_numpy(lse), ran=compiled.ran)
-            dq, dk, dv, dsinks = result
-            return SubjectGrads(
-                dq=to_numpy(dq),
-                dk=to_numpy(dk),
-                dv=to_numpy(dv),
-                dsinks=None if dsinks is None else to_numpy(dsinks),
-            )
+        result, ran = self._run(inputs, spec, dout, request)
+        if dout is None:
+            out, lse = result
+            return SubjectOutput(out=out, lse=lse, ran=ran)
+        dq, dk, dv, dsinks = result
+        return SubjectGrads(dq=dq, dk=dk, dv=dv, dsinks=dsinks)
 
     def _ran(self, primitives: TracedPrimitives, execution: str, config: Any) -> str:
         kernels = primitives.count("pallas_call")

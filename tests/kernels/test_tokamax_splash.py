@@ -150,6 +150,50 @@ def test_mosaic_tpu_forward_in_tpu_interpret_mode_matches_the_reference():
 
 
 @needs_public
+def test_its_jax_call_is_the_call_forward_and_gradients_run_and_vmaps_a_mask_per_batch_row():
+    """What vmap and sharded transform: the mask is an argument (batch-first, one plane per row
+    here), sinks are shared, and the call gives forward's and gradients' answers; vmapped over the
+    batch order reversed, each request gets its own rows' answer. Mosaic TPU off a TPU loops over
+    the rows in TPU interpret mode, which cannot vmap it: no_vmap says so."""
+    import jax
+    import jax.numpy as jnp
+
+    from kernels.runtime.tpu_interpret import TPU_INTERPRET_NO_VMAP
+
+    rng = np.random.default_rng(5)
+    mask = rng.random((2, 1, 128, 128)) > 0.3
+    inputs = make_inputs(0, 2, 2, 1, 128, 128, 64, mask=mask, sinks=rng.standard_normal(2).astype(np.float32))
+    spec = AttentionSpec(causal=True)
+    adapter = TokamaxSplashAdapter("base")
+    call = adapter.jax_call(inputs, spec)
+    assert call.no_vmap == "" and call.batched == (True,) * 6 + (False,)  # sinks are shared
+    assert call.args[3].shape == (2, 1, 128, 128)  # the mask differs per row: kept per row
+    forward = adapter.forward(inputs, spec)
+    with call.context():
+        out, lse = jax.jit(call.fn)(*call.args)
+        stacked = tuple(
+            None if a is None else jnp.stack([a, jnp.flip(a, axis=0) if b else a])
+            for a, b in zip(call.args, call.batched, strict=True)
+        )
+        batched_out, _ = jax.jit(jax.vmap(call.fn))(*stacked)
+    np.testing.assert_array_equal(np.asarray(out), forward.out)
+    np.testing.assert_array_equal(np.asarray(lse), forward.lse)
+    np.testing.assert_allclose(np.asarray(batched_out[0]), forward.out, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(batched_out[1]), forward.out[::-1], atol=1e-6)
+    dout = rng.standard_normal(forward.out.shape).astype(np.float32)
+    gradients_call = adapter.jax_call(inputs, spec, dout)
+    assert gradients_call.batched[-1] and len(gradients_call.args) == 8
+    with gradients_call.context():
+        dq, _, _, dsinks = jax.jit(gradients_call.fn)(*gradients_call.args)
+    grads = adapter.gradients(inputs, spec, dout)
+    np.testing.assert_array_equal(np.asarray(dq), grads.dq)
+    np.testing.assert_array_equal(np.asarray(dsinks), grads.dsinks)
+    mosaic = TokamaxSplashAdapter("mosaic_tpu")
+    if mosaic.availability().execution == "interpret":
+        assert mosaic.jax_call(inputs, spec).no_vmap == TPU_INTERPRET_NO_VMAP
+
+
+@needs_public
 def test_bottom_right_causal_runs_top_left_a_ledger_finding():
     """base.py bind turns every CausalMask into Mask(is_causal=True): the offset is dropped."""
     from reference.attention import attention_forward
