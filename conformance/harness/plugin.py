@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import isolation, progress, recording
+from conformance.harness import isolation, keyword_prefilter, progress, recording
 from conformance.judge import jax_compat, known_issues
 from conformance.judge.runner import Runner, case_description
 from conformance.plan import profiles, shards, user_cases
@@ -339,6 +339,11 @@ class ConformancePlugin:
                 f"{metafunc.function.__name__}: no check named {check!r}; checks are {CHECKS}"
             )
         items = self.plan[check]
+        keep = keyword_prefilter.keyword_filter(metafunc)
+        if keep is not None:
+            # What -k would deselect is never made an item; where it keeps none, pytest's own
+            # -k drops them (an empty parameter set would leave a stray skipped item).
+            items = tuple(p for p in items if keep(p.test_id)) or items
         metafunc.parametrize("planned", items, ids=[p.test_id for p in items])
 
     def pytest_collection_modifyitems(
