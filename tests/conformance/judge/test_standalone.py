@@ -407,6 +407,8 @@ SAME_VALUES = {
                                                  head_dim=64, kv_lengths=(40, 17), kv_storage="int8")),
     "tokamax[impl=xla]": ("lse", dict(q_heads=4, kv_heads=2, q_len=32, kv_len=48, head_dim=16, causal=True,
                                       bias="1h1k", q_lengths=(20,), kv_lengths=(40,))),
+    "tokamax_splash[impl=base]": ("backward", dict(batch=2, q_heads=4, kv_heads=2, q_len=64, kv_len=64,
+                                                   head_dim=32, causal=True, sinks="normal", mask="b1qk")),
 }  # fmt: skip
 
 
@@ -863,3 +865,37 @@ def test_tokamax_interpreted_implementations_fall_back_to_the_checkout_script_an
         subject.adapter.standalone(case.skeleton(), case.spec)
     text = script(case, declaration("forward"), "tokamax[impl=triton]", adapter=subject.adapter)
     assert "Not standalone (writing it failed: NotImplementedError" in text
+
+
+# --- tokamax_splash (kernels/adapters/tokamax_splash.py): the base op -----------------------------
+
+
+def test_tokamax_splash_dropped_causal_offset_reproduces_standalone(tmp_path):
+    """The ledger's tokamax-splash-causal-mask-offset-dropped: bottom-right causal with Sq < Sk runs
+    top-left. The recorded repro needs only jax, numpy and tokamax and fails again (exit 1); with the
+    queries as long as the keys (both alignments alike) the same script passes."""
+    impl = "tokamax_splash[impl=base]"
+    subject = _tokamax_or_skip(impl)
+    fields = dict(q_heads=2, kv_heads=2, kv_len=64, head_dim=32, v_head_dim=32, causal=True,
+                  alignment="bottom_right")  # fmt: skip
+    result = record(Case(impl, "float32", q_len=32, **fields), "forward", impl)
+    assert result.verdict in ("fail", "known"), (result.verdict, result.reason)
+    text = standalone_text(result)
+    assert "import_module('tokamax.ops.experimental').splash_attention" in text
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 1 and "out: OUT OF TOLERANCE" in done.stdout, done.stdout + done.stderr[-3000:]
+    square = Case(impl, "float32", q_len=64, **fields)
+    passed = record(square, "forward", impl)
+    assert passed.verdict == "pass", passed.reason
+    text = standalone.script(square, declaration("forward"), subject.adapter, passed.metrics)
+    done = run_isolated(text, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+def test_tokamax_splash_mosaic_falls_back_to_the_checkout_script_and_says_why():
+    subject = _tokamax_or_skip("tokamax_splash[impl=mosaic_tpu]")
+    case = Case(
+        "tokamax_splash[impl=mosaic_tpu]", "float32", q_len=128, kv_len=128, head_dim=64, v_head_dim=64
+    )
+    with pytest.raises(NotImplementedError, match=r"only tokamax_splash\[impl=base\]"):
+        subject.adapter.standalone(case.skeleton(), case.spec)
