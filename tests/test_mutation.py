@@ -85,6 +85,7 @@ def _split(checks: tuple[str, ...]) -> tuple[list[str], list[str]]:
             "runtime_sample",
             "batched_sample",
             "one_batched_case",
+            "vmap_cases",
             "one_backward_case",
             "one_case",
             "race_sample",

@@ -471,6 +471,21 @@ def _one_batched_case(planned: list[Planned]) -> list[Planned]:
     return sorted(chosen, key=lambda p: p.case.dtype != "float32")[:1]
 
 
+def _vmap_cases(planned: list[Planned]) -> list[Planned]:
+    """vmap's cases (``vmap_cases``): ``_one_batched_case``'s and, where its requests differ by
+    per-request inputs, one batched case whose requests differ only in values, float32 first. A
+    batching rule is structure, so one case per form shows it: the first slices lengths, segment
+    ids or a per-row mask along the vmapped axis; the second is the plain batch, which a subject
+    that builds a per-row input into its function (splash's mask planes) can still put under
+    ``jax.vmap`` where it cannot the first (that item is unsupported, with the reason)."""
+    first = _one_batched_case(planned)
+    if not first or not _distinct_requests(first[0].case):
+        return first
+    plain = [p for p in planned if p.case.batch >= 2 and not _distinct_requests(p.case)]
+    second = sorted(_runtime_subset(plain, 1), key=lambda p: p.case.dtype != "float32")[:1]
+    return first + second
+
+
 def _one_backward_case(planned: list[Planned]) -> list[Planned]:
     """dropout's case (``one_backward_case``): one of ``_runtime_subset``'s, float32 first (the
     tightest tolerance), among the cases whose backward runs where there are any, so that one mask
@@ -526,6 +541,7 @@ SAMPLES: dict[str, Callable[[list[Planned], Profile], list[Planned]]] = {
     "race_sample": lambda items, profile: _race_subset(items, profile.runtime_cases_per_dtype),
     "batched_sample": lambda items, profile: _batched_subset(items, profile.runtime_cases_per_dtype),
     "one_batched_case": lambda items, profile: _one_batched_case(items),
+    "vmap_cases": lambda items, profile: _vmap_cases(items),
     "one_backward_case": lambda items, profile: _one_backward_case(items),
     "config_cases": lambda items, profile: _configured(items),
 }

@@ -90,6 +90,9 @@ NEED_REASONS: dict[str, str] = {
 #                       with a batch axis) first; a subject with none keeps one item, unsupported;
 #   one_batched_case    one of batched_sample's cases, float32 first (a batching rule is structure:
 #                       one case shows it); without a batch >= 2 case, the largest cheap one;
+#   vmap_cases          one_batched_case's case and, where its requests differ by per-request
+#                       inputs, one batched case whose requests differ only in values (a subject
+#                       that builds a per-row input into its function can vmap only the second);
 #   one_case            one cheap case with the largest output (a per-call leak stands out);
 #   one_backward_case   one cheap case, float32 first, whose backward runs where any case's does
 #                       (a check that judges both directions under one mask; api_contract, whose
@@ -108,6 +111,7 @@ Sampling = Literal[
     "runtime_sample",
     "batched_sample",
     "one_batched_case",
+    "vmap_cases",
     "one_case",
     "one_backward_case",
     "race_sample",
@@ -261,7 +265,7 @@ REGISTRY: tuple[CheckDeclaration, ...] = (
         "jax.vmap",
         18,
         # No ``needs``: a subject without ``Adapter.jax_call`` is unsupported, with that reason.
-        sampling="one_batched_case",  # two more programs (forward, backward) per case: one case
+        sampling="vmap_cases",  # two more programs (forward, backward) per case: one case per form
         shrinks=False,
     ),
     CheckDeclaration(

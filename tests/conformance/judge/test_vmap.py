@@ -8,9 +8,11 @@ import dataclasses
 from conformance.judge.checks.jax_calls import CANNOT_STATE
 from conformance.judge.checks.vmap import NO_JAX_CALL
 from conformance.judge.runner import run_check
+from conformance.plan import catalogue, profiles
 from conformance.plan.cases import Case
 from tests.mutants.vmap import VmapAdapter
 from tests.support import toy_subjects
+from tests.support.fakes import FULL, subject
 
 CASE = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=64, kv_len=64, causal=True)
 
@@ -44,3 +46,17 @@ def test_a_jax_call_that_cannot_state_the_case_is_unsupported_with_its_first_lin
     outcome = run_check(CASE, "vmap", impl=f"{__name__}:CannotState")
     assert outcome.verdict == "unsupported", outcome.reason
     assert outcome.reason == CANNOT_STATE.format(reason="the mask is built into one kernel per batch row")
+
+
+def test_vmap_takes_one_case_per_form_of_batch():
+    """A case whose requests differ by per-request inputs, then a plain batch: a subject that builds
+    a per-row input into its function (splash's mask planes) cannot vmap the first, only the second."""
+    plan = catalogue.plan((subject("full", FULL),), profiles.get("ci"), draw_seed=0)
+    items = [p for p in plan["vmap"] if p.case.subject == "full"]
+    assert [catalogue._distinct_requests(p.case) for p in items] == [True, False]
+    assert all(p.case.batch >= 2 and p.status == "run" and p.case.dtype == "float32" for p in items)
+    plain = [
+        p for p in plan["forward"] if p.case.subject == "full" and not catalogue._distinct_requests(p.case)
+    ]
+    (one,) = catalogue.SAMPLES["vmap_cases"](plain, profiles.get("ci"))  # nothing per request: one form
+    assert one.case.batch >= 2
