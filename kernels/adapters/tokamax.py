@@ -90,6 +90,7 @@ from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, T
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall
 from kernels.runtime.call_description import (
     GRADIENT_OUTPUTS,
+    HEAD_AXES,
     Built,
     CallDescription,
     Module,
@@ -1220,10 +1221,14 @@ class TokamaxAdapter(Configurable):
         with context():  # the default config as the call picks it (the interpreter's device)
             op, forward_config, vjp_config = self._ops(api, execution != "native", static, structured)
         fn, takes_dout = self._call_fn(direction, api, op, static, execution == "tpu", kind.residuals)
+        # each array's head axis where every one is a canonical input (none quantized)
+        names = (*_CALL_ARRAYS, "dout") if takes_dout else _CALL_ARRAYS
+        heads: tuple[int | None, ...] | None = tuple(HEAD_AXES.get(n) for n in names)
         if takes_dout:
             args = (*structured, to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
         else:
             fn, args = with_quantized_leaves(fn, structured)
+            heads = heads if len(args) == len(_CALL_ARRAYS) else None  # QArray leaves: undeclared
         describe = functools.partial(
             self._ran,
             execution=execution,
@@ -1233,7 +1238,7 @@ class TokamaxAdapter(Configurable):
         )
         # the same limit makes the adapter call once per batch row (per_batch_row)
         no_vmap = TPU_INTERPRET_NO_VMAP if execution == "tpu" else ""
-        return JaxCall(fn, args, (True,) * len(args), context, no_vmap), describe
+        return JaxCall(fn, args, (True,) * len(args), context, no_vmap, heads), describe
 
     def dropout(
         self,

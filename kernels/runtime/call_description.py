@@ -55,6 +55,10 @@ SHAPE_NAMES = {
     "DV": lambda s: s.v_head_dim,
 }
 LENGTHS = ("q_lengths", "kv_lengths")  # int32 in the script's draws and in every call
+# Where each canonical input keeps its heads (docs/semantics.md's layouts: [B, H, S, D], a bias or
+# mask [B|1, H|1, Sq, Sk], sinks [Hq]): what ``jax.vmap`` along heads splits. Segment ids and
+# lengths have none.
+HEAD_AXES = {"q": 1, "k": 1, "v": 1, "dout": 1, "bias": 1, "mask": 1, "sinks": 0}
 FORWARD_OUTPUTS = ("out", "lse")
 GRADIENT_OUTPUTS = ("dq", "dk", "dv", "dbias")
 # Where an embedded function may come from: the suite's own pure translation code.
@@ -217,7 +221,16 @@ def jax_call(
             to_jax(a) if isinstance(a, np.ndarray) else a for a in call.traced_arguments(inputs, dout)
         )
     fn = call.static_function(inputs, dout)
-    return JaxCall(fn, args, (True,) * len(args) if batched is None else batched, call.context.enter, no_vmap)
+    batched = (True,) * len(args) if batched is None else batched
+    return JaxCall(fn, args, batched, call.context.enter, no_vmap, head_axes(call))
+
+
+def head_axes(call: CallDescription) -> tuple[int | None, ...] | None:
+    """Each traced array's head axis, where every array is a canonical input (``HEAD_AXES``); None
+    where one is built from the case (a page layout, a mask's planes): its heads are the builder's."""
+    if not all(isinstance(node, Name) for node in call.arrays):
+        return None
+    return tuple(HEAD_AXES.get(node.name) for node in call.arrays)
 
 
 # --- the suite's side: values of the nodes ----------------------------------------------------

@@ -174,6 +174,10 @@ class JaxCall:
     ``no_vmap``: where set, why ``jax.vmap`` of this call cannot be judged here, a limit of the
     context it runs in (an interpreter) or of the call's form (an input built into the function per
     batch row), not a batching rule's answer: the ``vmap`` check is unsupported with it.
+
+    ``heads``: each array's head axis (None for one without heads: segment ids, lengths), where the
+    call says so: what ``vmap`` along heads splits. None as a whole: undeclared (an array built
+    from the case, a quantized leaf), so the call is not put under ``jax.vmap`` along heads.
     """
 
     fn: Callable[..., Any]
@@ -181,10 +185,13 @@ class JaxCall:
     batched: tuple[bool, ...]
     context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
     no_vmap: str = ""
+    heads: tuple[int | None, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.batched) != len(self.args):
             raise ValueError(f"JaxCall: {len(self.args)} args but {len(self.batched)} batched flags")
+        if self.heads is not None and len(self.heads) != len(self.args):
+            raise ValueError(f"JaxCall: {len(self.args)} args but {len(self.heads)} head axes")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

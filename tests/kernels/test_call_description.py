@@ -19,6 +19,8 @@ from kernels.runtime.call_description import (
     Module,
     Name,
     Star,
+    head_axes,
+    jax_call,
     standalone,
 )
 from reference.spec import AttentionInputs
@@ -107,3 +109,15 @@ def test_the_script_embeds_what_the_call_reaches_by_name():
     assert "import math" in written.imports and "import importlib" in written.imports
     assert written.setup.startswith("kernel = None  # some.module has no kernel in this JAX\n")
     assert "for x in (q, *layout))" in written.forward
+
+
+def test_head_axes_come_from_the_canonical_names_and_a_built_array_leaves_them_undeclared():
+    """What ``jax.vmap`` along heads splits: [B, H, S, D] inputs on axis 1, sinks [Hq] on 0, segment
+    ids and lengths nowhere; an array built from the case (a page layout) has the builder's heads."""
+    names = ("q", "k", "v", "q_segment_ids", "kv_lengths", "sinks", "dout")
+    described = CallDescription(np.add, tuple(Name(n) for n in names))
+    assert head_axes(described) == (1, 1, 1, None, None, 0, 1)
+    layout = Built("layout", lambda k: (k, k), (Name("k"),))
+    assert head_axes(CallDescription(np.add, (Name("q"), Star(layout)))) is None
+    call = jax_call(CallDescription(lambda q, k: (q, k), (Name("q"), Name("k"))), _inputs())
+    assert call.heads == (1, 1)

@@ -45,7 +45,8 @@ class VmapAdapter(CorrectAdapter):
         else:
             fn = functools.partial(_gradients, **static)
             args += (jnp.asarray(dout),)
-        return JaxCall(self.batching(fn), args, (True,) * len(args))
+        # q, k, v and dout keep their heads on axis 1: the call may be vmapped along heads too
+        return JaxCall(self.batching(fn), args, (True,) * len(args), heads=(1,) * len(args))
 
     def batching(self, fn: Any) -> Any:
         return fn

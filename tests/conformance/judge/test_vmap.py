@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from conformance.judge.checks.jax_calls import CANNOT_STATE
-from conformance.judge.checks.vmap import NO_JAX_CALL
+from conformance.judge.checks.vmap import HEADS_LABEL, NO_HEAD_AXES, NO_JAX_CALL
 from conformance.judge.runner import run_check
 from conformance.plan import catalogue, profiles
 from conformance.plan.cases import Case
@@ -30,6 +32,39 @@ def test_batching_as_it_computes_passes_and_answering_every_slice_with_the_first
     # the first slice is right; the batch-reversed one gets the first one's answer
     assert "out (slice 1, batch reversed): OUT OF TOLERANCE" in failing.reason
     assert "out (slice 0): ok" in failing.reason
+    # along heads, the second group of heads gets the first group's answer
+    assert f"out ({HEADS_LABEL}): OUT OF TOLERANCE" in failing.reason
+    assert "not put under" not in passing.reason
+    judged = {m.tensor for m in passing.metrics}
+    assert {f"{n} ({HEADS_LABEL})" for n in ("out", "lse", "dq", "dk", "dv")} <= judged, judged
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2], ids=["mqa-kv-shared", "gqa-kv-split"])
+def test_vmap_along_heads_splits_query_heads_and_shares_a_single_kv_head(kv_heads):
+    case = dataclasses.replace(CASE, q_heads=4, kv_heads=kv_heads)
+    outcome = run_check(case, "vmap", impl="tests.mutants.vmap:VmapAdapter")
+    assert outcome.verdict == "pass", outcome.reason
+    assert {f"dk ({HEADS_LABEL})", f"dv ({HEADS_LABEL})"} <= {m.tensor for m in outcome.metrics}
+
+
+def test_vmap_along_heads_says_why_it_did_not_run():
+    odd = run_check(
+        dataclasses.replace(CASE, q_heads=1, kv_heads=1), "vmap", impl="tests.mutants.vmap:VmapAdapter"
+    )
+    assert odd.verdict == "pass" and "1 query and 1 kv head(s) do not split into 2 groups" in odd.reason
+    undeclared = run_check(CASE, "vmap", impl=f"{__name__}:HeadsUndeclared")
+    assert undeclared.verdict == "pass" and NO_HEAD_AXES in undeclared.reason
+    assert not any(HEADS_LABEL in m.tensor for m in undeclared.metrics)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HeadsUndeclared(VmapAdapter):
+    """The control's call without ``JaxCall.heads``: vmapped along its batch only."""
+
+    name: str = "heads_undeclared"
+
+    def jax_call(self, inputs, spec, dout=None):
+        return dataclasses.replace(super().jax_call(inputs, spec, dout), heads=None)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
