@@ -142,15 +142,20 @@ def remat_optimization_off() -> Iterator[None]:
         jax.custom_vjp.defvjp = original
 
 
+def _supported_anywhere(self: Any, device: Any) -> bool:
+    del self, device
+    return True
+
+
+@functools.cache
+def _interpretable(cls: type) -> type:
+    """One subclass per op class, made once: tokamax caches per op type (its pydantic argument
+    spec, its autotuning lookups), so a new class per call grew the host heap by 172 KiB a call
+    (the leak check, tokamax[impl=mosaic_tpu] and [impl=triton] in bfloat16)."""
+    return type(f"Interpreted{cls.__name__}", (cls,), {"supported_on": _supported_anywhere})
+
+
 def interpretable_op(op_class: type, vjp_class: type | None) -> tuple[type, type | None]:
     """Subclasses of a tokamax op (and its VJP op) whose ``supported_on`` is True on any device:
     the originals ask for the kernel's hardware, which an interpreter stands in for."""
-
-    def supported_on(self: Any, device: Any) -> bool:
-        del self, device
-        return True
-
-    def subclass(cls: type) -> type:
-        return type(f"Interpreted{cls.__name__}", (cls,), {"supported_on": supported_on})
-
-    return subclass(op_class), None if vjp_class is None else subclass(vjp_class)
+    return _interpretable(op_class), None if vjp_class is None else _interpretable(vjp_class)
