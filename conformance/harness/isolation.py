@@ -268,11 +268,13 @@ class ControllerIsolation:
         config: pytest.Config,
         lookup: Callable[[str, str], Planned | None],
         impl_of: Callable[[str], str],
+        availability_of: Callable[[str], dict[str, object]] = lambda subject: {},
     ):
         self.config = config
         self.lookup = lookup
         self._groups: dict[str, str] = {}
         self.impl_of = impl_of
+        self.availability_of = availability_of
         self.folder = Path(tempfile.mkdtemp(prefix="conformance-workers-"))
         self.memory_limit = parse_size(config.getoption("worker_memory_limit"))
         self.started: dict[str, float] = {}
@@ -397,6 +399,7 @@ class ControllerIsolation:
             features=planned_features(planned),
             repro=script,
             details={} if retry is None else retry_details(worker_id, crash, retry),
+            availability=self.availability_of(planned.case.subject),
         )
 
     def _restarts_left(self) -> bool:
@@ -547,7 +550,10 @@ def _limit_data_segment(limit: int) -> None:
 class WorkerIsolation:
     """Worker side: memory limit, last-words file, GIL-free timeouts, known-crashed cases."""
 
-    def __init__(self, config: pytest.Config):
+    def __init__(
+        self, config: pytest.Config, availability_of: Callable[[str], dict[str, object]] = lambda subject: {}
+    ):
+        self.availability_of = availability_of
         workerinput = config.workerinput  # type: ignore[attr-defined]
         self.folder = Path(workerinput[DIR_KEY])
         self.worker_id = str(workerinput.get("workerid", "gw"))
@@ -588,6 +594,7 @@ class WorkerIsolation:
             verdict="error",
             reason=f"not run: an earlier check of this case crashed its worker ({fault})",
             features=planned_features(planned),
+            availability=self.availability_of(planned.case.subject),
         )
         pyfuncitem.user_properties.append(recording.result_property(result))
         pytest.fail(f"{planned.check} ERROR: {result.reason}", pytrace=False)
@@ -612,14 +619,20 @@ def unfinished(config: pytest.Config) -> int:
 
 
 def configure(
-    config: pytest.Config, lookup: Callable[[str, str], Planned | None], impl_of: Callable[[str], str]
+    config: pytest.Config,
+    lookup: Callable[[str, str], Planned | None],
+    impl_of: Callable[[str], str],
+    availability_of: Callable[[str], dict[str, object]] = lambda subject: {},
 ) -> None:
-    """Register the side of isolation this process plays (nothing without xdist)."""
+    """Register the side of isolation this process plays (nothing without xdist); ``availability_of``:
+    a subject's record block, for the records it writes itself."""
     if config.pluginmanager.get_plugin(PLUGIN_NAME) is not None:
         return
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         if DIR_KEY in workerinput:
-            config.pluginmanager.register(WorkerIsolation(config), PLUGIN_NAME)
+            config.pluginmanager.register(WorkerIsolation(config, availability_of), PLUGIN_NAME)
     elif config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(ControllerIsolation(config, lookup, impl_of), PLUGIN_NAME)
+        config.pluginmanager.register(
+            ControllerIsolation(config, lookup, impl_of, availability_of), PLUGIN_NAME
+        )

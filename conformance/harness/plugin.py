@@ -32,7 +32,7 @@ import pytest
 
 from conformance.harness import isolation, keyword_prefilter, progress, recording
 from conformance.judge import jax_compat, known_issues
-from conformance.judge.runner import Runner, case_description
+from conformance.judge.runner import Runner, availability_block, case_description
 from conformance.plan import profiles, shards, user_cases
 from conformance.plan.catalogue import Planned, pairwise_coverage, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
@@ -162,7 +162,7 @@ def configure(config: pytest.Config) -> None:
         config.pluginmanager.register(plugin, PLUGIN_NAME)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistSeed(plugin), PLUGIN_NAME + "-xdist")
-        isolation.configure(config, plugin.planned, plugin.impl_of)
+        isolation.configure(config, plugin.planned, plugin.impl_of, plugin.availability_of)
         plugin.progress = progress.configure(config, lambda: plugin.plan)
 
 
@@ -306,6 +306,13 @@ class ConformancePlugin:
             known = lambda result: self.classify_known(result).verdict == "known"  # noqa: E731
             self._runner = Runner(self.subjects, self.profile, shrink=self.shrink, known=known)
         return self._runner
+
+    def availability_of(self, subject: str) -> dict[str, object]:
+        """A subject's record block (availability, execution, versions), for the records isolation
+        writes itself (a crash, a case not run after one): a ledger entry that names an execution
+        reads it there as in every other record."""
+        found = next((s for s in self.subjects if s.name == subject), None)
+        return {} if found is None else availability_block(found)
 
     def impl_of(self, subject: str) -> str:
         """What --impl named a subject by (repro scripts resolve it again)."""

@@ -36,7 +36,7 @@ def case_description(case: Case) -> CaseDescription:
     )
 
 
-def _availability(subject: Subject, ran: str = "", warned: tuple[str, ...] = ()) -> dict[str, object]:
+def availability_block(subject: Subject, ran: str = "", warned: tuple[str, ...] = ()) -> dict[str, object]:
     """The record's subject block: its availability, what ran, and every distinct warning it raised
     (``warnings``: while resolved, then in this case's calls; absent when none)."""
     block = dataclasses.asdict(subject.availability)
@@ -103,7 +103,10 @@ class Runner:
         }
         if planned.status in ("unsupported", "unavailable"):
             return CaseResult(
-                verdict=planned.status, reason=planned.reason, availability=_availability(subject), **base
+                verdict=planned.status,
+                reason=planned.reason,
+                availability=availability_block(subject),
+                **base,
             )
         start = time.perf_counter()
         verdict, result = self.outcome(planned)
@@ -113,7 +116,7 @@ class Runner:
             return CaseResult(
                 verdict=verdict,
                 reason=result.reason,
-                availability=_availability(subject, warned=run.warnings()),
+                availability=availability_block(subject, warned=run.warnings()),
                 **base,
             )
         timings = {**run.timings(), "check_s": elapsed}
@@ -127,7 +130,7 @@ class Runner:
             reason, metrics, observed = result.reason, result.metrics, dict(result.observed)
             details = {k: float(v) for k, v in result.details.items() if isinstance(v, int | float)}
         minimal = None
-        availability = _availability(subject, ran, run.warnings())
+        availability = availability_block(subject, ran, run.warnings())
         judged = CaseResult(
             verdict=verdict, reason=reason, metrics=metrics, availability=availability, **base
         )

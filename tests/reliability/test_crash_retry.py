@@ -97,7 +97,12 @@ def test_no_crash_retry_keeps_the_first_crash_as_an_error(tmp_path):
     killed = r"worker gw\d+ crashed: the worker process was killed by SIGABRT \(Aborted\)"
     assert re.match(killed, first.reason), first.reason
     assert "retry" not in first.reason and first.details == {}
+    # the subject's block, as every record has it: a ledger entry scoped to an execution reads it
+    assert first.availability.get("available") is True and "versions" in first.availability, (
+        first.availability
+    )
     rest = [r for r in records.values() if r is not first]
+    assert all(r.availability == first.availability for r in rest)
     assert all(
         r.verdict == "error"
         and r.reason.startswith("not run: an earlier check of this case crashed its worker")
