@@ -746,6 +746,7 @@ def tokamax_attention(
     dropout_mask=None,
     dropout_rate=0.0,
     batch_dims=None,
+    q_sharding=None,
 ):
     """Canonical ``[B, H, S, D]`` -> (out ``[B, Hq, Sq, Dv]``, lse ``[B, Hq, Sq]`` or None) through
     ``tokamax.dot_product_attention(..., implementation=(op,))``, in ``[B, T, N, H]``; with
@@ -755,10 +756,13 @@ def tokamax_attention(
     ``dropout_mask``: ``[B, Hq, Sq, Sk]`` bool, True where a weight is kept, with ``dropout_rate``: the
     op's own arguments (``DotProductAttention.__call__`` in base.py documents them, ``*#B #H #T #t``,
     "applied after softmax calculation", weights scaled by ``1 / (1 - dropout_rate)``), which the
-    public function does not take: they go with the op it runs (its ``implementation=`` entry)."""
+    public function does not take: they go with the op it runs (its ``implementation=`` entry).
+    ``q_sharding``: the public function's own ``NamedSharding`` of q (``[B, T, N, H]``), from which
+    it shards the call itself (a ``shard_map`` in base.py); None: not passed."""
     import jax.numpy as jnp
 
     to_btnh = (0, 2, 1, 3)  # its own inverse
+    sharding = {} if q_sharding is None else {"q_sharding": q_sharding}
     lead = functools.partial(with_leading, batch_dims=batch_dims)
     implementation = functools.partial(_with_residuals, op) if with_lse else op
     if dropout_mask is not None:
@@ -783,6 +787,7 @@ def tokamax_attention(
         # and iterates the rest ("'functools.partial' object is not iterable"). With one entry a
         # NotImplementedError still propagates as is (no fallback, no ExceptionGroup).
         implementation=(implementation,),
+        **sharding,
     )
     flat = functools.partial(without_leading, batch_dims=batch_dims)
     if not with_lse:
@@ -915,6 +920,7 @@ def tokamax_gradients(
     dropout_mask=None,
     dropout_rate=0.0,
     batch_dims=None,
+    q_sharding=None,
 ):
     """(dq, dk, dv, dbias or None) of ``sum(out * dout)`` by ``jax.vjp`` of the public call: tokamax's
     own VJP op. dbias has the bias's own shape. ``dropout_mask``, ``dropout_rate``: as
@@ -927,6 +933,8 @@ def tokamax_gradients(
     )
     if dropout_mask is not None:
         options.update(dropout_mask=dropout_mask, dropout_rate=dropout_rate)
+    if q_sharding is not None:
+        options.update(q_sharding=q_sharding)
     call = (
         functools.partial(per_batch_row, functools.partial(tokamax_attention, attention, op))
         if loop
@@ -1171,11 +1179,19 @@ class TokamaxAdapter(Configurable):
         return self._op(api, any_device, forward_config, vjp_config), forward_config, vjp_config
 
     def _call_fn(
-        self, direction: str, api: _Api, op: Any, static: _Static, loop: bool, with_lse: bool
+        self,
+        direction: str,
+        api: _Api,
+        op: Any,
+        static: _Static,
+        loop: bool,
+        with_lse: bool,
+        q_sharding: Any = None,
     ) -> tuple[Callable[..., Any], bool]:
         """The forward (``(q, k, v, bias, mask, q_lengths, kv_lengths)`` -> (out, lse)) or gradients
         (those and dout -> (dq, dk, dv, dbias)) function of JAX arrays; ``loop``: one call per batch
-        row (the TPU interpreter's limit). Returns it and whether it takes dout."""
+        row (the TPU interpreter's limit); ``q_sharding``: the public function's own. Returns it and
+        whether it takes dout."""
         options = dict(
             scale=static.scale,
             causal=static.causal,
@@ -1183,6 +1199,8 @@ class TokamaxAdapter(Configurable):
             softcap=static.softcap,
             batch_dims=static.batch_dims,
         )
+        if q_sharding is not None:
+            options["q_sharding"] = q_sharding
         if direction == "forward":
             call = functools.partial(tokamax_attention, api.attention, op)
             if loop:
@@ -1238,7 +1256,20 @@ class TokamaxAdapter(Configurable):
         )
         # the same limit makes the adapter call once per batch row (per_batch_row)
         no_vmap = TPU_INTERPRET_NO_VMAP if execution == "tpu" else ""
-        return JaxCall(fn, args, (True,) * len(args), context, no_vmap, heads), describe
+        own = None
+        if execution != "tpu" and static.batch_dims is None:  # [B, T, N, H] and one call for the batch
+
+            def own(mesh: Any) -> Callable[..., Any]:
+                """The same call with the public function's ``q_sharding`` over ``mesh``: q's batch,
+                sequence and heads on the mesh axes of those names (``MESH_AXES``)."""
+                from jax.sharding import NamedSharding, PartitionSpec
+
+                q_sharding = NamedSharding(mesh, PartitionSpec("batch", "sequence", "heads", None))
+                sharded, _ = self._call_fn(direction, api, op, static, False, kind.residuals, q_sharding)
+                return sharded if takes_dout else with_quantized_leaves(sharded, structured)[0]
+
+        call = JaxCall(fn, args, (True,) * len(args), context, no_vmap, heads, own)
+        return call, describe
 
     def dropout(
         self,

@@ -160,6 +160,11 @@ class Compiled:
     ran: str
 
 
+# The axes of the mesh the ``sharded`` check places a call on, in the order it gives out devices; a
+# library's own sharding entry (``JaxCall.own_sharding``) names them in its own layout.
+MESH_AXES = ("batch", "heads", "sequence")
+
+
 @dataclasses.dataclass(frozen=True)
 class JaxCall:
     """An adapter's call as JAX sees it: ``fn(*args)`` returns the canonical outputs, ``(out,
@@ -178,6 +183,10 @@ class JaxCall:
     ``heads``: each array's head axis (None for one without heads: segment ids, lengths), where the
     call says so: what ``vmap`` along heads splits. None as a whole: undeclared (an array built
     from the case, a quantized leaf), so the call is not put under ``jax.vmap`` along heads.
+
+    ``own_sharding``: where the library shards the call itself (tokamax's ``q_sharding``), the
+    function of the same arrays that asks it to, given a ``jax.sharding.Mesh`` whose axes are
+    ``MESH_AXES``; the ``sharded`` check runs it on the same placement as ``fn``.
     """
 
     fn: Callable[..., Any]
@@ -186,6 +195,7 @@ class JaxCall:
     context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
     no_vmap: str = ""
     heads: tuple[int | None, ...] | None = None
+    own_sharding: Callable[[Any], Callable[..., Any]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.batched) != len(self.args):

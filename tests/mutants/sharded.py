@@ -76,3 +76,54 @@ class LocalKeysWhenSharded(VmapAdapter):
         args = tuple(jax.numpy.asarray(a) for a in (inputs.q, inputs.k, inputs.v))
         plain = functools.partial(_forward, **static)
         return JaxCall(_vmapped_plainly(_local_keys(plain), plain), args, (True,) * len(args))
+
+
+def _shard_mapped(fn: Any, mesh: Any, sequence: bool) -> Any:
+    """``fn(q, k, v) -> (out, lse)`` under ``jax.shard_map`` over ``mesh``: q, out and lse split by
+    batch and heads (and by q's sequence where ``sequence``), k and v by batch and heads, whole along
+    their keys. Each shard's queries are numbered from 0 inside ``fn``: right where the queries stay
+    whole, wrong under a causal mask where they are split (no offset for the second shard's rows)."""
+    q_seq = "sequence" if sequence else None
+    return jax.shard_map(
+        fn,
+        mesh=mesh,
+        in_specs=(
+            PartitionSpec("batch", "heads", q_seq, None),
+            PartitionSpec("batch", "heads", None, None),
+            PartitionSpec("batch", "heads", None, None),
+        ),
+        out_specs=(PartitionSpec("batch", "heads", q_seq, None), PartitionSpec("batch", "heads", q_seq)),
+        check_vma=False,
+    )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OwnShardingWholeQueries(VmapAdapter):
+    """Control: a library whose own sharding entry (``JaxCall.own_sharding``) maps its call over the
+    batch and heads, queries whole on every shard: right on any mesh."""
+
+    name: str = "mutants_sharded_own_whole_queries"
+    description: str = "its own shard_map over batch and heads, the queries whole"
+    split_queries: bool = False
+
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        call = super().jax_call(inputs, spec, dout)
+        if dout is not None:  # gradients: no own sharding
+            return call
+        static = {n: v for n, v in keywords(inputs, spec).items() if n in core.STATIC}
+        plain = functools.partial(_forward, **static)
+        own = functools.partial(_shard_mapped, plain, sequence=self.split_queries)
+        return dataclasses.replace(call, own_sharding=lambda mesh: own(mesh))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OwnShardingLocalPositions(OwnShardingWholeQueries):
+    """Its own sharding entry splits the query sequence too (context parallelism) but numbers each
+    shard's queries from 0: under a causal mask the second shard's rows see the wrong keys. Under
+    ``jit`` placement alone (XLA's partitioning) it is right."""
+
+    name: str = "mutants_sharded_own_local_positions"
+    description: str = "its own shard_map splits the queries and drops their offset"
+    split_queries: bool = True  # BUG: no query offset per shard

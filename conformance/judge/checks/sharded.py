@@ -42,6 +42,7 @@ from conformance.judge.checks.jax_calls import Compared, forward_tensors, gradie
 from conformance.judge.tolerance import Judgement, judge
 from conformance.suite.host_devices import DEVICES, FLAG
 from kernels.contract.optional_members import optional_member
+from kernels.runtime.jax_runtime import MESH_AXES
 
 NO_JAX_CALL = (
     "the subject exposes no JAX call (Adapter.jax_call): there is no function of JAX arrays "
@@ -56,7 +57,7 @@ NOTHING_DIVIDES = (
 )
 
 
-AXES = ("batch", "heads", "sequence")  # the mesh's axes, in the order the devices are given out
+AXES = MESH_AXES  # the mesh's axes, in the order the devices are given out
 ARRAY_AXIS = {"batch": 0, "heads": 1, "sequence": 2}  # of a batched 4-D array, [B, H, S, ...]
 
 
@@ -102,14 +103,16 @@ def mesh_for(devices: int, batch: int, q_heads: int, q_len: int) -> Placement | 
     return Placement((on_batch, on_heads, on_sequence))
 
 
-def _run_placed(call: Any, placement: Placement) -> tuple[Any, str | None]:
+def _run_placed(call: Any, placement: Placement, own: bool = False) -> tuple[Any, str | None]:
     """The subject's call (a ``JaxCall``) under ``jax.jit`` on inputs placed as ``placement`` says,
-    as NumPy outputs, or the one line saying how it failed."""
+    as NumPy outputs, or the one line saying how it failed. ``own``: the call as the library shards
+    it itself over the same mesh (``JaxCall.own_sharding``)."""
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     size = math.prod(placement.mesh_shape)
     mesh = Mesh(np.array(jax.devices()[:size]).reshape(placement.mesh_shape), AXES)
+    where = f"{'by its own sharding, ' if own else ''}{placement.name}"
     placed = tuple(
         None
         if a is None
@@ -118,11 +121,12 @@ def _run_placed(call: Any, placement: Placement) -> tuple[Any, str | None]:
     )
     try:
         with call.context():
-            outputs = jax.jit(call.fn)(*placed)
+            fn = call.own_sharding(mesh) if own else call.fn
+            outputs = jax.jit(fn)(*placed)
             return tuple(None if o is None else np.asarray(o) for o in outputs), None
     except Exception as error:  # noqa: BLE001 - a partitioning rule that raises is the finding
         first = str(error).splitlines()[0] if str(error) else ""
-        return None, f"the call on inputs sharded ({placement.name}) raised {type(error).__name__}: {first}"
+        return None, f"the call on inputs sharded ({where}) raised {type(error).__name__}: {first}"
 
 
 def _judged(c: Compared, placement: str) -> Judgement | str:
@@ -141,17 +145,21 @@ def _judged(c: Compared, placement: str) -> Judgement | str:
     )
 
 
-def _placed(ctx: CheckContext, calls: tuple[Any, Any], placement: Placement) -> list[Judgement | str]:
+def _placed(
+    ctx: CheckContext, calls: tuple[Any, Any], placement: Placement, own: bool = False
+) -> list[Judgement | str]:
+    """Both calls' tensors on ``placement``, judged; ``own``: as the library shards them itself."""
     forward_call, gradients_call = calls
-    outputs, problem = _run_placed(forward_call, placement)
+    label = f"{'own sharding, ' if own else ''}{placement.name}"
+    outputs, problem = _run_placed(forward_call, placement, own)
     if problem:
         return [problem]
-    results: list[Judgement | str] = [_judged(c, placement.name) for c in forward_tensors(ctx, outputs)]
-    if ctx.backward:
-        grads, problem = _run_placed(gradients_call, placement)
+    results: list[Judgement | str] = [_judged(c, label) for c in forward_tensors(ctx, outputs)]
+    if ctx.backward and (not own or gradients_call.own_sharding is not None):
+        grads, problem = _run_placed(gradients_call, placement, own)
         if problem:
             return [*results, problem]
-        results += [_judged(c, placement.name) for c in gradient_tensors(ctx, grads)]
+        results += [_judged(c, label) for c in gradient_tensors(ctx, grads)]
     return results
 
 
@@ -172,6 +180,8 @@ def sharded(ctx: CheckContext) -> Outcome:
     if isinstance(calls, str):
         return unsupported(calls)
     results = _placed(ctx, calls, chosen)
+    if calls[0].own_sharding is not None:  # the library's own sharding entry, on the same mesh
+        results += _placed(ctx, calls, chosen, own=True)
     problems = [r for r in results if isinstance(r, str)]
     if problems:
         return failed("; ".join(problems))

@@ -77,6 +77,24 @@ def test_partitioned_as_it_computes_passes_and_local_keys_per_shard_fail():
     assert "dq (sharded: batch 2, sequence 2): ok" in reason
 
 
+def test_a_librarys_own_sharding_is_judged_on_the_same_mesh():
+    """JaxCall.own_sharding: the call as the library shards it itself (tokamax's q_sharding). A
+    shard_map that keeps the queries whole passes; one that splits them without their offset fails
+    there, while XLA's partitioning of the plain call (the jit placement) still passes."""
+    whole, local = (
+        "tests.mutants.sharded:OwnShardingWholeQueries",
+        "tests.mutants.sharded:OwnShardingLocalPositions",
+    )
+    outcomes = _in_fresh_process(4, whole, local)
+    verdict, reason, tensors = outcomes[whole]
+    assert verdict == "pass", reason
+    assert "out (sharded: own sharding, batch 2, sequence 2)" in tensors
+    verdict, reason, _ = outcomes[local]
+    assert verdict == "fail"
+    assert "out (sharded: own sharding, batch 2, sequence 2): OUT OF TOLERANCE" in reason
+    assert "out (sharded: batch 2, sequence 2): ok" in reason
+
+
 def test_local_keys_per_shard_pass_where_only_the_batch_is_split():
     """The mutant is wrong only where the keys are split: 2 devices give the batch of 2 both."""
     verdict, reason, tensors = _in_fresh_process(2, "tests.mutants.sharded:LocalKeysWhenSharded")[
