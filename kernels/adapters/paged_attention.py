@@ -64,17 +64,19 @@ from kernels.runtime.call_description import (
     standalone,
     tpu_interpret_context,
 )
+from kernels.runtime.call_description import jax_call as described_call
 from kernels.runtime.jax_runtime import (
     CompiledCache,
+    JaxCall,
     TracedPrimitives,
     array_key,
     jit_observed,
-    to_jax,
     to_numpy,
 )
 from kernels.runtime.kv_storage import int8_quantize
 from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tpu_interpret import (
+    TPU_INTERPRET_NO_VMAP,
     TpuExecution,
     choose_execution,
     pallas_ran,
@@ -235,20 +237,40 @@ class PagedAttentionAdapter(Configurable):
         )
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
-        """``out: [B, Hq, 1, D]`` in the input dtype; no lse."""
+        """``out: [B, Hq, 1, D]`` in the input dtype; no lse. The call ``jax_call`` states, jitted once
+        per shapes and options."""
         execution = choose_execution("tpu")
         _, megacore = self._settings()
         kv = self._kv(spec)
-        call = self._description(inputs, spec)
-        arrays = call.traced_arguments(inputs)
-        key = (execution.mode, array_key(*arrays), spec.resolved_scale(inputs.q.shape[-1]), spec.softcap, kv)
-        with call.context.enter():
-            args = tuple(to_jax(a) for a in arrays)
+        call = self.jax_call(inputs, spec)
+        key = (
+            execution.mode,
+            array_key(*call.args),
+            spec.resolved_scale(inputs.q.shape[-1]),
+            spec.softcap,
+            kv,
+        )
+        with call.context():
             compiled = self._cache.get(
-                key, lambda: jit_observed(call.static_function(inputs), args, _ran(execution, megacore, kv))
+                key, lambda: jit_observed(call.fn, call.args, _ran(execution, megacore, kv))
             )
-            out, _ = compiled.fn(*args)
+            out, _ = compiled.fn(*call.args)
         return SubjectOutput(out=to_numpy(out), lse=None, ran=compiled.ran)
+
+    def jax_call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
+    ) -> JaxCall:
+        """The forward call as ``forward`` runs it (interpreted off a TPU): ``paged_forward`` on q and
+        the case's page layout, as JAX arrays. q, the lengths and the page table are per request
+        (batch-first); the pages are one pool that every request's table indexes, shared (not
+        batched): a vmapped or sharded batch keeps the pool whole, as a serving engine does. The
+        kernel has no backward (NotImplementedError for ``dout``)."""
+        if dout is not None:
+            raise NotImplementedError("paged_attention is an inference kernel: it has no backward pass")
+        pages = 4 if self._kv(spec) == "int8" else 2  # k and v pages, with their scales for int8
+        batched = (True, *(False,) * pages, True, True)  # q, the pages, lengths, page table
+        no_vmap = TPU_INTERPRET_NO_VMAP if choose_execution("tpu").mode == "tpu" else ""
+        return described_call(self._description(inputs, spec), inputs, None, batched, no_vmap)
 
     def _description(
         self, inputs: AttentionInputs, spec: AttentionSpec, lowering: bool = False

@@ -179,3 +179,22 @@ def test_megacore_batch_with_an_odd_batch_raises_as_declared(adapter):
     assert planned.status == "raises" and "megacore_batch_even_batch" in planned.reason
     with pytest.raises(ValueError, match="batch size must be even"):
         adapter.configured({"megacore_mode": "batch"}).forward(_decode_inputs(5, np.float32), AttentionSpec())
+
+
+@pytest.mark.parametrize("kv", ["float", "int8"])
+def test_the_jax_call_shares_the_page_pool_and_is_what_forward_runs(adapter, kv):
+    """``jax_call``: q, the lengths and the page table per request, the pages one shared pool (a
+    vmapped or sharded batch keeps it whole); run as given it returns ``forward``'s out bitwise."""
+    storage = "int8" if kv == "int8" else None
+    inputs = _decode_inputs(1, np.float32, storage=storage)
+    spec = AttentionSpec(kv_storage=storage)
+    call = adapter.jax_call(inputs, spec)
+    pages = 4 if kv == "int8" else 2
+    assert call.batched == (True, *(False,) * pages, True, True)
+    assert call.args[1].shape[0] == 2 and call.args[-1].shape[0] == 3  # [Hkv, P, ...] pages, [B, W] table
+    with call.context():
+        out, lse = call.fn(*call.args)
+    assert lse is None
+    assert np.asarray(out).tobytes() == adapter.forward(inputs, spec).out.tobytes()
+    with pytest.raises(NotImplementedError, match="no backward"):
+        adapter.jax_call(inputs, spec, dout=np.zeros_like(inputs.q))
