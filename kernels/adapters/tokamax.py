@@ -839,16 +839,35 @@ def split_kv_attention(
     its residuals (``normalize_output=False, return_residuals=True``, ``DotProductAttention.__call__``),
     the halves merged by ``combine`` (tokamax's ``base.combine_partial_results``, the one its Triton
     op's ``split_k`` uses): (out ``[B, Hq, Sq, Dv]`` in q's dtype, None). Keys split in the canonical
-    ``[B, H, S, D]`` layout; a bias or mask keeps a broadcast key axis whole. No causal mask, window or
-    lengths (their second half needs key offsets the public call does not take)."""
+    ``[B, H, S, D]`` layout; a bias or mask keeps a broadcast key axis whole. A causal mask or window
+    goes as the public call states it, each half told where its keys are by the op's own ``k_indices``
+    (with ``q_indices``: "Optional indices for each token in ... sequence", base.py), so a row that
+    sees no key of a half gives that half an empty partial result, which ``combine`` must weigh as
+    nothing. Valid key lengths (``key_value_seq_lengths``) are key positions: global where the keys
+    carry their indices, else counted from a half's first key (a row's length clipped to it); query
+    lengths go whole to both."""
     import jax.numpy as jnp
 
     to_btnh = (0, 2, 1, 3)
     half = k.shape[2] // 2
-    entry = functools.partial(op, normalize_output=False, return_residuals=True)
+    masked = options["causal"] or options["window"] is not None
     outs, maxima, denominators = [], [], []
     for keys in (slice(0, half), slice(half, None)):
         bias_part, mask_part = (x if x is None or x.shape[-1] == 1 else x[..., keys] for x in (bias, mask))
+        start, stop = keys.indices(k.shape[2])[:2]
+        # a length is a key position: relative to the half's first key, unless the keys carry
+        # their global positions (base.py's mask compares k_indices with k_end)
+        lengths = (
+            kv_lengths if kv_lengths is None or masked else jnp.clip(kv_lengths - start, 0, stop - start)
+        )
+        where = {}
+        if masked:  # the global positions of the queries and of this half's keys
+            # "*#B #H T": a head axis of 1, broadcast
+            where = {
+                "q_indices": jnp.arange(q.shape[2])[None],
+                "k_indices": jnp.arange(k.shape[2])[None, keys],
+            }
+        entry = functools.partial(op, normalize_output=False, return_residuals=True, **where)
         out, (row_max, denominator) = attention(
             q.transpose(to_btnh),
             k[:, :, keys].transpose(to_btnh),
@@ -856,6 +875,10 @@ def split_kv_attention(
             bias_part,
             mask_part,
             scale=options["scale"],
+            is_causal=options["causal"],
+            query_seq_lengths=q_lengths,
+            key_value_seq_lengths=lengths,
+            local_window_size=options["window"],
             logits_soft_cap=options["softcap"],
             implementation=(entry,),
         )
@@ -1349,17 +1372,18 @@ class TokamaxAdapter(Configurable):
 
     def _split_kv_call(self, api: _Api, op: Any, inputs: AttentionInputs, spec: AttentionSpec) -> Any:
         """``split_kv_attention`` with tokamax's combine function; NotExpressible where it cannot be
-        stated (no residuals, a causal mask, window, chunk or lengths, an odd key count, leading
-        batch dims)."""
+        stated (no residuals, a bottom-right causal mask with Sq != Sk, chunk, an odd key count,
+        leading batch dims)."""
         if not self._kind.residuals:
             raise NotExpressible(f"{self.name} returns no residuals (return_residuals=True raises)")
-        if spec.causal or spec.window is not None or spec.chunk is not None or spec.batch_dims:
+        bottom_right = spec.causal and spec.alignment != "top_left" and inputs.q.shape[2] != inputs.k.shape[2]
+        if bottom_right or spec.chunk is not None or spec.batch_dims:
             raise NotExpressible(
-                "the case's causal mask, window, chunk or leading batch dims: its second half of the keys "
-                "needs key offsets (the op's k_indices) that the public call does not take"
+                "the case's bottom-right causal mask, chunk or leading batch dims: the halves' key "
+                "positions (the op's k_indices) state a top-left causal mask and a window only"
             )
-        if inputs.q_lengths is not None or inputs.kv_lengths is not None or inputs.k.shape[2] % 2:
-            raise NotExpressible("valid lengths or an odd key count: the halves are not plain key ranges")
+        if inputs.k.shape[2] % 2:
+            raise NotExpressible("an odd key count: the halves are not equal key ranges")
         combine = importlib.import_module(f"{ATTENTION}.base").combine_partial_results
         return functools.partial(split_kv_attention, api.attention, combine, op)
 

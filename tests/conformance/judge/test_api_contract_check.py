@@ -203,8 +203,8 @@ def test_tokamax_keeps_its_documented_promises_but_the_default_fails_float16_on_
         "implementation=None, float16: raised ValueError" in outcome.reason
         and "F16_F16_F32" in outcome.reason
     )
-    # the case is causal: no plain key halves
-    assert parts.pop("split_kv") == "unsupported"
+    # causal: each half's keys carry their global positions (the op's k_indices)
+    assert parts.pop("split_kv") == "pass"
     assert parts == dict.fromkeys(ALL_PARTS, "pass")
     assert "NotImplementedError ('Not supported on cpu.')" in outcome.reason
 
@@ -212,6 +212,18 @@ def test_tokamax_keeps_its_documented_promises_but_the_default_fails_float16_on_
 def test_tokamax_s_own_combine_merges_its_key_halves():
     pytest.importorskip("tokamax")
     outcome = run_check(FULL, "api_contract", impl="tokamax[impl=xla]")
+    assert outcome.details["parts"]["split_kv"] == "pass", outcome.reason
+
+
+@pytest.mark.parametrize("lengths", [(40,), (20,)], ids=["second-half-empty", "both-halves-partly"])
+def test_tokamax_s_causal_key_halves_combine_with_lengths_and_empty_halves(lengths):
+    """A causal case with valid key lengths, split at key 32: rows before it see no key of the
+    second half (an empty partial result combine must weigh as nothing), and the lengths are key
+    positions, as the halves' k_indices are: counted from a half's first key instead (8 for a row of
+    length 40), the second half's keys 32 to 39 were masked out, 2.25 off where this adapter once did."""
+    pytest.importorskip("tokamax")
+    case = dataclasses.replace(CASE, kv_lengths=lengths)
+    outcome = run_check(case, "api_contract", impl="tokamax[impl=xla]")
     assert outcome.details["parts"]["split_kv"] == "pass", outcome.reason
 
 
