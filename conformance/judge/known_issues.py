@@ -51,6 +51,7 @@ _KEYS = {
     "reason",
     "tensors",
     "failure",
+    "details",
     "execution",
     "bisection",
     "link",
@@ -85,6 +86,9 @@ class KnownIssue:
     finite error). A failure inside the selector with another signature is another defect, so
     it stays unexplained. Records without judged tensors (errors, non-numeric checks) are
     matched by the selector and ``reason`` alone.
+    details: numbers the failing record's ``details`` must hold, for checks that count their own
+    parts (``api_contract``'s ``parts_fail``): an entry for one failing part, ``parts_fail = 1``,
+    never explains a record where another part fails too.
     """
 
     id: str
@@ -100,6 +104,7 @@ class KnownIssue:
     reason: str | None = None
     tensors: tuple[str, ...] = ()
     failure: str | None = None
+    details: tuple[tuple[str, float], ...] = ()
     execution: str | None = None
     # The release sweep behind ``jax`` (reports/ledger/release_sweep.py): span, reproduces, clean; or
     # not_observable with the reason. Optional for a team's ledger, required of the built-in one.
@@ -138,6 +143,8 @@ class KnownIssue:
     def has_signature_of(self, result: CaseResult) -> bool:
         """Whether the tensors out of tolerance fail as the entry's signature says (``tensors``,
         ``failure``); true where the entry states none or the record judged no tensor."""
+        if any(result.details.get(key) != value for key, value in self.details):
+            return False
         failing = [m for m in result.metrics if not m.passed]
         if self.tensors and any(m.tensor not in self.tensors for m in failing):
             return False
@@ -235,6 +242,11 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
     for key in ("id", "subject", "link", "summary", *RANGE_KEYS, "dtype", "input_kind", "reason"):
         if key in raw and not (isinstance(raw[key], str) and (raw[key].strip() or key in RANGE_KEYS)):
             raise LedgerError(f"{where}: {key} must be a non-empty string")
+    details = raw.get("details", {})
+    if not isinstance(details, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in details.values()
+    ):
+        raise LedgerError(f"{where}: details must be a table of numbers, e.g. details = {{ parts_fail = 1 }}")
     for key in ("checks", "cases", "features", "tensors"):
         if key in raw and not (isinstance(raw[key], list) and all(isinstance(v, str) for v in raw[key])):
             raise LedgerError(f'{where}: {key} must be a list of strings, e.g. {key} = ["forward"]')
@@ -277,6 +289,7 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         reason=raw.get("reason"),
         tensors=tuple(raw.get("tensors", ())),
         failure=raw.get("failure"),
+        details=tuple(sorted((key, float(value)) for key, value in details.items())),
         execution=raw.get("execution"),
         bisection=raw.get("bisection"),
         source=str(path),

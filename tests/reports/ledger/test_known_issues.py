@@ -319,3 +319,16 @@ def test_a_failure_inside_the_selector_with_another_signature_stays_unexplained(
     numeric = load(tmp_path, GOOD.replace('dtype = "float32"', 'failure = "numeric"'), "numeric.toml")
     assert numeric.apply(_failing_tensor("out", 0.5), versions).verdict == "known"
     assert numeric.apply(_failing_tensor("out", float("inf")), versions).verdict == "fail"
+
+
+def test_an_entry_for_one_failing_part_never_explains_a_record_where_another_fails_too(tmp_path):
+    """``details``: numbers the record must hold. An api_contract entry for its float16 default
+    (``parts_fail = 1``) explains that part failing alone, not beside a failing key split."""
+    ledger = load(tmp_path, GOOD.replace('dtype = "float32"', "details = { parts_fail = 1 }"))
+    versions = {"jax": "0.8.3"}
+    alone = dataclasses.replace(failing(), details={"parts_fail": 1.0, "parts_pass": 7.0})
+    assert ledger.apply(alone, versions).verdict == "known"
+    beside = dataclasses.replace(alone, details={"parts_fail": 2.0, "parts_pass": 6.0})
+    assert ledger.apply(beside, versions).verdict == "fail"
+    with pytest.raises(LedgerError, match="details must be a table of numbers"):
+        load(tmp_path, GOOD.replace('dtype = "float32"', 'details = { parts_fail = "one" }'), "bad.toml")
