@@ -630,7 +630,11 @@ class TokamaxSplashAdapter:
             ("loop", loop),
         )
         planes = Built(
-            "splash_mask", mask_array, (Name("mask"), sq, sk), comment="[Bm, Hm, Sq, Sk], 1 where all alike"
+            "splash_mask",
+            mask_array,
+            (Name("mask"), sq, sk),
+            comment="[Bm, Hm, Sq, Sk], 1 where all alike",
+            head_axis=1,
         )
         names = ("q_segment_ids", "kv_segment_ids", "sinks")
         arrays = (Name("q"), Name("k"), Name("v"), planes, *(Name(n) for n in names))

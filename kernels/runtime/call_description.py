@@ -59,6 +59,7 @@ LENGTHS = ("q_lengths", "kv_lengths")  # int32 in the script's draws and in ever
 # mask [B|1, H|1, Sq, Sk], sinks [Hq]): what ``jax.vmap`` along heads splits. Segment ids and
 # lengths have none.
 HEAD_AXES = {"q": 1, "k": 1, "v": 1, "dout": 1, "bias": 1, "mask": 1, "sinks": 0}
+UNDECLARED = "undeclared"  # Built.head_axis: the builder did not say where its array's heads are
 FORWARD_OUTPUTS = ("out", "lse")
 GRADIENT_OUTPUTS = ("dq", "dk", "dv", "dbias")
 # Where an embedded function may come from: the suite's own pure translation code.
@@ -120,6 +121,9 @@ class Built:
     keywords: tuple[tuple[str, Any], ...] = ()
     in_context: bool = False
     comment: str = ""
+    # Where the array it makes keeps its heads, for ``jax.vmap`` along heads (``head_axes``): an
+    # axis, None for an array without heads, or UNDECLARED (a page layout: the builder's own).
+    head_axis: int | None | str = UNDECLARED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,11 +230,17 @@ def jax_call(
 
 
 def head_axes(call: CallDescription) -> tuple[int | None, ...] | None:
-    """Each traced array's head axis, where every array is a canonical input (``HEAD_AXES``); None
-    where one is built from the case (a page layout, a mask's planes): its heads are the builder's."""
-    if not all(isinstance(node, Name) for node in call.arrays):
-        return None
-    return tuple(HEAD_AXES.get(node.name) for node in call.arrays)
+    """Each traced array's head axis: a canonical input's (``HEAD_AXES``), or what a built array
+    declares (``Built.head_axis``); None where one is built without saying (a page layout)."""
+    axes: list[int | None] = []
+    for node in call.arrays:
+        if isinstance(node, Name):
+            axes.append(HEAD_AXES.get(node.name))
+        elif isinstance(node, Built) and node.head_axis != UNDECLARED:
+            axes.append(node.head_axis)  # type: ignore[arg-type]
+        else:
+            return None
+    return tuple(axes)
 
 
 # --- the suite's side: values of the nodes ----------------------------------------------------

@@ -119,5 +119,9 @@ def test_head_axes_come_from_the_canonical_names_and_a_built_array_leaves_them_u
     assert head_axes(described) == (1, 1, 1, None, None, 0, 1)
     layout = Built("layout", lambda k: (k, k), (Name("k"),))
     assert head_axes(CallDescription(np.add, (Name("q"), Star(layout)))) is None
+    # a built array that says where its heads are (tokamax_splash's mask planes, [Bm, Hm, Sq, Sk])
+    planes = Built("planes", np.asarray, (Name("mask"),), head_axis=1)
+    assert head_axes(CallDescription(np.add, (Name("q"), planes, Name("q_segment_ids")))) == (1, 1, None)
+    assert head_axes(CallDescription(np.add, (Built("x", np.asarray, (Name("q"),)),))) is None
     call = jax_call(CallDescription(lambda q, k: (q, k), (Name("q"), Name("k"))), _inputs())
     assert call.heads == (1, 1)
