@@ -180,6 +180,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "right on one device; its partitioning rule keeps the keys split: each shard sees its own keys",
     ),
     _m(
+        "sharded_own_local_positions",
+        "sharded:OwnShardingLocalPositions",
+        "sharded",
+        "sharded runs (the library's own sharding entry)",
+        "right under jit placement; its own shard_map splits the queries without their offset",
+    ),
+    _m(
         "leaks_buffers",
         "runtime:leaks_buffers",
         "leak",
@@ -484,6 +491,14 @@ CONTROLS: tuple[Control, ...] = (
     Control(
         f"{PACKAGE}.vmap:VmapAdapter",
         (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance", "vmap", "sharded"),
+    ),
+    # Its own sharding entry (JaxCall.own_sharding) maps the call over batch and heads, the
+    # queries whole: right on any mesh. Per-case checks on the causal GQA fragment only (the
+    # sampled vmap and sharded items run on every control).
+    Control(
+        f"{PACKAGE}.sharded:OwnShardingWholeQueries",
+        (*RUNS_EVERYWHERE, "lse", "backward", "vmap", "sharded"),
+        smoke=("causal_tl-B1-Hq4-Hkv2-Sq128-Sk128-D64",),
     ),
     # Leading batch dims ([2, 3, H, S, D], lengths [2, 3]) flattened row-major, as the suite's B.
     Control(f"{PACKAGE}.leading_batch:attention", (*RUNS_EVERYWHERE, "lse")),
