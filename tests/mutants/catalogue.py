@@ -180,11 +180,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "right on one device; its partitioning rule keeps the keys split: each shard sees its own keys",
     ),
     _m(
-        "sharded_own_local_positions",
-        "sharded:OwnShardingLocalPositions",
+        "sharded_own_local_keys",
+        "sharded:OwnShardingLocalKeys",
         "sharded",
         "sharded runs (the library's own sharding entry)",
-        "right under jit placement; its own shard_map splits the queries without their offset",
+        "right under jit placement; its own shard_map splits the sequence and each shard sees its own keys",
     ),
     _m(
         "leaks_buffers",
@@ -493,10 +493,10 @@ CONTROLS: tuple[Control, ...] = (
         (*RUNS_EVERYWHERE, "lse", "backward", "batch_invariance", "vmap", "sharded"),
     ),
     # Its own sharding entry (JaxCall.own_sharding) maps the call over batch and heads, the
-    # queries whole: right on any mesh. Per-case checks on the causal GQA fragment only (the
+    # sequence whole: right on any mesh. Per-case checks on the causal GQA fragment only (the
     # sampled vmap and sharded items run on every control).
     Control(
-        f"{PACKAGE}.sharded:OwnShardingWholeQueries",
+        f"{PACKAGE}.sharded:OwnShardingWholeSequence",
         (*RUNS_EVERYWHERE, "lse", "backward", "vmap", "sharded"),
         smoke=("causal_tl-B1-Hq4-Hkv2-Sq128-Sk128-D64",),
     ),

@@ -79,32 +79,32 @@ class LocalKeysWhenSharded(VmapAdapter):
 
 
 def _shard_mapped(fn: Any, mesh: Any, sequence: bool) -> Any:
-    """``fn(q, k, v) -> (out, lse)`` under ``jax.shard_map`` over ``mesh``: q, out and lse split by
-    batch and heads (and by q's sequence where ``sequence``), k and v by batch and heads, whole along
-    their keys. Each shard's queries are numbered from 0 inside ``fn``: right where the queries stay
-    whole, wrong under a causal mask where they are split (no offset for the second shard's rows)."""
-    q_seq = "sequence" if sequence else None
+    """``fn(q, k, v) -> (out, lse)`` under ``jax.shard_map`` over ``mesh``: every array split by batch
+    and heads, and where ``sequence`` q's queries and k's and v's keys too, each shard attending its
+    queries to its own keys only (the classic context-parallel bug: right where the sequence stays
+    whole, wrong wherever it is split, whatever the mask)."""
+    seq = "sequence" if sequence else None
     return jax.shard_map(
         fn,
         mesh=mesh,
         in_specs=(
-            PartitionSpec("batch", "heads", q_seq, None),
-            PartitionSpec("batch", "heads", None, None),
-            PartitionSpec("batch", "heads", None, None),
+            PartitionSpec("batch", "heads", seq, None),
+            PartitionSpec("batch", "heads", seq, None),
+            PartitionSpec("batch", "heads", seq, None),
         ),
-        out_specs=(PartitionSpec("batch", "heads", q_seq, None), PartitionSpec("batch", "heads", q_seq)),
+        out_specs=(PartitionSpec("batch", "heads", seq, None), PartitionSpec("batch", "heads", seq)),
         check_vma=False,
     )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class OwnShardingWholeQueries(VmapAdapter):
+class OwnShardingWholeSequence(VmapAdapter):
     """Control: a library whose own sharding entry (``JaxCall.own_sharding``) maps its call over the
-    batch and heads, queries whole on every shard: right on any mesh."""
+    batch and heads, the sequence whole on every shard: right on any mesh."""
 
-    name: str = "mutants_sharded_own_whole_queries"
-    description: str = "its own shard_map over batch and heads, the queries whole"
-    split_queries: bool = False
+    name: str = "mutants_sharded_own_whole_sequence"
+    description: str = "its own shard_map over batch and heads, the sequence whole"
+    split_sequence: bool = False
 
     def jax_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
@@ -114,16 +114,15 @@ class OwnShardingWholeQueries(VmapAdapter):
             return call
         static = {n: v for n, v in keywords(inputs, spec).items() if n in core.STATIC}
         plain = functools.partial(_forward, **static)
-        own = functools.partial(_shard_mapped, plain, sequence=self.split_queries)
+        own = functools.partial(_shard_mapped, plain, sequence=self.split_sequence)
         return dataclasses.replace(call, own_sharding=lambda mesh: own(mesh))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class OwnShardingLocalPositions(OwnShardingWholeQueries):
-    """Its own sharding entry splits the query sequence too (context parallelism) but numbers each
-    shard's queries from 0: under a causal mask the second shard's rows see the wrong keys. Under
-    ``jit`` placement alone (XLA's partitioning) it is right."""
+class OwnShardingLocalKeys(OwnShardingWholeSequence):
+    """Its own sharding entry splits the sequence too (context parallelism) and attends each shard's
+    queries to that shard's keys only. Under ``jit`` placement alone (XLA's partitioning) it is right."""
 
-    name: str = "mutants_sharded_own_local_positions"
-    description: str = "its own shard_map splits the queries and drops their offset"
-    split_queries: bool = True  # BUG: no query offset per shard
+    name: str = "mutants_sharded_own_local_keys"
+    description: str = "its own shard_map splits the sequence: each shard sees its own keys"
+    split_sequence: bool = True  # BUG: no exchange of keys between sequence shards

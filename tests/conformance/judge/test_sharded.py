@@ -25,19 +25,22 @@ SCRIPT = """
 import json, sys
 from conformance.judge.runner import run_check
 from conformance.plan.cases import Case
-case = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=64, kv_len=64, causal=True)
-outcomes = {impl: run_check(case, "sharded", impl=impl) for impl in sys.argv[1:]}
+causal = not sys.argv[1].startswith("--full")
+impls = sys.argv[2:] if not causal else sys.argv[1:]
+case = Case("toy", "float32", batch=2, q_heads=2, kv_heads=2, q_len=64, kv_len=64, causal=causal)
+outcomes = {impl: run_check(case, "sharded", impl=impl) for impl in impls}
 tensors = {impl: [m.tensor for m in o.metrics] for impl, o in outcomes.items()}
 print(json.dumps({impl: [o.verdict, o.reason, tensors[impl]] for impl, o in outcomes.items()}))
 """
 
 
-def _in_fresh_process(devices: int, *impls: str) -> dict[str, list]:
-    """Each subject's sharded (verdict, reason, judged tensors), in an interpreter with ``devices``
-    CPU devices."""
+def _in_fresh_process(devices: int, *impls: str, causal: bool = True) -> dict[str, list]:
+    """Each subject's sharded (verdict, reason, judged tensors) on the causal case (or, not
+    ``causal``, the same case with no mask), in an interpreter with ``devices`` CPU devices."""
     env = {**os.environ, "XLA_FLAGS": f"{FLAG}={devices}", "JAX_PLATFORMS": "cpu"}
+    argv = [*(() if causal else ("--full",)), *impls]
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, *impls], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", SCRIPT, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
@@ -79,11 +82,12 @@ def test_partitioned_as_it_computes_passes_and_local_keys_per_shard_fail():
 
 def test_a_librarys_own_sharding_is_judged_on_the_same_mesh():
     """JaxCall.own_sharding: the call as the library shards it itself (tokamax's q_sharding). A
-    shard_map that keeps the queries whole passes; one that splits them without their offset fails
-    there, while XLA's partitioning of the plain call (the jit placement) still passes."""
+    shard_map that keeps the sequence whole passes; one that splits it and attends each shard to its
+    own keys fails there, while XLA's partitioning of the plain call (the jit placement) passes, on
+    a causal case and on one with no mask at all."""
     whole, local = (
-        "tests.mutants.sharded:OwnShardingWholeQueries",
-        "tests.mutants.sharded:OwnShardingLocalPositions",
+        "tests.mutants.sharded:OwnShardingWholeSequence",
+        "tests.mutants.sharded:OwnShardingLocalKeys",
     )
     outcomes = _in_fresh_process(4, whole, local)
     verdict, reason, tensors = outcomes[whole]
@@ -93,6 +97,8 @@ def test_a_librarys_own_sharding_is_judged_on_the_same_mesh():
     assert verdict == "fail"
     assert "out (sharded: own sharding, batch 2, sequence 2): OUT OF TOLERANCE" in reason
     assert "out (sharded: batch 2, sequence 2): ok" in reason
+    full = _in_fresh_process(4, local, causal=False)[local]
+    assert full[0] == "fail" and "own sharding, batch 2, sequence 2): OUT OF TOLERANCE" in full[1]
 
 
 def test_local_keys_per_shard_pass_where_only_the_batch_is_split():
