@@ -268,7 +268,7 @@ class ControllerIsolation:
         config: pytest.Config,
         lookup: Callable[[str, str], Planned | None],
         impl_of: Callable[[str], str],
-        availability_of: Callable[[str], dict[str, object]] = lambda subject: {},
+        availability_of: Callable[[str], dict[str, object]],
     ):
         self.config = config
         self.lookup = lookup
@@ -550,9 +550,7 @@ def _limit_data_segment(limit: int) -> None:
 class WorkerIsolation:
     """Worker side: memory limit, last-words file, GIL-free timeouts, known-crashed cases."""
 
-    def __init__(
-        self, config: pytest.Config, availability_of: Callable[[str], dict[str, object]] = lambda subject: {}
-    ):
+    def __init__(self, config: pytest.Config, availability_of: Callable[[str], dict[str, object]]):
         self.availability_of = availability_of
         workerinput = config.workerinput  # type: ignore[attr-defined]
         self.folder = Path(workerinput[DIR_KEY])
@@ -622,7 +620,7 @@ def configure(
     config: pytest.Config,
     lookup: Callable[[str, str], Planned | None],
     impl_of: Callable[[str], str],
-    availability_of: Callable[[str], dict[str, object]] = lambda subject: {},
+    availability_of: Callable[[str], dict[str, object]],
 ) -> None:
     """Register the side of isolation this process plays (nothing without xdist); ``availability_of``:
     a subject's record block, for the records it writes itself."""

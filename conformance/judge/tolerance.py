@@ -203,6 +203,12 @@ class Judgement:
     def passed(self) -> bool:
         return self.metrics.passed
 
+    def labelled(self, label: str) -> Judgement:
+        """The same judgement of a transformed call's tensor, named ``tensor (label)`` in the record
+        (``out (slice 0)``, ``dq (sharded: batch 2, sequence 2)``)."""
+        tensor = f"{self.metrics.tensor} ({label})"
+        return dataclasses.replace(self, metrics=dataclasses.replace(self.metrics, tensor=tensor))
+
     @property
     def weak(self) -> tuple[str, ...]:
         """The trivial answers that would have passed too (empty: the judgement can fail)."""

@@ -57,13 +57,12 @@ NOTHING_DIVIDES = (
 )
 
 
-AXES = MESH_AXES  # the mesh's axes, in the order the devices are given out
 ARRAY_AXIS = {"batch": 0, "heads": 1, "sequence": 2}  # of a batched 4-D array, [B, H, S, ...]
 
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """How the call's arrays lie on a mesh: its size along ``AXES`` (batch, heads, sequence).
+    """How the call's arrays lie on a mesh: its size along ``MESH_AXES`` (batch, heads, sequence).
     A batched 4-D array (``[B, H, S, ...]``) splits each of those axes over the mesh axis of that
     name, a batched array of another rank its axis 0 over ``batch``, wherever the mesh divides it;
     an unbatched one (shared by every request) stays whole on every device."""
@@ -72,12 +71,12 @@ class Placement:
 
     @property
     def name(self) -> str:
-        return ", ".join(f"{axis} {n}" for axis, n in zip(AXES, self.mesh_shape, strict=True) if n > 1)
+        return ", ".join(f"{axis} {n}" for axis, n in zip(MESH_AXES, self.mesh_shape, strict=True) if n > 1)
 
     def spec(self, shape: tuple[int, ...], batched: bool) -> tuple[str | None, ...]:
         """The PartitionSpec entries for one array: a mesh axis where it divides the array's axis."""
         rule = ARRAY_AXIS if len(shape) == 4 else {"batch": 0}
-        by_axis = {rule[a]: (a, n) for a, n in zip(AXES, self.mesh_shape, strict=True) if a in rule}
+        by_axis = {rule[a]: (a, n) for a, n in zip(MESH_AXES, self.mesh_shape, strict=True) if a in rule}
         entries = []
         for axis, size in enumerate(shape):
             name, n = by_axis.get(axis, (None, 1))
@@ -103,16 +102,15 @@ def mesh_for(devices: int, batch: int, q_heads: int, q_len: int) -> Placement | 
     return Placement((on_batch, on_heads, on_sequence))
 
 
-def _run_placed(call: Any, placement: Placement, own: bool = False) -> tuple[Any, str | None]:
+def _run_placed(call: Any, placement: Placement, own: bool, label: str) -> tuple[Any, str | None]:
     """The subject's call (a ``JaxCall``) under ``jax.jit`` on inputs placed as ``placement`` says,
-    as NumPy outputs, or the one line saying how it failed. ``own``: the call as the library shards
-    it itself over the same mesh (``JaxCall.own_sharding``)."""
+    as NumPy outputs, or the one line saying how it failed (``label``: the placement, in words).
+    ``own``: the call as the library shards it itself over the same mesh (``JaxCall.own_sharding``)."""
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     size = math.prod(placement.mesh_shape)
-    mesh = Mesh(np.array(jax.devices()[:size]).reshape(placement.mesh_shape), AXES)
-    where = f"{'by its own sharding, ' if own else ''}{placement.name}"
+    mesh = Mesh(np.array(jax.devices()[:size]).reshape(placement.mesh_shape), MESH_AXES)
     placed = tuple(
         None
         if a is None
@@ -126,7 +124,7 @@ def _run_placed(call: Any, placement: Placement, own: bool = False) -> tuple[Any
             return tuple(None if o is None else np.asarray(o) for o in outputs), None
     except Exception as error:  # noqa: BLE001 - a partitioning rule that raises is the finding
         first = str(error).splitlines()[0] if str(error) else ""
-        return None, f"the call on inputs sharded ({where}) raised {type(error).__name__}: {first}"
+        return None, f"the call on inputs sharded ({label}) raised {type(error).__name__}: {first}"
 
 
 def _judged(c: Compared, placement: str) -> Judgement | str:
@@ -139,9 +137,8 @@ def _judged(c: Compared, placement: str) -> Judgement | str:
         return f"{name} sharded ({placement}) has shape {shape}, expected {np.shape(ref)}"
     if unsharded is None or np.shape(unsharded) != np.shape(ref):
         return f"{name}: the unsharded call gave no answer of shape {np.shape(ref)} to compare with"
-    j = judge(name, got, ref, unsharded, c.dtype, c.valid, c.cancellation)
-    return dataclasses.replace(
-        j, metrics=dataclasses.replace(j.metrics, tensor=f"{name} (sharded: {placement})")
+    return judge(name, got, ref, unsharded, c.dtype, c.valid, c.cancellation).labelled(
+        f"sharded: {placement}"
     )
 
 
@@ -151,12 +148,12 @@ def _placed(
     """Both calls' tensors on ``placement``, judged; ``own``: as the library shards them itself."""
     forward_call, gradients_call = calls
     label = f"{'own sharding, ' if own else ''}{placement.name}"
-    outputs, problem = _run_placed(forward_call, placement, own)
+    outputs, problem = _run_placed(forward_call, placement, own, label)
     if problem:
         return [problem]
     results: list[Judgement | str] = [_judged(c, label) for c in forward_tensors(ctx, outputs)]
     if ctx.backward and (not own or gradients_call.own_sharding is not None):
-        grads, problem = _run_placed(gradients_call, placement, own)
+        grads, problem = _run_placed(gradients_call, placement, own, label)
         if problem:
             return [*results, problem]
         results += [_judged(c, label) for c in gradient_tensors(ctx, grads)]

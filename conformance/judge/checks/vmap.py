@@ -90,9 +90,7 @@ def _slices(c: Compared) -> list[Judgement] | str:
     judged = []
     for i, (label, (r, b, v)) in enumerate(zip(SLICES, wants, strict=True)):
         j = judge(name, got[i], r, b, c.dtype, v, c.cancellation)
-        judged.append(
-            dataclasses.replace(j, metrics=dataclasses.replace(j.metrics, tensor=f"{name} ({label})"))
-        )
+        judged.append(j.labelled(label))
     return judged
 
 
@@ -141,9 +139,7 @@ def _heads_judged(c: Compared) -> list[Judgement] | str:
         shape = None if c.got is None else np.shape(c.got)
         return f"{c.name} under jax.vmap along heads has shape {shape}, expected {np.shape(c.ref)}"
     j = judge(c.name, c.got, c.ref, c.own, c.dtype, c.valid, c.cancellation)
-    return [
-        dataclasses.replace(j, metrics=dataclasses.replace(j.metrics, tensor=f"{c.name} ({HEADS_LABEL})"))
-    ]
+    return [j.labelled(HEADS_LABEL)]
 
 
 def _along_heads(
