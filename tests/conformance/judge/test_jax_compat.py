@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.experimental
 import jax.numpy as jnp
 import numpy as np
 
@@ -36,3 +37,25 @@ def test_live_arrays_count_kept_arrays():
     kept = [jnp.ones(3) + i for i in range(4)]
     assert live_array_count() >= before + 4
     del kept
+
+
+def test_a_compile_inside_a_host_callback_is_the_interpreters_not_the_calls():
+    """TPU interpret mode's memory ops are host callbacks; one may compile on the calling thread
+    under another config (two cache keys for one op). The counter must not charge that to the
+    subject, yet must still count a compile its own code makes on the same thread."""
+    seen: dict[str, tuple[int, list[str]]] = {}
+    fresh = jax.jit(lambda y: jnp.cos(y) * 7)  # never compiled before: its first call compiles
+
+    def host(x: np.ndarray) -> np.ndarray:
+        with CompileCounter() as counter:
+            fresh(jnp.asarray(x)).block_until_ready()
+        seen["inside"] = (counter.count, counter.host_callback_names)
+        return x
+
+    out = jax.jit(lambda x: jax.experimental.io_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+    out(jnp.ones(4, jnp.float32)).block_until_ready()
+    count, names = seen["inside"]
+    assert count == 0 and len(names) >= 1
+    with CompileCounter() as outside:
+        jax.jit(lambda y: jnp.cos(y) * 7)(jnp.ones(4, jnp.float32)).block_until_ready()
+    assert outside.count >= 1 and not outside.host_callback_names
