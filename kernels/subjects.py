@@ -113,6 +113,21 @@ BATCHED_RPA_CI_CASES: tuple[str, ...] = (
     "B=1,Hq=2,Hkv=2,Sq=5,Sk=21,D=128,dtype=bfloat16",
 )
 
+# tokamax's ring attention at ci: each case costs 10 to 20 s of interpreted ring calls, and only
+# lengths that are multiples of 256 fit its shards, so ci runs these in place of its catalogue.
+RING_CI_CASES: tuple[str, ...] = (
+    # Causal GQA, three packed segments whose boundaries fall inside and across the two shards.
+    "B=2,Hq=4,Hkv=2,Sq=256,Sk=256,D=64,causal=top_left,segments=3",
+    # MQA (is_mqa=True, 2-D k and v), Sq != Sk bottom-right with a window, a boolean mask, Dv != D,
+    # bfloat16.
+    "B=1,Hq=4,Hkv=1,Sq=256,Sk=512,D=32,Dv=64,causal=bottom_right,window=40:0,mask=11qk,dtype=bfloat16",
+    # Chunked causal with a softcap (the config's attn_logits_soft_cap) and large logits.
+    "B=1,Hq=2,Hkv=2,Sq=256,Sk=256,D=64,causal=top_left,chunk=48,softcap=20,input=large",
+    # Sinks, which the ring forward rejects (NotImplementedError), and shards shorter than a block.
+    "B=1,Hq=2,Hkv=2,Sq=256,Sk=256,D=64,sinks=normal",
+    "B=1,Hq=2,Hkv=2,Sq=128,Sk=128,D=64,causal=top_left",
+)
+
 SUBJECTS: tuple[BuiltinSubject, ...] = (
     BuiltinSubject(
         name="tpu_flash",
@@ -194,6 +209,17 @@ SUBJECTS: tuple[BuiltinSubject, ...] = (
         variants=(
             _variant("tokamax_splash[impl=base]", "ci", ANY_BACKEND),
             _variant("tokamax_splash[impl=mosaic_tpu]", "dev", PALLAS_TPU),
+        ),
+    ),
+    BuiltinSubject(
+        name="tokamax_ring",
+        adapter="kernels.adapters.tokamax_ring:TokamaxRingAdapter",
+        # Ring attention over 2 simulated devices in TPU interpret mode: only Sq, Sk multiples of
+        # 256 fit its shards. Its whole catalogue (18 runnable cases a variant) costs about 70 s a
+        # variant on 2 cores, so ci runs RING_CI_CASES for both configurations; dev the catalogue.
+        variants=(
+            _variant("tokamax_ring", "ci", PALLAS_TPU, RING_CI_CASES),
+            _variant("tokamax_ring[config=natural_exp]", "ci", PALLAS_TPU, RING_CI_CASES),
         ),
     ),
     BuiltinSubject(

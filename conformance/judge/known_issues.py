@@ -53,6 +53,7 @@ _KEYS = {
     "failure",
     "details",
     "execution",
+    "variants",
     "bisection",
     "link",
     "summary",
@@ -106,6 +107,9 @@ class KnownIssue:
     failure: str | None = None
     details: tuple[tuple[str, float], ...] = ()
     execution: str | None = None
+    # False: the entry covers its subject's own name only, not the variants an option makes (a
+    # defect of the adapter's default configuration that another configuration does not have).
+    variants: bool = True
     # The release sweep behind ``jax`` (reports/ledger/release_sweep.py): span, reproduces, clean; or
     # not_observable with the reason. Optional for a team's ledger, required of the built-in one.
     bisection: dict[str, Any] | None = dataclasses.field(default=None, compare=False)
@@ -122,7 +126,10 @@ class KnownIssue:
             case.case_id if case.subject == self.subject else self.subject + case.case_id[len(case.subject) :]
         )
         return (
-            (case.subject == self.subject or (base == self.subject and case.subject.endswith("]")))
+            (
+                case.subject == self.subject
+                or (self.variants and base == self.subject and case.subject.endswith("]"))
+            )
             and result.check in self.checks
             and (not self.cases or any(fnmatch.fnmatchcase(case_id, glob) for glob in self.cases))
             and set(self.features) <= set(result.features)
@@ -247,6 +254,10 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         isinstance(v, int | float) and not isinstance(v, bool) for v in details.values()
     ):
         raise LedgerError(f"{where}: details must be a table of numbers, e.g. details = {{ parts_fail = 1 }}")
+    if not isinstance(raw.get("variants", True), bool):
+        raise LedgerError(
+            f"{where}: variants must be true or false (false: this name only, not its variants)"
+        )
     for key in ("checks", "cases", "features", "tensors"):
         if key in raw and not (isinstance(raw[key], list) and all(isinstance(v, str) for v in raw[key])):
             raise LedgerError(f'{where}: {key} must be a list of strings, e.g. {key} = ["forward"]')
@@ -291,6 +302,7 @@ def _entry(path: Path, number: int, raw: Any, subjects: set[str], checks: set[st
         failure=raw.get("failure"),
         details=tuple(sorted((key, float(value)) for key, value in details.items())),
         execution=raw.get("execution"),
+        variants=raw.get("variants", True),
         bisection=raw.get("bisection"),
         source=str(path),
     )
@@ -318,11 +330,12 @@ def ledger_status(
       failures its selector would have explained, so a wrong range shows.
     """
     results = list(results)
-    ran_subjects = set(subjects_run)
-    available = {r.case.subject for r in results if r.verdict != "unavailable"}
-    # a variant (``tpu_flash[interpreter=tpu]``) running counts for the kernel's own entries
-    ran_subjects |= {name.partition("[")[0] for name in ran_subjects}
-    available |= {name.partition("[")[0] for name in available}
+    ran_names = set(subjects_run)
+    available_names = {r.case.subject for r in results if r.verdict != "unavailable"}
+    # a variant (``tpu_flash[interpreter=tpu]``) running counts for the kernel's own entries, unless
+    # the entry covers its own name only (``variants = false``)
+    ran_subjects = ran_names | {name.partition("[")[0] for name in ran_names}
+    available = available_names | {name.partition("[")[0] for name in available_names}
     executions = {(r.case.subject.partition("[")[0], r.availability.get("execution")) for r in results}
     statuses = []
     for issue in ledger.issues:
@@ -356,8 +369,8 @@ def ledger_status(
             status = "no longer reproduces"
             entry["passing"] = len(passing)
         elif (
-            issue.subject in ran_subjects
-            and issue.subject in available
+            issue.subject in (ran_subjects if issue.variants else ran_names)
+            and issue.subject in (available if issue.variants else available_names)
             and (issue.execution is None or (issue.subject, issue.execution) in executions)
             and not selected
             and not narrowed

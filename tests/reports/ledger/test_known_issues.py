@@ -332,3 +332,23 @@ def test_an_entry_for_one_failing_part_never_explains_a_record_where_another_fai
     assert ledger.apply(beside, versions).verdict == "fail"
     with pytest.raises(LedgerError, match="details must be a table of numbers"):
         load(tmp_path, GOOD.replace('dtype = "float32"', 'details = { parts_fail = "one" }'), "bad.toml")
+
+
+def test_an_entry_with_variants_false_covers_its_own_name_only(tmp_path):
+    # A defect of the adapter's default configuration (tokamax_ring's use_base2_exp): the variant
+    # that changes the configuration must stay judged, and its passing runs say nothing of the entry.
+    ledger = load(tmp_path, GOOD.replace('summary = "', 'variants = false\nsummary = "'))
+    variant = "tpu_flash[interpreter=tpu]"
+
+    def as_subject(record, subject):
+        case_id = subject + record.case.case_id[len("tpu_flash") :]
+        return dataclasses.replace(
+            record, case=dataclasses.replace(record.case, subject=subject, case_id=case_id)
+        )
+
+    assert ledger.apply(failing(), {"jax": "0.8.3"}).verdict == "known"
+    assert ledger.apply(as_subject(failing(), variant), {"jax": "0.8.3"}).verdict == "fail"
+    passing = dataclasses.replace(as_subject(failing(), variant), verdict="pass")
+    assert ledger_status(ledger, [passing], {"jax": "0.8.3"}, [variant])[0]["status"] == "not run here"
+    with pytest.raises(LedgerError, match="variants must be true or false"):
+        load(tmp_path, GOOD.replace('summary = "', 'variants = "no"\nsummary = "'))
