@@ -62,9 +62,20 @@ def _verdict(
     with ``devices`` simulated CPU devices; ``script``: where to write the record's standalone repro."""
     env = {**os.environ, "XLA_FLAGS": f"{FLAG}={devices}", "JAX_PLATFORMS": "cpu"}
     argv = [impl, check, str(q_len), "causal" if causal else "full", script, mask]
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT, *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        # TPU interpret mode over simulated devices aborted once in about 600 ring calls (SIGABRT,
+        # tokamax 0.0.15, the case passing on its rerun): a crash is retried once, as the suite's
+        # isolation retries one; an exception is a result.
+        if done.returncode >= 0:
+            break
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
 
