@@ -82,6 +82,9 @@ PACKAGE = "tokamax._src.ops.experimental.tpu.splash_attention"
 RING_MODULE = f"{PACKAGE}.ring_attention_kernel"
 RING_AXIS = "ring"
 RING = 2  # devices in the ring: the one size every 256-long case fits (each shard a 128 block)
+# XLA's flag for simulated CPU devices (the suite sets it too: conformance/suite/host_devices.py,
+# a layer above this one).
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 HOST_DEVICES = 4  # what a script asks of JAX's CPU backend, as the suite does (host_devices.DEVICES)
 BLOCK = 128  # SplashConfig.get_default()'s blocks, forward and backward
 CONFIGS: tuple[str, ...] = ("default", "natural_exp")
@@ -123,10 +126,9 @@ def simulated_devices(count: int) -> None:
     computation; a TPU or GPU backend ignores it."""
     import os
 
-    flag = "--xla_force_host_platform_device_count"
     flags = os.environ.get("XLA_FLAGS", "")
-    if flag not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} {flag}={count}".strip()
+    if DEVICE_COUNT_FLAG not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {DEVICE_COUNT_FLAG}={count}".strip()
 
 
 def kernel_travels_sharded(ring_module: Any) -> bool:
@@ -159,7 +161,7 @@ def ring_call(ring_module, segment_ids_class, config, mask, ring, q, k, v, q_seg
     if len(devices) < ring:  # a ring of one device merges nothing: it would hide what is judged
         raise ValueError(
             f"a ring of {ring} needs {ring} devices and JAX has {len(devices)}: set "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={ring} before JAX starts"
+            f"XLA_FLAGS={DEVICE_COUNT_FLAG}={ring} before JAX starts"
         )
     sequence = P(None, RING_AXIS, None)
     kv_spec = P(RING_AXIS, None) if mqa else sequence
@@ -389,14 +391,12 @@ class TokamaxRingAdapter:
                 return Availability(False, missing, versions)
         import jax
 
-        from conformance.suite.host_devices import FLAG
-
         if jax.device_count() < RING:
             return Availability(
                 False,
                 f"a ring needs {RING} devices and this process has {jax.device_count()}: set "
-                f"XLA_FLAGS={FLAG}=4 before JAX starts (pytest conformance sets it unless XLA_FLAGS "
-                "names a count)",
+                f"XLA_FLAGS={DEVICE_COUNT_FLAG}={HOST_DEVICES} before JAX starts (pytest conformance sets "
+                "it unless XLA_FLAGS names a count)",
                 versions,
             )
         return Availability(True, "", versions, execution, EXECUTION_WORDS[execution])

@@ -81,9 +81,13 @@ def test_the_same_configuration_twice_is_refused():
 def test_all_adds_the_tpu_interpret_and_int8_variants_in_thorough_only():
     ci, dev, thorough = (impl_names("all", tier) for tier in ("ci", "dev", "thorough"))
     # the only names with options in ci are a family's members (one per implementation: tokamax[impl=...],
-    # tokamax_splash[impl=...], tokamax_batched_rpa[impl=...])
+    # tokamax_splash[impl=...], tokamax_batched_rpa[impl=...]) and tokamax's ring under the config its
+    # own test builds (the default config is a known defect: the other one keeps the ring judged)
     families = ("tokamax[impl=", "tokamax_splash[impl=", "tokamax_batched_rpa[impl=")
-    assert all(name.startswith(families) for name in ci if "[" in name)
+    assert all(
+        name.startswith(families) for name in ci if "[" in name and name != "tokamax_ring[config=natural_exp]"
+    )
+    assert "tokamax_ring[config=natural_exp]" in ci
     assert not [name for name in dev if "[" in name and not name.startswith("tokamax")]
     assert set(thorough) - set(dev) == {
         "tpu_flash[interpreter=tpu]",
