@@ -1,5 +1,8 @@
 """Command line: ``python -m reports render DIR | matrix [ROOT] | gate BASE CANDIDATE | merge OUT IN...``.
 
+``floor-audit DIR [--over 10]``: where a tolerance's floor, not the careful baseline's error, decides
+a pass (``reports/floor_audit.py``).
+
 ``ledger-sweep DIR...``: where each known issue reproduced, one conformance run per release
 (``reports/ledger/release_sweep.py``), and the range that says so.
 
@@ -58,6 +61,13 @@ def parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("dirs", type=Path, nargs="+", metavar="dir")
 
+    floors = commands.add_parser(
+        "floor-audit",
+        help="per subject, dtype and tensor: the passes whose floor is far above k x the baseline's error",
+    )
+    floors.add_argument("dir", type=Path)
+    floors.add_argument("--over", type=float, default=10.0, help="list floors above this x k x baseline")
+
     gate_cmd = commands.add_parser(
         "gate",
         help="compare CANDIDATE against BASE; exit 1 on a regression, 2 on bad input",
@@ -87,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from reports.ledger import release_sweep  # packaging: the gate itself runs on the stdlib alone
 
             print(release_sweep.table(release_sweep.reproducing(args.dirs)))
+            return 0
+        if args.command == "floor-audit":
+            from reports import floor_audit
+
+            print(floor_audit.audit(args.dir, args.over))
             return 0
         if args.command == "merge":
             merged = merge(args.out, args.inputs)

@@ -4,7 +4,9 @@
 ``exact`` is float64 attention rounded to the input dtype: it must pass every check.
 ``scaled_wrong`` multiplies the logits by 1.25: the forward and lse checks must reject it.
 ``finite_mask`` masks with -1e30 (mean(v) on fully masked rows), declared or not;
-``make_leaky()`` keeps every output; ``noisy`` flips a last bit now and then.
+``make_leaky()`` keeps every output; ``noisy`` flips a last bit now and then. ``lse_in_input_dtype``
+rounds its lse to the inputs' dtype and returns it as float32; ``lse_returned_in_input_dtype`` returns it
+in that dtype.
 ``Elsewhere`` is an adapter that is never available here (hardware this machine lacks).
 """
 
@@ -123,3 +125,28 @@ class Elsewhere:
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         raise RuntimeError(self.REASON)
+
+
+def lse_in_input_dtype(
+    q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None, kv_lengths=None
+):
+    """``exact``, but its lse rounded to the inputs' dtype and handed back as float32: a kernel that
+    stores lse in its storage dtype, upcast by its adapter. Returned as float32, it must be as good
+    as a float32 lse."""
+    out, lse = _attention(q, k, v, scale, causal, alignment, q_lengths, kv_lengths)
+    return out, lse.astype(q.dtype).astype(np.float32)
+
+
+lse_in_input_dtype.attention_capabilities = CAPS
+
+
+def lse_returned_in_input_dtype(
+    q, k, v, *, scale, causal=False, alignment="top_left", q_lengths=None, kv_lengths=None
+):
+    """``exact`` with its lse returned in the inputs' dtype: the storage it shows is the one it is
+    judged in (as jax.nn returns its lse in k's dtype)."""
+    out, lse = _attention(q, k, v, scale, causal, alignment, q_lengths, kv_lengths)
+    return out, lse.astype(q.dtype)
+
+
+lse_returned_in_input_dtype.attention_capabilities = CAPS

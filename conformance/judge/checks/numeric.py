@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 
+from conformance.judge.baseline import numerics
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements
 from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import judge
@@ -51,7 +52,12 @@ def lse(ctx: CheckContext) -> Outcome:
     if problem:
         return failed(problem + "; the subject declares lse=True")
     valid = ctx.oracle.valid_rows
-    base = ctx.baseline.lse  # float32 for fp8 inputs: no kernel keeps its lse in 8 bits
+    # The baseline stores lse as the subject does (observed, never declared): in float32 where the
+    # subject returns float32 or wider, else in the inputs' dtype (float32 for fp8 inputs: no kernel
+    # keeps its lse in 8 bits). The floors are ulps of that dtype.
+    wide = np.dtype(got.lse.dtype).kind == "f" and np.finfo(got.lse.dtype).eps <= np.finfo(np.float32).eps
+    model = dataclasses.replace(numerics(ctx.capabilities, ctx.dtype), lse_wide=wide)
+    base = ctx.oracle.baseline_for(model).lse
     return from_judgements([judge("lse", got.lse, ref.lse, base, name_of(base.dtype), valid)])
 
 
