@@ -46,3 +46,9 @@ def test_the_command_prints_the_table(tmp_path, capsys):
     assert text.startswith("1 (subject, dtype, tensor) groups of 2 passing judgements") and "`far`" in text
     assert "`fine`" not in text
     assert metric().floor == 1e-6  # the helper's floor: far below k x baseline, so "fine" is not listed
+
+
+def test_a_missing_results_file_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["floor-audit", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no results file" in err
