@@ -1,5 +1,5 @@
 """tokamax's ring attention (``make_ring_attention`` in
-``tokamax._src.ops.experimental.tpu.splash_attention.ring_attention_kernel``, private in tokamax 0.0.12
+``tokamax._src.ops.experimental.tpu.splash_attention.ring_attention_kernel``, private in tokamax 0.0.11
 to 0.0.17, run by MaxText's context-parallel attention): the Pallas TPU splash kernel applied to one
 shard of keys at a time while k and v travel around a ring of devices (``lax.ppermute``), the
 partial results merged by their running max and sum. Context parallelism is where silently wrong
@@ -307,7 +307,7 @@ CONSTRAINTS = (
     ShapeConstraint(
         name="no_sinks",
         reason="the ring forward raises NotImplementedError('Sinks aren't supportd yet.') "
-        "(ring_attention_kernel.py, tokamax 0.0.12 to 0.0.17)",
+        "(ring_attention_kernel.py, tokamax 0.0.11 to 0.0.17)",
         holds=lambda shape, spec: False,
         basis="raises",
         features=("sinks",),
