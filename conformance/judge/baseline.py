@@ -41,10 +41,16 @@ from reference.spec import AttentionInputs, AttentionSpec, Dropout
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class BaselineOutput:
-    """out: [B, Hq, Sq, Dv] and lse: [B, Hq, Sq], in the inputs' dtype (mean(v) on fully masked rows)."""
+    """out: [B, Hq, Sq, Dv] and lse: [B, Hq, Sq], in the inputs' dtype (mean(v) on fully masked rows).
+
+    lse_wide: the lse of a kernel that keeps l, the softmax sum, in float32 and stores lse there,
+    ``m + log(l)`` in float32 with l unrounded: no storage rounding of lse to make. The lse check
+    judges a subject that returns float32 (or wider) against it, a narrower one against ``lse``:
+    the storage the subject shows (observed, never declared)."""
 
     out: np.ndarray
     lse: np.ndarray
+    lse_wide: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -81,11 +87,6 @@ class Numerics:
     quantize_p: bool = False
     out_dtype: str | None = None
     prescale_q: bool = False
-    # The subject returns its lse in float32 or wider (observed: the lse check reads the dtype of
-    # the lse it got). A kernel that keeps l, the softmax sum, in float32 and stores lse there has
-    # no storage-dtype rounding of lse to make: in bfloat16 and float16 cases the baseline's lse is
-    # then m + log(l) in float32, l unrounded, instead of both rounded to the inputs' dtype.
-    lse_wide: bool = False
 
 
 def numerics(caps: Capabilities, dtype: str) -> Numerics:
@@ -111,7 +112,6 @@ class _Precision:
     out: np.dtype
     lse: np.dtype
     q_rnd: Callable[[np.ndarray], np.ndarray] | None = None
-    lse_wide: bool = False  # lse = m + log(l) in the work dtype, l unrounded (``Numerics.lse_wide``)
 
 
 def _precision(dtype: np.dtype, model: Numerics = Numerics()) -> _Precision:
@@ -129,8 +129,6 @@ def _precision(dtype: np.dtype, model: Numerics = Numerics()) -> _Precision:
         # Intermediates stay float32; P is rounded to V's dtype only where the subject says so.
         p_rnd = to_dtype if model.quantize_p else same
         return _Precision(np.dtype(dtype), work, same, p_rnd, out, work, q_rnd)
-    if model.lse_wide:
-        return _Precision(np.dtype(dtype), work, to_dtype, same, out, work, q_rnd=q_rnd, lse_wide=True)
     return _Precision(np.dtype(dtype), work, to_dtype, same, out, np.dtype(dtype), q_rnd=q_rnd)
 
 
@@ -145,6 +143,7 @@ class _Forward:
     tanh: np.ndarray | None
     out: np.ndarray  # [B, Hq, Sq, Dv]
     lse: np.ndarray  # [B, Hq, Sq]
+    lse_wide: np.ndarray  # [B, Hq, Sq]: m + log(l) in the work dtype, l unrounded
     k: np.ndarray  # repeated to Hq heads
     v: np.ndarray
     scale: float
@@ -205,7 +204,8 @@ def _forward(
         summed = denom
         denom = r(denom)
         p = r(e / denom)
-        lse = (m + np.log(summed))[..., 0] if pr.lse_wide else r(m + r(np.log(denom)))[..., 0]
+        lse = r(m + r(np.log(denom)))[..., 0]
+        lse_wide = (m + np.log(summed))[..., 0]
     # Dropout multiplies the normalised weights, as a user's ``p * keep / (1 - rate)`` in the dtype.
     weights = None if dropout is None else r(dropout.weights().astype(w))
     p_kept = p if weights is None else r(p * weights)
@@ -218,6 +218,7 @@ def _forward(
         tanh=tanh,
         out=out,
         lse=lse,
+        lse_wide=lse_wide,
         k=k,
         v=v,
         scale=scale,
@@ -244,11 +245,14 @@ def forward(
     dropout: Dropout | None = None,
 ) -> BaselineOutput:
     """The baseline's out and lse: out in the inputs' dtype (``model.out_dtype`` where set), lse
-    in the inputs' dtype (float32 for fp8 inputs, and where ``model.lse_wide``). ``dropout``:
-    applied to the normalised weights."""
+    in the inputs' dtype (float32 for fp8 inputs), and ``lse_wide`` in float32 (float64 for
+    float64). ``dropout``: applied to the normalised weights."""
     pr = _precision(inputs.q.dtype, model)
     fwd = _forward(inputs, spec, pr, dropout)
-    return BaselineOutput(out=fwd.out.astype(pr.out), lse=fwd.lse.astype(pr.lse))
+    wide = np.float64 if pr.work == np.float64 else np.float32
+    return BaselineOutput(
+        out=fwd.out.astype(pr.out), lse=fwd.lse.astype(pr.lse), lse_wide=fwd.lse_wide.astype(wide)
+    )
 
 
 def gradients(

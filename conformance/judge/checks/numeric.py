@@ -11,7 +11,6 @@ import dataclasses
 
 import numpy as np
 
-from conformance.judge.baseline import numerics
 from conformance.judge.checks.base import CheckContext, Outcome, failed, from_judgements
 from conformance.judge.dtypes import name_of
 from conformance.judge.tolerance import judge
@@ -53,11 +52,10 @@ def lse(ctx: CheckContext) -> Outcome:
         return failed(problem + "; the subject declares lse=True")
     valid = ctx.oracle.valid_rows
     # The baseline stores lse as the subject does (observed, never declared): in float32 where the
-    # subject returns float32 or wider, else in the inputs' dtype (float32 for fp8 inputs: no kernel
-    # keeps its lse in 8 bits). The floors are ulps of that dtype.
+    # subject returns float32 or wider (``BaselineOutput.lse_wide``), else in the inputs' dtype
+    # (float32 for fp8 inputs: no kernel keeps its lse in 8 bits). The floors are ulps of that dtype.
     wide = np.dtype(got.lse.dtype).kind == "f" and np.finfo(got.lse.dtype).eps <= np.finfo(np.float32).eps
-    model = dataclasses.replace(numerics(ctx.capabilities, ctx.dtype), lse_wide=wide)
-    base = ctx.oracle.baseline_for(model).lse
+    base = ctx.baseline.lse_wide if wide else ctx.baseline.lse
     return from_judgements([judge("lse", got.lse, ref.lse, base, name_of(base.dtype), valid)])
 
 
