@@ -543,6 +543,18 @@ class SplashAdapter(Configurable):
 # --- the translation: functions of NumPy/JAX values, embedded verbatim in standalone repros --
 
 
+def gradients_with_sinks(attend, q, k, v, sinks, dout):
+    """(dq, dk, dv, dsinks or None) of ``sum(attend(q, k, v, sinks) * dout)`` by ``jax.vjp``: the
+    sinks get a gradient only where the case has them (splash-style calls take ``sinks=None``)."""
+    import jax
+
+    if sinks is None:
+        _, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, None), q, k, v)
+        return (*vjp(dout), None)
+    _, vjp = jax.vjp(attend, q, k, v, sinks)
+    return vjp(dout)
+
+
 def mask_layout(
     causal: bool, alignment: str, window: Any, q_len: int, kv_len: int, chunk: Any = None
 ) -> tuple:

@@ -104,7 +104,6 @@ from kernels.runtime.jax_runtime import (
     TracedPrimitives,
     array_key,
     default_backend,
-    installed_jax_versions,
     installed_version,
     jit_observed,
     to_jax,
@@ -118,6 +117,7 @@ from kernels.runtime.tokamax_runtime import (
     DISTRIBUTION,
     OLDEST,
     absl_flags_parsed,
+    availability_versions,
     generic_interpret,
     hoisted_program_ids,
     interpretable_op,
@@ -1119,7 +1119,7 @@ class TokamaxAdapter(Configurable):
             execution = _execution(kind)
         except Exception as error:  # any import/API failure means "unavailable", never a crash
             return unavailable_because(error, f"importing tokamax's {kind.op_class}")
-        versions = (*installed_jax_versions(), (DISTRIBUTION, installed_version(DISTRIBUTION) or "missing"))
+        versions = availability_versions()
         if kind.hardware == "gpu" and kind.execution == "native" and default_backend() != "gpu":
             return Availability(
                 False,

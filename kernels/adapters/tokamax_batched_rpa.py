@@ -78,13 +78,17 @@ from kernels.runtime.jax_runtime import (
     TracedPrimitives,
     array_key,
     default_backend,
-    installed_jax_versions,
     installed_version,
     jit_observed,
     to_jax,
     to_numpy,
 )
-from kernels.runtime.tokamax_runtime import DISTRIBUTION, absl_flags_parsed, interpretable_op
+from kernels.runtime.tokamax_runtime import (
+    DISTRIBUTION,
+    absl_flags_parsed,
+    availability_versions,
+    interpretable_op,
+)
 from kernels.runtime.tpu_interpret import probe_failure, tpu_interpret_mode_missing
 from reference.spec import AttentionInputs, AttentionSpec
 
@@ -371,7 +375,7 @@ class TokamaxBatchedRpaAdapter:
         """Available natively for reference (and the default where it picks reference or runs on a
         TPU); elsewhere only if a probe call runs (``interpreter_failure``); the kernel then lowers."""
         version = installed_version(DISTRIBUTION)
-        versions = (*installed_jax_versions(), (DISTRIBUTION, version or "missing"))
+        versions = availability_versions()
         try:
             api = _load_api()
             execution = _execution(self.impl)

@@ -50,7 +50,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.adapters.splash import mask_layout, structural_mask
+from kernels.adapters.splash import gradients_with_sinks, mask_layout, structural_mask
 from kernels.adapters.tokamax_splash import mask_array
 from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.runtime.call_description import (
@@ -68,13 +68,12 @@ from kernels.runtime.jax_runtime import (
     TracedPrimitives,
     array_key,
     default_backend,
-    installed_jax_versions,
     installed_version,
     jit_observed,
     to_numpy,
 )
 from kernels.runtime.standalone import StandaloneCall
-from kernels.runtime.tokamax_runtime import DISTRIBUTION, absl_flags_parsed
+from kernels.runtime.tokamax_runtime import DISTRIBUTION, absl_flags_parsed, availability_versions
 from kernels.runtime.tpu_interpret import tpu_interpret_mode_missing
 from reference.spec import AttentionInputs, AttentionSpec
 
@@ -213,14 +212,15 @@ def tokamax_ring_attention(
     group = q_heads // k.shape[1]
     per_head = planes is not None and planes.shape[1] > 1
     call = functools.partial(ring_call, ring_module, segment_ids_class, config, ring=ring)
+    # Without planes every row's mask is the structural one: materialised once.
+    shared = ring_mask(masks, layout, None, q_len, kv_len) if planes is None else None
     rows = []
     for b in range(batch):
         plane_row = None if planes is None else planes[b if planes.shape[0] > 1 else 0]
         q_row = None if q_seg is None else q_seg[b]
         kv_row = None if kv_seg is None else kv_seg[b]
         if not per_head:
-            plane = None if plane_row is None else plane_row[0]
-            mask = ring_mask(masks, layout, plane, q_len, kv_len)
+            mask = shared if plane_row is None else ring_mask(masks, layout, plane_row[0], q_len, kv_len)
             rows.append(call(mask, q=q[b], k=k[b], v=v[b], q_seg=q_row, kv_seg=kv_row, sinks=sinks))
             continue
         heads = []
@@ -243,51 +243,16 @@ def tokamax_ring_attention(
     return jnp.stack(rows), None
 
 
-def tokamax_ring_gradients(
-    ring_module,
-    masks,
-    segment_ids_class,
-    config,
-    planes,
-    q,
-    k,
-    v,
-    q_seg,
-    kv_seg,
-    sinks,
-    dout,
-    *,
-    scale,
-    layout,
-    ring,
-):
-    """(dq, dk, dv, dsinks or None) of ``sum(out * dout)`` by ``jax.vjp`` of the same ring call: the
-    ring's own VJP. dq includes the scale (q is scaled inside)."""
-    import jax
+def tokamax_ring_gradients(*args, **options):
+    """(dq, dk, dv, dsinks or None) of ``sum(out * dout)`` by ``jax.vjp`` of ``tokamax_ring_attention``
+    on the same arguments and keywords (``args``: its arguments, then dout): the ring's own VJP. dq
+    includes the scale (q is scaled inside)."""
+    *bound, q, k, v, q_seg, kv_seg, sinks, dout = args
 
     def attend(q, k, v, sinks):
-        return tokamax_ring_attention(
-            ring_module,
-            masks,
-            segment_ids_class,
-            config,
-            planes,
-            q,
-            k,
-            v,
-            q_seg,
-            kv_seg,
-            sinks,
-            scale=scale,
-            layout=layout,
-            ring=ring,
-        )[0]
+        return tokamax_ring_attention(*bound, q, k, v, q_seg, kv_seg, sinks, **options)[0]
 
-    if sinks is None:
-        _, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, None), q, k, v)
-        return (*vjp(dout), None)
-    _, vjp = jax.vjp(attend, q, k, v, sinks)
-    return vjp(dout)
+    return gradients_with_sinks(attend, q, k, v, sinks, dout)
 
 
 def _fits_the_ring(shape: Any, spec: Any) -> bool:
@@ -365,7 +330,7 @@ class TokamaxRingAdapter:
             )
 
     def availability(self) -> Availability:
-        versions = (*installed_jax_versions(), (DISTRIBUTION, installed_version(DISTRIBUTION) or "missing"))
+        versions = availability_versions()
         try:
             _load_api()
         except Exception as error:  # any import failure means "unavailable", never a crash

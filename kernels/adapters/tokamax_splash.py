@@ -64,7 +64,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kernels.adapters.splash import mask_layout, structural_mask
+from kernels.adapters.splash import gradients_with_sinks, mask_layout, structural_mask
 from kernels.contract.base import (
     Availability,
     Capabilities,
@@ -91,7 +91,6 @@ from kernels.runtime.jax_runtime import (
     TracedPrimitives,
     array_key,
     default_backend,
-    installed_jax_versions,
     installed_version,
     jit_observed,
     to_numpy,
@@ -100,6 +99,7 @@ from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tokamax_runtime import (
     DISTRIBUTION,
     absl_flags_parsed,
+    availability_versions,
     interpretable_op,
     remat_optimization_off,
 )
@@ -451,7 +451,6 @@ def tokamax_splash_gradients(
     """(dq, dk, dv, dsinks ``[Hq]`` or None) of ``sum(out * dout)`` by ``jax.vjp`` of the public call:
     the op's own VJP. dq includes the scale (q is scaled inside). ``dropout_rate``, ``prng_key``: as
     ``tokamax_splash_attention`` takes them (the VJP draws the same mask under the same key)."""
-    import jax
 
     def attend(q, k, v, sinks):
         return tokamax_splash_attention(
@@ -475,11 +474,7 @@ def tokamax_splash_gradients(
             prng_key=prng_key,
         )[0]
 
-    if sinks is None:
-        _, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, None), q, k, v)
-        return (*vjp(dout), None)
-    _, vjp = jax.vjp(attend, q, k, v, sinks)
-    return vjp(dout)
+    return gradients_with_sinks(attend, q, k, v, sinks, dout)
 
 
 # --- the adapter -----------------------------------------------------------------------------
@@ -543,7 +538,7 @@ class TokamaxSplashAdapter:
 
     def availability(self) -> Availability:
         kind = self._kind
-        versions = (*installed_jax_versions(), (DISTRIBUTION, installed_version(DISTRIBUTION) or "missing"))
+        versions = availability_versions()
         try:
             _load_api(kind)
         except Exception as error:  # any import/API failure means "unavailable", never a crash

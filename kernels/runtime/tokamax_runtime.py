@@ -41,7 +41,7 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
-from kernels.runtime.jax_runtime import installed_version, version_tuple
+from kernels.runtime.jax_runtime import installed_jax_versions, installed_version, version_tuple
 
 DISTRIBUTION = "tokamax"
 # tokamax 0.0.10 registers Mosaic TPU attention, reads absl flags inside the call and resolves
@@ -53,6 +53,12 @@ def tokamax_version() -> tuple[int, ...]:
     """The installed tokamax release as a tuple; ``()`` when it is not installed."""
     version = installed_version(DISTRIBUTION)
     return () if version is None else version_tuple(version)
+
+
+def availability_versions() -> tuple[tuple[str, str], ...]:
+    """The versions a tokamax subject's ``Availability`` names: JAX's, and tokamax's ("missing"
+    where it is not installed)."""
+    return (*installed_jax_versions(), (DISTRIBUTION, installed_version(DISTRIBUTION) or "missing"))
 
 
 def absl_flags_parsed() -> None:

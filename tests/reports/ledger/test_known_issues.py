@@ -28,6 +28,14 @@ summary = "NaN in masked keys reaches every row"
 """
 
 
+def as_subject(record, subject):
+    """``record`` (a tpu_flash one) as another subject's, its case id renamed to match."""
+    case_id = subject + record.case.case_id[len("tpu_flash") :]
+    return dataclasses.replace(
+        record, case=dataclasses.replace(record.case, subject=subject, case_id=case_id)
+    )
+
+
 def test_the_builtin_ledger_is_valid_for_every_builtin_subject_and_check():
     ledger = load_ledger([BUILTIN_LEDGER], subjects=BUILTIN, checks=CHECKS)
     assert ledger.issues and all(i.link and i.summary for i in ledger.issues)
@@ -183,12 +191,6 @@ def test_an_entry_on_a_kernel_covers_its_interpreter_variants_and_not_other_subj
     ledger = load(tmp_path, GOOD)
     variant = "tpu_flash[interpreter=tpu]"
 
-    def as_subject(record, subject):
-        case_id = subject + record.case.case_id[len("tpu_flash") :]
-        return dataclasses.replace(
-            record, case=dataclasses.replace(record.case, subject=subject, case_id=case_id)
-        )
-
     assert ledger.apply(as_subject(failing(), variant), {"jax": "0.8.3"}).verdict == "known"
     assert ledger.apply(as_subject(failing(), "tpu_flash_v2"), {"jax": "0.8.3"}).verdict == "fail"
     statuses = ledger_status(ledger, [as_subject(failing(), variant)], {"jax": "0.8.3"}, [variant])
@@ -200,12 +202,6 @@ def test_an_entry_on_a_variant_covers_only_that_variant(tmp_path):
     # it, nor call it "no longer reproduces" when they pass.
     ledger = load(tmp_path, GOOD.replace('subject = "tpu_flash"', 'subject = "tpu_flash[interpreter=tpu]"'))
     variant = "tpu_flash[interpreter=tpu]"
-
-    def as_subject(record, subject):
-        case_id = subject + record.case.case_id[len("tpu_flash") :]
-        return dataclasses.replace(
-            record, case=dataclasses.replace(record.case, subject=subject, case_id=case_id)
-        )
 
     assert ledger.apply(as_subject(failing(), variant), {"jax": "0.8.3"}).verdict == "known"
     assert ledger.apply(failing(), {"jax": "0.8.3"}).verdict == "fail"
@@ -339,12 +335,6 @@ def test_an_entry_with_variants_false_covers_its_own_name_only(tmp_path):
     # that changes the configuration must stay judged, and its passing runs say nothing of the entry.
     ledger = load(tmp_path, GOOD.replace('summary = "', 'variants = false\nsummary = "'))
     variant = "tpu_flash[interpreter=tpu]"
-
-    def as_subject(record, subject):
-        case_id = subject + record.case.case_id[len("tpu_flash") :]
-        return dataclasses.replace(
-            record, case=dataclasses.replace(record.case, subject=subject, case_id=case_id)
-        )
 
     assert ledger.apply(failing(), {"jax": "0.8.3"}).verdict == "known"
     assert ledger.apply(as_subject(failing(), variant), {"jax": "0.8.3"}).verdict == "fail"
