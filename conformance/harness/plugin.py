@@ -33,6 +33,7 @@ import pytest
 from conformance.harness import isolation, keyword_prefilter, progress, recording
 from conformance.judge import jax_compat, known_issues
 from conformance.judge.runner import Runner, availability_block, case_description
+from conformance.judge.settled_cache import SettledCache
 from conformance.plan import profiles, shards, user_cases
 from conformance.plan.catalogue import Planned, pairwise_coverage, plan
 from conformance.plan.subjects import PRIMARY_SUBJECT, Subject, resolve_subjects
@@ -104,7 +105,8 @@ def add_options(parser: pytest.Parser) -> None:
         "--jax-cache-dir",
         default=None,
         help="JAX's persistent compilation cache folder (every compilation kept, so a "
-        "rerun skips XLA compiles). Default: off (nox -s conformance sets one)",
+        "rerun skips XLA compiles), with the suite's settled work in its settled/ folder (float64 "
+        "references, baselines, lowerings, keyed by value). Default: off (nox -s conformance sets one)",
     )
     group.addoption(
         "--known-issues",
@@ -304,7 +306,10 @@ class ConformancePlugin:
     def runner(self) -> Runner:
         if self._runner is None:
             known = lambda result: self.classify_known(result).verdict == "known"  # noqa: E731
-            self._runner = Runner(self.subjects, self.profile, shrink=self.shrink, known=known)
+            settled = SettledCache.under(self.config.getoption("jax_cache_dir"))
+            self._runner = Runner(
+                self.subjects, self.profile, shrink=self.shrink, known=known, settled=settled
+            )
         return self._runner
 
     def availability_of(self, subject: str) -> dict[str, object]:

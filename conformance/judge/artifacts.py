@@ -4,7 +4,9 @@
 keyed by ``Case.data_id`` so two subjects (or configs) on the same case share one reference.
 ``SubjectRun`` holds one subject's calls on one case. Each is computed once, on first
 use, and kept in a small LRU owned by the session (``ArtifactStore``): checks of a
-case run back to back, so a handful of entries is enough.
+case run back to back, so a handful of entries is enough. The reference, the baselines
+and a built-in subject's lowerings are also kept on disk across runs and workers, by value
+(``settled_cache.py``), when the run has a cache folder.
 
 Every subject call gets its own copy of the inputs: a subject that writes into its
 inputs must neither corrupt the shared reference nor other checks, and the copy is
@@ -25,11 +27,12 @@ import numpy as np
 from conformance.judge import baseline as plain
 from conformance.judge import inputs as case_inputs
 from conformance.judge.baseline import BaselineGrads, BaselineOutput, Numerics
+from conformance.judge.settled_cache import NOTHING_KEPT, SettledCache, built_in
 from conformance.plan import subject_warnings
 from conformance.plan.cases import Case
 from kernels.contract import features
 from kernels.contract.base import Adapter, SubjectGrads, SubjectOutput
-from kernels.hardware.lowering import Lowering, lower
+from kernels.hardware.lowering import Lowering, LoweringCall, lower
 from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
 from reference.spec import AttentionInputs
 
@@ -117,17 +120,19 @@ def call_gradients(adapter: Adapter, case: Case, inputs: AttentionInputs, dout: 
 class Oracle:
     """Subject-independent artifacts of one case, each computed on first use."""
 
-    def __init__(self, case: Case):
+    def __init__(self, case: Case, settled: SettledCache = NOTHING_KEPT):
         self.case = case
+        self.settled = settled
         self.timings: dict[str, float] = {}
         # One baseline per declared arithmetic (``baseline.Numerics``): subjects sharing this
         # case's reference may differ in it (an fp8 kernel that rounds P, one that does not).
         self._baselines: dict[Numerics, BaselineOutput] = {}
         self._baseline_grads: dict[Numerics, BaselineGrads] = {}
 
-    def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
+    def _timed(self, name: str, parts: tuple[Any, ...], fn: Callable[[], Any]) -> Any:
+        """``fn()``, or its settled value under ``name`` and ``parts`` (what it is a function of)."""
         start = time.perf_counter()
-        value = fn()
+        value = self.settled.get_or_compute(name.removesuffix("_s"), parts, fn)
         self.timings[name] = time.perf_counter() - start
         return value
 
@@ -137,21 +142,26 @@ class Oracle:
 
     @functools.cached_property
     def reference(self) -> ReferenceOutput:
-        return self._timed("reference_forward_s", lambda: attention_forward(self.inputs, self.case.spec))
+        inputs, spec = self.inputs, self.case.spec
+        return self._timed("reference_forward_s", (inputs, spec), lambda: attention_forward(inputs, spec))
 
     def baseline_for(self, model: Numerics) -> BaselineOutput:
         """The baseline of a subject whose arithmetic is ``model`` (``baseline.numerics``)."""
         if model not in self._baselines:
+            inputs, spec = self.inputs, self.case.spec
             self._baselines[model] = self._timed(
-                "baseline_forward_s", lambda: plain.forward(self.inputs, self.case.spec, model)
+                "baseline_forward_s", (inputs, spec, model), lambda: plain.forward(inputs, spec, model)
             )
         return self._baselines[model]
 
     def baseline_grads_for(self, model: Numerics) -> BaselineGrads:
         """The baseline's gradients for a subject whose arithmetic is ``model``."""
         if model not in self._baseline_grads:
+            inputs, spec, dout = self.inputs, self.case.spec, self.dout
             self._baseline_grads[model] = self._timed(
-                "baseline_backward_s", lambda: plain.gradients(self.inputs, self.case.spec, self.dout, model)
+                "baseline_backward_s",
+                (inputs, spec, dout, model),
+                lambda: plain.gradients(inputs, spec, dout, model),
             )
         return self._baseline_grads[model]
 
@@ -166,9 +176,11 @@ class Oracle:
 
     @functools.cached_property
     def reference_grads(self) -> ReferenceGrads:
+        inputs, dout, spec = self.inputs, self.dout, self.case.spec
         return self._timed(
             "reference_backward_s",
-            lambda: attention_backward(self.inputs, self.dout, self.case.spec, self.reference),
+            (inputs, dout, spec),
+            lambda: attention_backward(inputs, dout, spec, self.reference),
         )
 
     @property
@@ -188,6 +200,17 @@ class SubjectRun:
         self.case, self.adapter, self.oracle = case, adapter, oracle
         self._lowerings: dict[str, Lowering] = {}
 
+    def _lower(self, call: LoweringCall, direction: str) -> Lowering:
+        """``lower(call)``, settled across runs for a built-in adapter, whose code the cache's key
+        holds; a plug-in's or a test's adapter lives outside it, so its lowering is always done.
+        ``seconds`` is what this run spent, loading included."""
+        if not built_in(type(self.adapter)):
+            return lower(call)
+        start = time.perf_counter()
+        parts = (self.case, direction, type(self.adapter).__qualname__, call.platform, call.device_kind)
+        lowering = self.oracle.settled.get_or_compute("lowering", parts, lambda: lower(call))
+        return dataclasses.replace(lowering, seconds=time.perf_counter() - start)
+
     def lowering(self, direction: str) -> Lowering:
         """The ``direction`` call (``forward``/``backward``) lowered for the subject's hardware
         with the interpreter off (``Adapter.lowering``), once: lowers, vmem and observable share it.
@@ -202,7 +225,7 @@ class SubjectRun:
                     platform, f"{type(error).__name__}: {error}", seconds=time.perf_counter() - start
                 )
             else:
-                self._lowerings[direction] = lower(call)
+                self._lowerings[direction] = self._lower(call, direction)
         return self._lowerings[direction]
 
     @functools.cached_property
@@ -239,8 +262,9 @@ class SubjectRun:
 class ArtifactStore:
     """A small LRU of Oracles (by semantic id) and SubjectRuns (by case id)."""
 
-    def __init__(self, capacity: int = 6):
+    def __init__(self, capacity: int = 6, settled: SettledCache = NOTHING_KEPT):
         self.capacity = capacity
+        self.settled = settled
         self._oracles: collections.OrderedDict[str, Oracle] = collections.OrderedDict()
         self._runs: collections.OrderedDict[str, SubjectRun] = collections.OrderedDict()
 
@@ -254,7 +278,7 @@ class ArtifactStore:
         return table[key]
 
     def oracle(self, case: Case) -> Oracle:
-        return self._lru(self._oracles, case.data_id, lambda: Oracle(case))
+        return self._lru(self._oracles, case.data_id, lambda: Oracle(case, self.settled))
 
     def run(self, case: Case, adapter: Adapter) -> SubjectRun:
         return self._lru(self._runs, case.case_id, lambda: SubjectRun(case, adapter, self.oracle(case)))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from conformance.judge import repro
 from conformance.judge.artifacts import ArtifactStore, SubjectError
 from conformance.judge.checks.base import CheckContext, Outcome
+from conformance.judge.settled_cache import NOTHING_KEPT, SettledCache
 from conformance.plan import subject_warnings
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import Planned, classify
@@ -58,13 +59,16 @@ class Runner:
         profile: Profile,
         shrink: bool = True,
         known: Callable[[CaseResult], bool] | None = None,
+        settled: SettledCache = NOTHING_KEPT,
     ):
         """``known``: whether the ledger explains a failing record. Such a failure is not shrunk:
         its smallest case is the ledger entry's, and shrinking it again on every run spent the
-        session's shrink budget (60 s per worker at ci) on what is already understood."""
+        session's shrink budget (60 s per worker at ci) on what is already understood.
+        ``settled``: where references, baselines and lowerings are kept across runs (none by default)."""
         self.subjects = {s.name: s for s in subjects}
         self.profile = profile
-        self.store = ArtifactStore()
+        self.settled = settled
+        self.store = ArtifactStore(settled=settled)
         self.known = known or (lambda result: False)
         self.shrink_enabled = shrink
         self.shrink_seconds_left = profile.shrink_seconds
@@ -182,7 +186,7 @@ class Runner:
         start = time.perf_counter()
         # The smaller cases get a store of their own: in the session's, dozens of them would
         # evict this case's reference and outputs, which its remaining checks still need.
-        session_store, self.store = self.store, ArtifactStore()
+        session_store, self.store = self.store, ArtifactStore(settled=self.settled)
         try:
             return shrink(
                 case,

@@ -77,7 +77,8 @@ def test_shrinking_a_failure_does_not_evict_the_case_it_shrinks(tmp_path, monkey
     must still find its reference, not compute it again."""
     calls = _count_calls(monkeypatch, artifacts, "attention_forward", _key)
     # A store of 2 entries: the toy's shrinks try ~5 cases, as a real one tries dozens.
-    monkeypatch.setattr(artifacts.ArtifactStore.__init__, "__defaults__", (2,))
+    defaults = artifacts.ArtifactStore.__init__.__defaults__
+    monkeypatch.setattr(artifacts.ArtifactStore.__init__, "__defaults__", (2, *defaults[1:]))
     wrong = TOY.replace(":exact", ":scaled_wrong")
     code = pytest.main(
         [

@@ -1,0 +1,181 @@
+"""Settled work kept across runs: float64 references, baselines and hardware lowerings.
+
+Each of these is a pure function of what it is given: a case's arrays and options for the
+reference and the baseline, a case and a direction for a lowering. They are stored on disk under
+a key that holds everything the result depends on, so a rerun, another subject on the same data,
+or the other xdist worker loads them instead of computing them again:
+
+* the arguments themselves, by value (every array's dtype, shape and bytes; every dataclass's
+  type and fields), never by a name such as a case id;
+* the suite's own sources (every ``.py`` file of the packages below), so an edit to the reference,
+  the baseline or an adapter is a new key;
+* every installed distribution and its version, the Python, and the environment variables JAX
+  and XLA read, so another JAX, jaxlib, tokamax or NumPy is a new key.
+
+A stale entry can therefore never change a verdict: nothing the result depends on is left out
+of its key. A file that cannot be read back (half-written, corrupt, from another Python) is
+computed again and replaced; an argument the key cannot describe is computed and not stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import importlib.metadata
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]
+# The packages whose code a settled result can depend on (the tools in reports/ and benchmarks/ cannot).
+SOURCE_PACKAGES = ("versions", "reference", "kernels", "run_records", "conformance")
+ENVIRONMENT_PREFIXES = ("XLA_", "JAX_", "TPU_", "LIBTPU_")
+FOLDER_NAME = "settled"  # under the run's --jax-cache-dir
+
+
+class Unkeyable(TypeError):
+    """An argument whose value the key cannot describe (its result is computed, not stored)."""
+
+
+def _feed(digest: Any, value: Any) -> None:
+    """Write ``value`` into ``digest`` unambiguously: a type tag, then its content."""
+    if value is None or isinstance(value, bool | int | float | complex | str | bytes):
+        digest.update(f"{type(value).__name__}:{value!r};".encode())
+    elif isinstance(value, np.ndarray | np.generic):
+        array = np.ascontiguousarray(value)
+        digest.update(f"ndarray:{array.dtype.str}:{array.dtype.name}:{array.shape};".encode())
+        digest.update(array.tobytes())
+    elif isinstance(value, enum.Enum):
+        digest.update(f"enum:{type(value).__qualname__}.{value.name};".encode())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        digest.update(f"dataclass:{type(value).__module__}.{type(value).__qualname__}(".encode())
+        for field in dataclasses.fields(value):
+            digest.update(f"{field.name}=".encode())
+            _feed(digest, getattr(value, field.name))
+        digest.update(b");")
+    elif isinstance(value, tuple | list):
+        digest.update(f"{type(value).__name__}[{len(value)}](".encode())
+        for item in value:
+            _feed(digest, item)
+        digest.update(b");")
+    elif isinstance(value, dict):
+        digest.update(f"dict[{len(value)}](".encode())
+        for key in sorted(value, key=repr):
+            _feed(digest, key)
+            _feed(digest, value[key])
+        digest.update(b");")
+    else:
+        raise Unkeyable(f"the settled cache cannot key on a {type(value).__qualname__}")
+
+
+def value_digest(*parts: Any) -> str:
+    """The hex digest of ``parts`` by value (``Unkeyable`` for a type it cannot describe)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        _feed(digest, part)
+    return digest.hexdigest()
+
+
+def source_digest(root: Path, packages: Iterable[str]) -> str:
+    """Every ``.py`` file under ``root/package`` for each package, by path and content."""
+    digest = hashlib.sha256()
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def installed_digest(environ: dict[str, str] | None = None) -> str:
+    """The installed distributions with their versions, the Python, and the variables JAX reads."""
+    environ = dict(os.environ if environ is None else environ)
+    distributions = sorted(
+        f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"]
+    )
+    variables = sorted(f"{k}={v}" for k, v in environ.items() if k.startswith(ENVIRONMENT_PREFIXES))
+    return value_digest(sys.version, tuple(distributions), tuple(variables))
+
+
+def built_in(kind: type) -> bool:
+    """Whether ``kind`` is defined in this checkout's packages, whose sources the key holds."""
+    module = sys.modules.get(kind.__module__)
+    source = getattr(module, "__file__", None)
+    if not source:
+        return False
+    path = Path(source).resolve()
+    return any(path.is_relative_to(ROOT / package) for package in SOURCE_PACKAGES)
+
+
+@functools.cache
+def suite_fingerprint() -> str:
+    """This checkout's sources and this environment, once per process."""
+    return value_digest(source_digest(ROOT, SOURCE_PACKAGES), installed_digest())
+
+
+@dataclasses.dataclass(frozen=True)
+class SettledCache:
+    """A folder of settled results; ``folder=None`` keeps nothing (every result is computed).
+
+    fingerprint: what every key also holds (``suite_fingerprint()``; tests pass their own).
+    """
+
+    folder: Path | None
+    fingerprint: str = ""
+
+    @classmethod
+    def under(cls, jax_cache_dir: str | Path | None) -> SettledCache:
+        """The run's cache: ``settled/`` inside ``--jax-cache-dir``, or none without one."""
+        if not jax_cache_dir:
+            return cls(None)
+        return cls(Path(jax_cache_dir).expanduser().resolve() / FOLDER_NAME, suite_fingerprint())
+
+    def path(self, kind: str, *parts: Any) -> Path | None:
+        """Where the result of ``kind`` on ``parts`` is kept; None when nothing is kept."""
+        if self.folder is None:
+            return None
+        try:
+            key = value_digest(kind, self.fingerprint, *parts)
+        except Unkeyable:
+            return None
+        return self.folder / kind / f"{key}.pickle"
+
+    def get_or_compute(self, kind: str, parts: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """The stored result of ``kind`` on ``parts``, or ``compute()``, stored for the next run."""
+        path = self.path(kind, *parts)
+        if path is None:
+            return compute()
+        try:
+            with path.open("rb") as stored:
+                return pickle.load(stored)
+        except Exception:  # noqa: BLE001 - absent, half-written or unreadable: computed and replaced
+            pass
+        value = compute()
+        _write_atomically(path, value)
+        return value
+
+
+NOTHING_KEPT = SettledCache(None)  # the default: a run without a cache folder computes everything
+
+
+def _write_atomically(path: Path, value: Any) -> None:
+    """Write ``value`` beside ``path`` and rename it into place: a reader (the other worker, a
+    later run) sees the whole file or none. A full disk, a read-only folder or a value pickle cannot
+    write loses only the entry."""
+    part: Path | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".part", delete=False) as handle:
+            part = Path(handle.name)
+            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(part, path)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):  # unwritable, or not picklable
+        if part is not None:
+            part.unlink(missing_ok=True)
