@@ -592,7 +592,8 @@ class TokamaxSplashAdapter:
         structural mask's layout (``mask_layout``), the scale and the softcap as keywords.
 
         The op is built from its classes, with its forward ``config`` (Mosaic TPU's, ``_config``)
-        written as its constructor call (``constructed``), off a TPU as its interpretable subclass.
+        written as its constructor call (``constructed``), as its interpretable subclass for the kernel
+        (``_any_device``).
         ``loop``: one call per batch row (TPU interpret mode); a script decides it where it runs."""
         kind = self._kind
         api = _load_api(kind)
@@ -606,8 +607,8 @@ class TokamaxSplashAdapter:
             options += (("any_device", True),)
         op = Built("op", splash_op, (op_class, *vjp_class), options, comment="the op and its own VJP op")
         execution = _execution(kind)
-        on_tpu = "jax.default_backend() != 'tpu'"
-        looped: Any = Decided(loop, on_tpu) if kind.execution == "tpu" else loop
+        off_tpu = "jax.default_backend() != 'tpu'"
+        looped: Any = Decided(loop, off_tpu) if kind.execution == "tpu" else loop
         bound = (
             Module("splash_attention", PUBLIC, api.attention, attribute="splash_attention"),
             op,
@@ -641,7 +642,7 @@ class TokamaxSplashAdapter:
         if kind.execution != "native":
             context = Context(
                 functools.partial(interpreter_context, execution),
-                f"interpreter_context({kind.execution!r} if {on_tpu} else 'native')",
+                f"interpreter_context({kind.execution!r} if {off_tpu} else 'native')",
                 functions=(interpreter_context,),
             )
         flags = Built("", absl_flags_parsed, comment="tokamax >= 0.0.10 parses sys.argv with absl otherwise")
