@@ -24,6 +24,7 @@ get none here (``conformance.judge.repro`` falls back to a script that runs from
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import re
@@ -43,6 +44,7 @@ from kernels.contract.optional_members import optional_member
 from kernels.runtime import kv_storage
 from kernels.runtime.standalone import StandaloneCall
 from reference import script as answer_script
+from reference.spec import AttentionInputs
 from run_records.results_file import TensorMetrics
 
 # The judged tensors of each numeric recipe (``gradient_tensors``: those the suite recorded).
@@ -136,8 +138,10 @@ def _source(*functions: Callable[..., Any]) -> str:
 
 
 def _defined_name(definition: str) -> str:
-    """The name a definition binds: ``def name(``, ``class name``, or ``NAME = ...``."""
-    first = definition.lstrip().split("(", 1)[0].split(":", 1)[0].split("=", 1)[0]
+    """The name a definition binds: ``def name(``, ``class name``, or ``NAME = ...``, under any
+    decorator lines (``@functools.cache``)."""
+    undecorated = re.sub(r"^(@.*\n)+", "", definition.lstrip())
+    first = undecorated.split("(", 1)[0].split(":", 1)[0].split("=", 1)[0]
     return first.replace("def ", "").replace("class ", "").strip()
 
 
@@ -309,6 +313,20 @@ def _verdict_judgement(
     raise ValueError(f"no standalone observation for the {check.name} check (recipe {check.repro})")
 
 
+def typed_skeleton(case: Case) -> AttentionInputs:
+    """``case.skeleton()`` with its float inputs in the case's dtype, as the suite's are: what an
+    adapter's ``standalone`` receives (an op's default Config depends on the dtype, e.g. tokamax's
+    ``bind(...).default_config``). Values zero, broadcast: no cost."""
+    skeleton = case.skeleton()
+    dtype = dtypes.numpy_dtype(case.dtype)
+    typed = {
+        name: np.broadcast_to(np.asarray(array.flat[0], dtype), array.shape)
+        for name in inputs.FLOAT_INPUTS
+        if (array := getattr(skeleton, name)) is not None
+    }
+    return dataclasses.replace(skeleton, **typed)
+
+
 def script(
     case: Case,
     check: CheckDeclaration,
@@ -324,8 +342,7 @@ def script(
     ``gradients``: the case's backward pass ran, so a verdict check looked at it too."""
     if not supports(check, adapter):
         raise ValueError(f"no standalone repro for the {check.name} check of {adapter.name}")
-    skeleton = case.skeleton()
-    call: StandaloneCall = adapter.standalone(skeleton, case.spec)
+    call: StandaloneCall = adapter.standalone(typed_skeleton(case), case.spec)
     gradients = gradients and check.repro in SEES_GRADIENTS and call.gradients is not None
     backward = check.repro == "gradient_tensors" or gradients
     if backward and call.gradients is None:

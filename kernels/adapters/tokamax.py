@@ -58,12 +58,11 @@ Mosaic GPU and cuDNN need an NVIDIA GPU.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import importlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -91,11 +90,15 @@ from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall
 from kernels.runtime.call_description import (
     GRADIENT_OUTPUTS,
     HEAD_AXES,
+    NO_CONTEXT,
     Built,
     CallDescription,
+    Context,
+    Decided,
     Module,
     Name,
     Star,
+    constructed,
     standalone,
 )
 from kernels.runtime.jax_runtime import (
@@ -118,10 +121,8 @@ from kernels.runtime.tokamax_runtime import (
     OLDEST,
     absl_flags_parsed,
     availability_versions,
-    generic_interpret,
-    hoisted_program_ids,
     interpretable_op,
-    remat_optimization_off,
+    interpreter_context,
     tokamax_version,
 )
 from kernels.runtime.tpu_interpret import TPU_INTERPRET_NO_VMAP
@@ -693,23 +694,6 @@ _EXECUTION_WORDS = {
 }
 
 
-@contextlib.contextmanager
-def _running(kind: _Kind, execution: Execution) -> Iterator[None]:
-    """The context every trace and call of ``kind`` runs in here."""
-    with contextlib.ExitStack() as stack:
-        if execution == "generic":
-            tokamax = importlib.import_module("tokamax")
-            stack.enter_context(tokamax.config.cross_compile(True))
-            stack.enter_context(generic_interpret())
-            stack.enter_context(hoisted_program_ids())
-        elif execution == "tpu":
-            from jax.experimental.pallas import tpu as pltpu
-
-            stack.enter_context(pltpu.force_tpu_interpret_mode())
-            stack.enter_context(remat_optimization_off())
-        yield
-
-
 # --- the translation: pure functions of JAX arrays ----------------------------------------
 
 
@@ -794,6 +778,12 @@ def tokamax_attention(
         return jnp.transpose(flat(result), to_btnh), None
     out, residuals = result
     return jnp.transpose(flat(out), to_btnh), flat(lse_from_residuals(residuals))
+
+
+def tokamax_forward(attention, op, *arrays, loop, **options):
+    """``tokamax_attention`` on ``arrays``; ``loop``: once per batch row (``per_batch_row``)."""
+    call = functools.partial(tokamax_attention, attention, op)
+    return (functools.partial(per_batch_row, call) if loop else call)(*arrays, **options)
 
 
 def rejecting_name(backend, cross_compiling):
@@ -1049,8 +1039,12 @@ def with_dropout_mask(fn, rate, *args):
     return fn(*arrays, dropout_mask=keep, dropout_rate=rate)
 
 
-def tokamax_op(op_class, vjp_class, forward_config, vjp_config, kwargs):
-    """``op_class`` with its forward Config and, where it has a VJP op, that op with its Config."""
+def tokamax_op(op_class, vjp_class, forward_config, vjp_config, kwargs, any_device=False):
+    """``op_class`` with its forward Config and, where it has a VJP op, that op with its Config;
+    ``any_device``: subclasses whose ``supported_on`` answers True on any device (an interpreter
+    runs them, or they are lowered for hardware not here: ``interpretable_op``)."""
+    if any_device:
+        op_class, vjp_class = interpretable_op(op_class, vjp_class)
     if vjp_class is not None:
         kwargs = dict(kwargs, vjp=vjp_class(config=vjp_config))
     return op_class(config=forward_config, **kwargs)
@@ -1084,6 +1078,15 @@ def _arrays(inputs: AttentionInputs) -> tuple[np.ndarray | None, ...]:
     return call_arrays(
         inputs.q, inputs.k, inputs.v, inputs.bias, inputs.mask, inputs.q_lengths, inputs.kv_lengths
     )
+
+
+def _structured(inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> tuple[Any, ...]:
+    """The call's arguments (JAX): q, k and v as QArrays where stored quantized (forward); the
+    gradients call takes the values as they are (already on the storage's grid), as it always has."""
+    arrays = _arrays(inputs)
+    if direction == "forward":
+        return call_inputs(arrays, spec.q_storage, spec.kv_storage)
+    return tuple(to_jax(a) for a in arrays)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -1143,10 +1146,9 @@ class TokamaxAdapter(Configurable):
     def _op(self, api: _Api, any_device: bool, forward_config: Any, vjp_config: Any) -> Any:
         """The op (and its VJP op) with these configs; ``any_device``: its ``supported_on`` answers
         True on any device (an interpreter runs it, or it is lowered for hardware not here)."""
-        op_class, vjp_class = api.op_class, api.vjp_class
-        if any_device:
-            op_class, vjp_class = interpretable_op(op_class, vjp_class)
-        return tokamax_op(op_class, vjp_class, forward_config, vjp_config, self._op_kwargs())
+        return tokamax_op(
+            api.op_class, api.vjp_class, forward_config, vjp_config, self._op_kwargs(), any_device
+        )
 
     def _op_kwargs(self) -> dict[str, Any]:
         """The op's own fields besides its Configs: xla_chunked's chunk sizes, cuDNN's name."""
@@ -1192,6 +1194,14 @@ class TokamaxAdapter(Configurable):
         q, k, v = (jax.ShapeDtypeStruct(tuple(a.shape[i] for i in (0, 2, 1, 3)), a.dtype) for a in args[:3])
         return op.bind(q, k, v, logits_scale=static.scale, logits_soft_cap=static.softcap).default_config
 
+    def _ops_here(
+        self, api: _Api, execution: Execution, static: _Static, args: tuple
+    ) -> tuple[Any, Any, Any]:
+        """``_ops`` in the context the call runs in (the default config as the call picks it: the
+        interpreter's device)."""
+        with interpreter_context(execution):
+            return self._ops(api, execution != "native", static, args)
+
     # -- calls ---------------------------------------------------------------------------
 
     def _ops(self, api: _Api, any_device: bool, static: _Static, args: tuple) -> tuple[Any, Any, Any]:
@@ -1225,10 +1235,13 @@ class TokamaxAdapter(Configurable):
         if q_sharding is not None:
             options["q_sharding"] = q_sharding
         if direction == "forward":
-            call = functools.partial(tokamax_attention, api.attention, op)
-            if loop:
-                call = functools.partial(per_batch_row, call)
-            return functools.partial(call, with_lse=with_lse and self._kind.residuals, **options), False
+            with_lse = with_lse and self._kind.residuals
+            return (
+                functools.partial(
+                    tokamax_forward, api.attention, op, loop=loop, with_lse=with_lse, **options
+                ),
+                False,
+            )
         return functools.partial(tokamax_gradients, api.attention, op, loop=loop, **options), True
 
     def jax_call(
@@ -1248,19 +1261,11 @@ class TokamaxAdapter(Configurable):
         kind = self._kind
         api = _load_api(kind)
         execution = _execution(kind)
-        context = functools.partial(_running, kind, execution)
+        context = functools.partial(interpreter_context, execution)
         static = _static(inputs.shape, spec)
-        arrays = _arrays(inputs)
         direction = "forward" if dout is None else "backward"
-        # q, k and v as QArrays where stored quantized (forward); the gradients call takes the values
-        # as they are (already on the storage's grid), as it always has
-        structured = (
-            call_inputs(arrays, spec.q_storage, spec.kv_storage)
-            if dout is None
-            else tuple(to_jax(a) for a in arrays)
-        )
-        with context():  # the default config as the call picks it (the interpreter's device)
-            op, forward_config, vjp_config = self._ops(api, execution != "native", static, structured)
+        structured = _structured(inputs, spec, direction)
+        op, forward_config, vjp_config = self._ops_here(api, execution, static, structured)
         fn, takes_dout = self._call_fn(direction, api, op, static, execution == "tpu", kind.residuals)
         # each array's head axis where every one is a canonical input (none quantized)
         names = (*_CALL_ARRAYS, "dout") if takes_dout else _CALL_ARRAYS
@@ -1339,7 +1344,7 @@ class TokamaxAdapter(Configurable):
         api = _load_api(kind)
         default = request.implementation == "default"
         execution: Execution = "native" if default else _execution(kind)
-        context = functools.partial(_running, kind, execution)
+        context = functools.partial(interpreter_context, execution)
         static = _static(inputs.shape, spec)
         arrays = call_inputs(_arrays(inputs), spec.q_storage, spec.kv_storage)
         op, forward_config, vjp_config = None, None, None
@@ -1405,7 +1410,7 @@ class TokamaxAdapter(Configurable):
         # op as it meets the interpreted one), with shapes and dtypes only
         concrete = call_inputs(_arrays(inputs), spec.q_storage, spec.kv_storage)
         args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), concrete)
-        with _running(kind, _execution(kind)):  # the default config as the call picks it
+        with interpreter_context(_execution(kind)):  # the default config as the call picks it
             op, _, _ = self._ops(api, True, static, args)
         fn, takes_dout = self._call_fn(direction, api, op, static, False, kind.residuals)
         if takes_dout:
@@ -1416,77 +1421,110 @@ class TokamaxAdapter(Configurable):
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """The forward and gradients calls as standalone script text (``kernels.runtime.standalone``): the
-        same translation functions, op, Configs (the explicit ones the suite passed) and QArray
-        inputs, and the absl-flags workaround, with jax, numpy and tokamax (and qwix, tokamax's
-        own dependency, for quantized inputs) only. The XLA implementations only, which run
-        natively everywhere; ``inputs`` may be a skeleton (only which arrays are set matters).
+        same translation functions, op, explicit Configs and QArray inputs, the absl-flags workaround
+        and, off the kernel's hardware, the interpreter's context and shims
+        (``kernels/runtime/tokamax_runtime.py``, embedded), with jax, numpy and tokamax (and qwix,
+        tokamax's own dependency, for quantized inputs) only. Each Config is the one the suite passes
+        for this case (the case's tunables, else the op's ``bind(...).default_config`` for the
+        inputs' shapes and dtype: ``inputs`` is a skeleton in the case's dtype), written as its
+        constructor call (``call_description.constructed``), so the script passes it rather than
+        recomputing it where it runs (the autotuning cache differs by device kind).
 
-        Not mosaic_tpu, triton, mosaic_gpu or cudnn (NotImplementedError, so their repros fall
-        back to the checkout script, ``conformance.judge.repro``). The interpreter shims of
-        ``kernels/runtime/tokamax_runtime.py`` (``interpretable_op``, ``remat_optimization_off``,
-        ``generic_interpret``, ``hoisted_program_ids`` with its context variable) and
-        ``per_batch_row`` are module-level JAX-only code and could be embedded like these. What
-        stops it: their explicit forward Config is, outside a config case, the op's
-        ``bind(q, k, v, ...).default_config`` (the autotuning cache of the device kind, by dtype),
-        and ``standalone`` receives a float32 skeleton, not the case's dtype; and a Config
-        (pydantic, with splash's ``QKVLayout`` enums) would have to be written out as constructor
-        source for the script to pass it explicitly rather than recompute it on the machine where
-        it runs.
-        """
+        Not mosaic_gpu or cudnn (NotImplementedError, so their repros fall back to the checkout
+        script, ``conformance.judge.repro``): they run on an NVIDIA GPU only, where no script of
+        theirs has been run against the suite's call."""
         kind = self._kind
-        if kind.execution != "native" or kind.hardware != "cpu":
+        if kind.execution == "native" and kind.hardware != "cpu":
             raise NotImplementedError(
-                f"{self.name} has no standalone repro yet (only tokamax[impl=xla] and [impl=xla_chunked]): "
-                "the explicit forward Config it runs is the op's default for the case's dtype, which "
-                "standalone() does not receive (see TokamaxAdapter.standalone)"
+                f"{self.name} has no standalone repro yet (it runs on an NVIDIA GPU only, where no "
+                "script of its call has been checked against the suite's)"
             )
         api = _load_api(kind)
-        forward_config, vjp_config = self._configs(api)
-        if forward_config is not None or vjp_config is not None or api.vjp_class is not None:
-            raise NotImplementedError(f"{self.name}: a standalone repro writes no Config objects yet")
-        static = _static(inputs.shape, spec)
-        options = tuple(
-            (name, getattr(static, name)) for name in ("scale", "causal", "window", "softcap", "batch_dims")
+        return standalone(
+            self._description(api, inputs, spec, "forward"), self._description(api, inputs, spec, "backward")
         )
-        op_class = Module("op_class", f"{ATTENTION}.{kind.module}", api.op_class, attribute=kind.op_class)
+
+    def _description(
+        self, api: _Api, inputs: AttentionInputs, spec: AttentionSpec, direction: str
+    ) -> CallDescription:
+        """One direction's call as ``standalone`` writes it: ``tokamax_forward`` (out and lse) or
+        ``tokamax_gradients`` bound to the public function and the op, built from its classes and
+        the explicit Configs this direction's call passes (``_ops_here`` on ``_structured``)."""
+        kind = self._kind
+        execution = _execution(kind)
+        static = _static(inputs.shape, spec)
+        _, forward_config, vjp_config = self._ops_here(
+            api, execution, static, _structured(inputs, spec, direction)
+        )
+        vjp = api.vjp_class
+        classes = (
+            Module("op_class", f"{ATTENTION}.{kind.module}", api.op_class, attribute=kind.op_class),
+            None if vjp is None else Module("vjp_class", vjp.__module__, vjp, attribute=vjp.__qualname__),
+        )
+        configs = (
+            None
+            if forward_config is None
+            else constructed("forward_config", forward_config, "ForwardConfig"),
+            None if vjp_config is None else constructed("vjp_config", vjp_config, "VjpConfig"),
+        )
+        interpreted = kind.execution != "native"
+        # off its hardware (where the suite interprets it), as the script decides where it runs
+        off_hardware = Decided(execution != "native", f"jax.default_backend() != {kind.hardware!r}")
         op = Built(
             "op",
             tokamax_op,
-            (op_class, None, None, None, self._op_kwargs()),
-            comment="the suite's explicit Configs: none for this op (NullConfig) and no VJP op",
+            (*classes, *configs, self._op_kwargs()),
+            (("any_device", off_hardware),) if interpreted else (),
+            comment="the suite's explicit Configs" if interpreted else "no Config (NullConfig), no VJP op",
         )
         attention = Module(
             "dot_product_attention", "tokamax", api.attention, attribute="dot_product_attention"
         )
+        options = tuple(
+            (name, getattr(static, name)) for name in ("scale", "causal", "window", "softcap", "batch_dims")
+        )
+        loop: Any = False
+        if kind.execution == "tpu":  # the TPU interpreter cannot vmap the kernel: one call per batch row
+            loop = dataclasses.replace(off_hardware, value=execution == "tpu")
+        context = NO_CONTEXT
+        if interpreted:
+            choice = f"{kind.execution!r} if {off_hardware.expression} else 'native'"
+            context = Context(
+                functools.partial(interpreter_context, execution),
+                f"interpreter_context({choice})",
+                functions=(interpreter_context,),
+            )
         arrays = Built("", call_arrays, tuple(Name(n) for n in _CALL_ARRAYS))
         flags = Built("", absl_flags_parsed, comment="tokamax >= 0.0.10 parses sys.argv with absl otherwise")
-        note = f"{self.description}, natively (XLA ops); {self._config_note()}"
-        # q, k and v as qwix QArrays where the case stores them quantized
-        quantized = Built("", call_inputs, (arrays, spec.q_storage, spec.kv_storage))
-        forward = CallDescription(
-            tokamax_attention,
-            (Star(quantized),),
-            (attention, op),
-            (*options, ("with_lse", kind.residuals)),
-            prepare=(flags,),
-            note=note,
-        )
-        gradients = CallDescription(
+        note = f"{self.description}, {_EXECUTION_WORDS[execution]}; {self._config_note(forward_config)}"
+        if direction == "forward":
+            # q, k and v as qwix QArrays where the case stores them quantized
+            quantized = Built("", call_inputs, (arrays, spec.q_storage, spec.kv_storage))
+            return CallDescription(
+                tokamax_forward,
+                (Star(quantized),),
+                (attention, op),
+                (("loop", loop), *options, ("with_lse", kind.residuals)),
+                context=context,
+                prepare=(flags,),
+                note=note,
+            )
+        return CallDescription(
             tokamax_gradients,
             (Star(arrays), Name("dout")),
             (attention, op),
-            (*options, ("loop", False)),
+            (*options, ("loop", loop)),
             GRADIENT_OUTPUTS,
-            prepare=(flags,),
-            note=note,
+            context,
+            note,
+            (flags,),
         )
-        return standalone(forward, gradients)
 
-    def _config_note(self) -> str:
+    def _config_note(self, forward_config: Any) -> str:
         if self.impl == "xla_chunked":
             values = XLA_CHUNKED_TUNABLES.resolved(self.config)
             return f"chunk_size ({values['q_chunk_size']}, {values['kv_chunk_size']})"
-        return "config none"
+        return f"config {_config_words(forward_config)}"
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32 where exposed."""

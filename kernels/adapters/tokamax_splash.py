@@ -55,11 +55,10 @@ both implementations: its ``offset`` is dropped, so bottom-right causal with Sq 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -80,8 +79,10 @@ from kernels.runtime.call_description import (
     Built,
     CallDescription,
     Context,
+    Decided,
     Module,
     Name,
+    constructed,
     standalone,
 )
 from kernels.runtime.call_description import jax_call as described_call
@@ -101,7 +102,7 @@ from kernels.runtime.tokamax_runtime import (
     absl_flags_parsed,
     availability_versions,
     interpretable_op,
-    remat_optimization_off,
+    interpreter_context,
 )
 from kernels.runtime.tpu_interpret import TPU_INTERPRET_NO_VMAP, tpu_interpret_mode_missing
 from reference.spec import AttentionInputs, AttentionSpec
@@ -255,19 +256,6 @@ _EXECUTION_WORDS = {
     "native": "natively",
     "tpu": "Pallas TPU interpret mode (force_tpu_interpret_mode) on CPU",
 }
-
-
-@contextlib.contextmanager
-def _running(execution: str) -> Iterator[None]:
-    """The context every trace and call runs in: TPU interpret mode for the kernel off a TPU, with
-    the VJP's remat optimisation off (the interpreter's IO effects forbid it; values unchanged)."""
-    with contextlib.ExitStack() as stack:
-        if execution == "tpu":
-            from jax.experimental.pallas import tpu as pltpu
-
-            stack.enter_context(pltpu.force_tpu_interpret_mode())
-            stack.enter_context(remat_optimization_off())
-        yield
 
 
 # --- the translation: functions of JAX arrays ------------------------------------------------
@@ -500,9 +488,12 @@ def mask_array(mask: Any, q_len: int, kv_len: int) -> np.ndarray | None:
     return np.ascontiguousarray(full)
 
 
-def splash_op(op_class: Any, vjp_class: Any = None, config: Any = None) -> Any:
+def splash_op(op_class: Any, vjp_class: Any = None, config: Any = None, any_device: bool = False) -> Any:
     """The implementation's op, as ``implementation=`` takes it: its own VJP op where it has one, and
-    its forward ``config`` where one is named (None: the op picks its default)."""
+    its forward ``config`` where one is named (None: the op picks its default); ``any_device``: the
+    subclasses whose ``supported_on`` answers True anywhere (``interpretable_op``)."""
+    if any_device:
+        op_class, vjp_class = interpretable_op(op_class, vjp_class)
     keywords: dict[str, Any] = {} if vjp_class is None else {"vjp": vjp_class()}
     if config is not None:
         keywords["config"] = config
@@ -566,44 +557,58 @@ class TokamaxSplashAdapter:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def _op(self, api: _Api, execution: str, args: tuple, dropout_rate: float = 0.0) -> tuple[Any, Any]:
-        """(op, its forward Config or None): off its hardware the op's ``supported_on`` answers True
-        (``interpretable_op``); Mosaic TPU's Config is the op's own default for these shapes, named,
+    @property
+    def _any_device(self) -> bool:
+        """Whether the op runs as its subclass whose ``supported_on`` answers True anywhere: the
+        kernel's, interpreted here or lowered for a TPU that is not here (on a TPU too: the answer
+        changes no value)."""
+        return self._kind.hardware != "cpu"
+
+    def _config(self, api: _Api, args: tuple, dropout_rate: float = 0.0) -> Any:
+        """Mosaic TPU's forward Config, the op's own default for these shapes and dtype, to be named,
         and for this dropout rate (its heuristics set the dropout blocks only where the bound call
-        has a rate: a Config bound without one raises ValueError with dropout). ``args``: q, k and
-        v, batch-first (only their shapes and dtypes are read)."""
-        op_class, vjp_class = api.op_class, api.vjp_class
-        if execution != "native" or self._kind.hardware != "cpu":
-            op_class, vjp_class = interpretable_op(op_class, vjp_class)
+        has a rate: a Config bound without one raises ValueError with dropout); None for the base op.
+        ``args``: q, k and v, batch-first (only their shapes and dtypes are read)."""
         if self.impl == "base":
-            return splash_op(op_class, vjp_class), None
+            return None
         import jax
 
         q, k, v = (jax.ShapeDtypeStruct(a.shape[1:], a.dtype) for a in args[:3])
         dropout = {} if not dropout_rate else {"dropout_rate": dropout_rate, "prng_key": jax.random.key(0)}
-        config = splash_op(op_class, vjp_class).bind(q, k, v, **dropout).default_config
-        return splash_op(op_class, vjp_class, config), config
+        op = splash_op(api.op_class, api.vjp_class, any_device=self._any_device)
+        return op.bind(q, k, v, **dropout).default_config
 
     def _description(
-        self, inputs: AttentionInputs, spec: AttentionSpec, backward: bool, op: Any = None, loop: bool = False
+        self,
+        inputs: AttentionInputs,
+        spec: AttentionSpec,
+        backward: bool,
+        config: Any = None,
+        loop: bool = False,
     ) -> CallDescription:
         """``tokamax_splash_attention`` (out and lse) or ``tokamax_splash_gradients`` through the public
         ``splash_attention``, bound to it, the implementation's op, ``SegmentIds`` and the mask module,
         on q, k, v, the boolean mask (``mask_array``), segment ids and sinks (and dout), with the
         structural mask's layout (``mask_layout``), the scale and the softcap as keywords.
 
-        ``op``: the op already built (Mosaic TPU's, with its Config named, or its interpretable
-        copy), written nowhere (``standalone`` refuses it); None: the base op, built from its
-        classes in the description, as a script builds it. ``loop``: one call per batch row."""
+        The op is built from its classes, with its forward ``config`` (Mosaic TPU's, ``_config``)
+        written as its constructor call (``constructed``), as its interpretable subclass for the kernel
+        (``_any_device``).
+        ``loop``: one call per batch row (TPU interpret mode); a script decides it where it runs."""
         kind = self._kind
         api = _load_api(kind)
-        if op is None:
-            op_class = Module("op_class", f"{PACKAGE}.{kind.module}", api.op_class, attribute=kind.op_class)
-            vjp = api.vjp_class
-            vjp_class = (
-                () if vjp is None else (Module("vjp_class", vjp.__module__, vjp, attribute=vjp.__name__),)
-            )
-            op = Built("op", splash_op, (op_class, *vjp_class), comment="the op and its own VJP op")
+        op_class = Module("op_class", f"{PACKAGE}.{kind.module}", api.op_class, attribute=kind.op_class)
+        vjp = api.vjp_class
+        vjp_class = () if vjp is None else (Module("vjp_class", vjp.__module__, vjp, attribute=vjp.__name__),)
+        options: tuple[tuple[str, Any], ...] = ()
+        if config is not None:
+            options += (("config", constructed("splash_config", config, "SplashConfig")),)
+        if self._any_device:
+            options += (("any_device", True),)
+        op = Built("op", splash_op, (op_class, *vjp_class), options, comment="the op and its own VJP op")
+        execution = _execution(kind)
+        off_tpu = "jax.default_backend() != 'tpu'"
+        looped: Any = Decided(loop, off_tpu) if kind.execution == "tpu" else loop
         bound = (
             Module("splash_attention", PUBLIC, api.attention, attribute="splash_attention"),
             op,
@@ -622,7 +627,7 @@ class TokamaxSplashAdapter:
             ("scale", spec.resolved_scale(inputs.shape.head_dim)),
             ("layout", layout),
             ("softcap", None if spec.softcap is None else float(spec.softcap)),
-            ("loop", loop),
+            ("loop", looped),
         )
         planes = Built(
             "splash_mask",
@@ -633,8 +638,13 @@ class TokamaxSplashAdapter:
         )
         names = ("q_segment_ids", "kv_segment_ids", "sinks")
         arrays = (Name("q"), Name("k"), Name("v"), planes, *(Name(n) for n in names))
-        execution = _execution(kind)
-        context = NO_CONTEXT if execution == "native" else Context(functools.partial(_running, execution))
+        context = NO_CONTEXT
+        if kind.execution != "native":
+            context = Context(
+                functools.partial(interpreter_context, execution),
+                f"interpreter_context({kind.execution!r} if {off_tpu} else 'native')",
+                functions=(interpreter_context,),
+            )
         flags = Built("", absl_flags_parsed, comment="tokamax >= 0.0.10 parses sys.argv with absl otherwise")
         note = f"{self.description}, {_EXECUTION_WORDS[execution]}"
         if not backward:
@@ -672,8 +682,8 @@ class TokamaxSplashAdapter:
             raise NotImplementedError(f"{self.name} has no Pallas call to lower (Capabilities.lowers_for)")
         backward = direction == "backward"
         with abstract_tpu(DEFAULT_DEVICE_KIND):  # the default Config as the call picks it
-            op, _ = self._op(_load_api(kind), "tpu", (inputs.q, inputs.k, inputs.v))
-        call = dataclasses.replace(self._description(inputs, spec, backward, op), context=NO_CONTEXT)
+            config = self._config(_load_api(kind), (inputs.q, inputs.k, inputs.v))
+        call = dataclasses.replace(self._description(inputs, spec, backward, config), context=NO_CONTEXT)
         arrays = call.traced_arguments(inputs)
         fn = call.static_function(inputs)
         if backward:  # dout, the description's last array, is none here: its shape and dtype
@@ -687,18 +697,18 @@ class TokamaxSplashAdapter:
         return LoweringCall("tpu", fn, args, DEFAULT_DEVICE_KIND)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """Both calls as standalone script text, rendered from the descriptions the suite runs: the base
-        op (XLA) only, with jax, numpy and tokamax. Mosaic TPU's op is built with its forward Config
-        named (the op's default for the case's dtype and shapes, which ``inputs``, a float32
-        skeleton, does not carry) and, off a TPU, as an interpretable copy: NotImplementedError, so
-        its repros are the checkout script (``conformance.judge.repro``)."""
-        if self.impl != "base":
-            raise NotImplementedError(
-                f"{self.name} has no standalone repro yet (only tokamax_splash[impl=base]): its op is "
-                "built with the forward Config the op picks for the case's dtype, which standalone() "
-                "does not receive"
-            )
-        return standalone(self._description(inputs, spec, False), self._description(inputs, spec, True))
+        """Both calls as standalone script text, rendered from the descriptions the suite runs, with
+        jax, numpy and tokamax: Mosaic TPU's forward Config the one the suite names for the case
+        (``inputs``: a skeleton in the case's dtype), off a TPU in TPU interpret mode (the interpreter
+        context of ``kernels/runtime/tokamax_runtime.py`` embedded) one call per batch row."""
+        execution = _execution(self._kind)
+        with interpreter_context(execution):
+            config = self._config(_load_api(self._kind), (inputs.q, inputs.k, inputs.v))
+        loop = execution == "tpu"
+        return standalone(
+            self._description(inputs, spec, False, config, loop),
+            self._description(inputs, spec, True, config, loop),
+        )
 
     def jax_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
@@ -720,13 +730,11 @@ class TokamaxSplashAdapter:
         ``rate``: ``_op``), and the ``ran`` sentence's writer for the primitives it traces to."""
         kind = self._kind
         execution = _execution(kind)
-        op, config = None, None
-        if self.impl != "base":
-            with _running(execution):
-                op, config = self._op(_load_api(kind), execution, (inputs.q, inputs.k, inputs.v), rate)
+        with interpreter_context(execution):
+            config = self._config(_load_api(kind), (inputs.q, inputs.k, inputs.v), rate)
         # the interpreter's limit makes the call loop over the batch rows, and keeps vmap out
         loop = execution == "tpu"
-        call = self._description(inputs, spec, dout is not None, op, loop)
+        call = self._description(inputs, spec, dout is not None, config, loop)
         batched = (True, True, True, True, True, True, False) + ((True,) if dout is not None else ())
         no_vmap = TPU_INTERPRET_NO_VMAP if loop else ""
         describe = functools.partial(self._ran, execution=execution, config=config)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import dis
+import enum
 import functools
 import inspect
 import types
@@ -108,15 +109,26 @@ class Module:
 
 
 @dataclasses.dataclass(frozen=True)
+class Member:
+    """A member of an enum a ``Module`` loads (``QKVLayout.HEAD_DIM_MINOR``): ``enum.name`` and the
+    member's name in the script."""
+
+    enum: Module
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Built:
     """A value made from the case before the call, ``name = function(*args, **keywords)``: a page
-    layout, a mask's planes, the kernels of one direction. ``function`` is module-level (embedded
-    in the script); each argument is a literal or a node of this module. ``in_context``: built
-    inside the call's ``Context`` (kernels built under TPU interpret mode). ``comment``: a few words
-    the script shows beside it. Unnamed (``name=""``), it is written inline where it is used."""
+    layout, a mask's planes, the kernels of one direction, a library's Config. ``function`` is
+    module-level (embedded in the script) or a ``Module`` (a library's callable, e.g. a Config
+    class, which the script imports); each argument is a literal or a node of this module.
+    ``in_context``: built inside the call's ``Context`` (kernels built under TPU interpret mode).
+    ``comment``: a few words the script shows beside it. Unnamed (``name=""``), it is written
+    inline where it is used."""
 
     name: str
-    function: Callable[..., Any]
+    function: Callable[..., Any] | Module
     args: tuple[Any, ...] = ()
     keywords: tuple[tuple[str, Any], ...] = ()
     in_context: bool = False
@@ -136,11 +148,13 @@ class Star:
 @dataclasses.dataclass(frozen=True)
 class Context:
     """What the call is traced and run inside: ``enter()`` here; in the script ``expression`` (empty:
-    nothing), with the import lines it needs."""
+    nothing), with the import lines it needs and the module-level ``functions`` it calls (embedded
+    like a ``Built``'s)."""
 
     enter: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
     expression: str = ""
     imports: tuple[str, ...] = ()
+    functions: tuple[Callable[..., Any], ...] = ()
 
 
 NO_CONTEXT = Context()
@@ -161,6 +175,33 @@ def tpu_interpret_context(interpreter: Interpreter, cores: int = 1) -> Context:
         f"else pltpu.force_tpu_interpret_mode(pltpu.InterpretParams({written})))"
     )
     return Context(enter, expression, ("from jax.experimental.pallas import tpu as pltpu",))
+
+
+def constructed(name: str, value: Any, class_name: str) -> Built:
+    """``value``, a dataclass instance of a library (a kernel's Config), as the call of its class
+    with every field it takes: ``name = class_name(field=value, ...)``, an enum field as its member
+    (``Member``). The suite makes its value by that same call, so the script passes what the suite
+    passed; ValueError where the call does not rebuild ``value`` (a field its constructor does not
+    take, or one it changes), TypeError for a field neither a literal nor an enum member."""
+    cls = type(value)
+    keywords = tuple(
+        (field.name, _field_node(getattr(value, field.name)))
+        for field in dataclasses.fields(value)
+        if field.init
+    )
+    node = Built(name, Module(class_name, cls.__module__, cls, attribute=cls.__qualname__), (), keywords)
+    if _Scope(None, None).value(node) != value:  # type: ignore[arg-type]
+        raise ValueError(f"{cls.__qualname__}(**its fields) does not rebuild {value!r}")
+    return node
+
+
+def _field_node(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        kind = type(value)
+        return Member(Module(kind.__name__, kind.__module__, kind, attribute=kind.__qualname__), value.name)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"a {type(value).__name__} field has no script form: {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,11 +302,14 @@ class _Scope:
             return node.value
         if isinstance(node, Module):
             return node.value
+        if isinstance(node, Member):
+            return node.enum.value[node.name]
         if isinstance(node, Built):
             if node.name and node.name in self.made:
                 return self.made[node.name]
             args = tuple(self.value(a) for a in node.args)
-            value = node.function(*args, **{k: self.value(v) for k, v in node.keywords})
+            function = self.value(node.function)
+            value = function(*args, **{k: self.value(v) for k, v in node.keywords})
             if node.name:
                 self.made[node.name] = value
             return value
@@ -331,11 +375,17 @@ def _text(node: Any) -> str:
         return node.expression
     if isinstance(node, (Module,)) or (isinstance(node, Built) and node.name):
         return node.name
+    if isinstance(node, Member):
+        return f"{node.enum.name}.{node.name}"
     if isinstance(node, Built):
-        return _call_text(node.function.__name__, node.args, node.keywords)
+        return _call_text(_function_name(node), node.args, node.keywords)
     if isinstance(node, Star):
         return "*" + _text(node.node)
     return repr(node)
+
+
+def _function_name(node: Built) -> str:
+    return node.function.name if isinstance(node.function, Module) else node.function.__name__
 
 
 def _call_text(
@@ -353,9 +403,12 @@ def _call_text(
 
 def _children(node: Any) -> tuple[Any, ...]:
     if isinstance(node, Built):
-        return (*node.args, *(v for _, v in node.keywords))
+        library = (node.function,) if isinstance(node.function, Module) else ()
+        return (*library, *node.args, *(v for _, v in node.keywords))
     if isinstance(node, Star):
         return (node.node,)
+    if isinstance(node, Member):
+        return (node.enum,)
     return ()
 
 
@@ -397,7 +450,7 @@ def _binding(node: Any) -> str:
         return _module_lines(node)
     comment = _comment(node)
     width = len(node.name) + 3 + len(comment) + (4 if node.in_context else 0)
-    return f"{node.name} = {_call_text(node.function.__name__, node.args, node.keywords, width)}{comment}\n"
+    return f"{node.name} = {_call_text(_function_name(node), node.args, node.keywords, width)}{comment}\n"
 
 
 def _module_lines(node: Module) -> str:
@@ -468,7 +521,10 @@ def _embedded(calls: tuple[CallDescription, ...]) -> tuple[list[Any], list[str],
     queue: list[Any] = []
     for call in calls:
         queue.append(call.function)
-        queue += [n.function for n in _nodes(call) if isinstance(n, Built)]
+        queue += call.context.functions
+        queue += [
+            n.function for n in _nodes(call) if isinstance(n, Built) and not isinstance(n.function, Module)
+        ]
     functions: list[Any] = []
     modules: dict[str, str] = {}
     constants: dict[str, str] = {}
@@ -478,7 +534,8 @@ def _embedded(calls: tuple[CallDescription, ...]) -> tuple[list[Any], list[str],
             continue
         functions.append(obj)
         for name, value in _globals_used(obj):
-            if inspect.isfunction(value) or inspect.isclass(value):
+            # a decorated function (functools.cache, contextlib.contextmanager) as its source has it
+            if inspect.isfunction(inspect.unwrap(value)) or inspect.isclass(value):
                 if value.__module__.startswith(EMBEDDABLE_PACKAGES) and value not in functions:
                     queue.append(value)
             elif isinstance(value, types.ModuleType):
@@ -490,6 +547,7 @@ def _embedded(calls: tuple[CallDescription, ...]) -> tuple[list[Any], list[str],
 
 def _globals_used(obj: Any) -> Iterator[tuple[str, Any]]:
     """(name, value) of each module-level name ``obj``'s code reads (nested functions included)."""
+    obj = inspect.unwrap(obj)
     functions = [obj] if inspect.isfunction(obj) else [m for m in vars(obj).values() if inspect.isfunction(m)]
     for function in functions:
         namespace = function.__globals__

@@ -30,7 +30,8 @@ tokamax (or JAX) release.
   the call is traced: the optimisation only decides whether the forward is recomputed inside
   the backward; the forward and backward functions, and so the values, are the same.
 
-Nothing here imports JAX or tokamax at module import time.
+Nothing here imports JAX or tokamax at module import time. A standalone repro script embeds
+``interpreter_context`` and what it calls (and ``interpretable_op``) verbatim.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import importlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,12 +87,6 @@ def generic_interpret() -> Iterator[None]:
         setting.set_local(previous)
 
 
-# The grid indices of the kernel being traced (hoisted_program_ids); None outside one.
-_GRID_INDICES: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
-    "tokamax_grid_indices", default=None
-)
-
-
 @contextlib.contextmanager
 def hoisted_program_ids() -> Iterator[None]:
     """While inside, every ``pl.pallas_call`` kernel reads its grid indices once at its top level,
@@ -101,9 +97,14 @@ def hoisted_program_ids() -> Iterator[None]:
     from jax._src.pallas import core as pallas_core
 
     real_program_id, real_pallas_call = pl.program_id, pl.pallas_call
+    # The grid indices of the kernel being traced; None outside one. Local to this function, so
+    # that a standalone script that embeds it has it too.
+    grid_indices: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
+        "tokamax_grid_indices", default=None
+    )
 
     def program_id(axis: int) -> Any:
-        indices = _GRID_INDICES.get()
+        indices = grid_indices.get()
         if indices is None:
             return real_program_id(axis)
         if not 0 <= axis < len(indices):
@@ -114,11 +115,11 @@ def hoisted_program_ids() -> Iterator[None]:
         @functools.wraps(kernel)
         def with_indices(*refs: Any, **keywords: Any) -> Any:
             axes = len(tuple(pallas_core.axis_frame().grid))
-            token = _GRID_INDICES.set(tuple(real_program_id(axis) for axis in range(axes)))
+            token = grid_indices.set(tuple(real_program_id(axis) for axis in range(axes)))
             try:
                 return kernel(*refs, **keywords)
             finally:
-                _GRID_INDICES.reset(token)
+                grid_indices.reset(token)
 
         return real_pallas_call(with_indices, *args, **kwargs)
 
@@ -146,6 +147,26 @@ def remat_optimization_off() -> Iterator[None]:
         yield
     finally:
         jax.custom_vjp.defvjp = original
+
+
+@contextlib.contextmanager
+def interpreter_context(execution: str) -> Iterator[None]:
+    """The context every trace and call of a tokamax op runs in for ``execution``: ``"generic"``
+    (Triton kernels: ``cross_compile``, the generic interpreter, grid indices hoisted), ``"tpu"``
+    (Mosaic TPU kernels: TPU interpret mode, the VJP's remat optimisation off) or ``"native"``
+    (nothing)."""
+    with contextlib.ExitStack() as stack:
+        if execution == "generic":
+            tokamax = importlib.import_module("tokamax")
+            stack.enter_context(tokamax.config.cross_compile(True))
+            stack.enter_context(generic_interpret())
+            stack.enter_context(hoisted_program_ids())
+        elif execution == "tpu":
+            from jax.experimental.pallas import tpu as pltpu
+
+            stack.enter_context(pltpu.force_tpu_interpret_mode())
+            stack.enter_context(remat_optimization_off())
+        yield
 
 
 def _supported_anywhere(self: Any, device: Any) -> bool:

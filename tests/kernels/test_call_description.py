@@ -7,8 +7,11 @@ these are the renderer's rules, on small descriptions."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 
 import numpy as np
+import pytest
 
 from kernels.adapters import paged_attention, splash
 from kernels.runtime.call_description import (
@@ -19,6 +22,7 @@ from kernels.runtime.call_description import (
     Module,
     Name,
     Star,
+    constructed,
     head_axes,
     jax_call,
     standalone,
@@ -125,3 +129,54 @@ def test_head_axes_come_from_the_canonical_names_and_a_built_array_leaves_them_u
     assert head_axes(CallDescription(np.add, (Built("x", np.asarray, (Name("q"),)),))) is None
     call = jax_call(CallDescription(lambda q, k: (q, k), (Name("q"), Name("k"))), _inputs())
     assert call.heads == (1, 1)
+
+
+class Layout(enum.Enum):
+    HEAD_DIM_MINOR = 1
+    SEQ_MINOR = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """A library's Config as tokamax writes them: blocks, an enum, a default, a derived field."""
+
+    block_q: int
+    layout: Layout
+    base2: bool = True
+    block_d: int | None = None
+    derived: int = dataclasses.field(init=False, default=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundingConfig:
+    block_q: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "block_q", self.block_q - self.block_q % 128)
+
+
+def test_a_config_is_written_as_its_constructor_call_and_the_suite_passes_what_that_call_makes():
+    config = BlockConfig(256, Layout.SEQ_MINOR, base2=False)
+    node = constructed("forward_config", config, "ForwardConfig")
+    call = CallDescription(lambda config, q: (q, None), (Name("q"),), (node,))
+    assert call.static_function(_inputs()).args == (config,)  # the suite's value: the call below
+    written = standalone(call)
+    module = "tests.kernels.test_call_description"
+    assert written.setup == (
+        f"ForwardConfig = importlib.import_module({module!r}).BlockConfig\n"
+        f"Layout = importlib.import_module({module!r}).Layout\n"
+        "forward_config = ForwardConfig(block_q=256, layout=Layout.SEQ_MINOR, base2=False, block_d=None)\n"
+    )
+    assert not any("BlockConfig" in d for d in written.definitions)  # imported, not embedded
+    scope: dict = {}
+    exec("import importlib\n" + written.setup, scope)  # noqa: S102 - the setup just rendered
+    assert scope["forward_config"] == config
+
+
+def test_a_config_its_constructor_cannot_rebuild_is_refused():
+    rounded = RoundingConfig(256)
+    object.__setattr__(rounded, "block_q", 200)  # a value its __post_init__ would round to 128
+    with pytest.raises(ValueError, match="does not rebuild"):
+        constructed("config", rounded, "Config")
+    with pytest.raises(TypeError, match="a list field has no script form"):
+        constructed("config", BlockConfig(128, Layout.SEQ_MINOR, block_d=[64]), "Config")

@@ -13,9 +13,11 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -409,7 +411,55 @@ SAME_VALUES = {
                                       bias="1h1k", q_lengths=(20,), kv_lengths=(40,))),
     "tokamax_splash[impl=base]": ("backward", dict(batch=2, q_heads=4, kv_heads=2, q_len=64, kv_len=64,
                                                    head_dim=32, causal=True, sinks="normal", mask="b1qk")),
+    "tokamax[impl=mosaic_tpu]": ("lse", dict(dtype="bfloat16", batch=2, q_heads=2, kv_heads=1, q_len=128,
+                                             kv_len=128, head_dim=64, causal=True)),
+    "tokamax[impl=triton]": ("forward", dict(q_heads=2, kv_heads=1, q_len=32, kv_len=48, head_dim=16,
+                                             causal=True, bias="1h1k", kv_lengths=(40,))),
+    "tokamax_splash[impl=mosaic_tpu]": ("backward", dict(dtype="bfloat16", batch=2, q_heads=2, kv_heads=1,
+                                                         q_len=128, kv_len=128, head_dim=64, causal=True,
+                                                         segments=2)),
 }  # fmt: skip
+
+
+def _suites_and_scripts_values(
+    case: Case, check: str, adapter: Any, tmp_path: Path, edit: Callable[[str], str] = str
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(what the adapter's own forward or gradients returned on the suite's inputs, what the rendered
+    script's call returned, run without the checkout after ``edit`` of its text), by output name."""
+    inputs = build_inputs(case)
+    if check == "backward":
+        dout = build_dout(case, attention_forward(inputs, case.spec).fully_masked)
+        result = adapter.gradients(inputs, case.spec, dout)
+        names = ("dq", "dk", "dv", "dbias", "dsinks")
+    else:
+        result = adapter.forward(inputs, case.spec)
+        names = ("out", "lse")
+    saved = tmp_path / "returned.npz"
+    text = edit(standalone.script(case, declaration(check), adapter))
+    values = f"{{n: globals()[n] for n in {names!r} if globals().get(n) is not None}}"
+    save = f"np.savez({str(saved)!r}, **{values})  # what the call returned\n"
+    verdict = "\n\n# --- the verdict"
+    assert text.count(verdict) == 1
+    done = run_isolated(text.replace(verdict, "\n" + save + verdict), tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]  # no tolerance recorded: inf
+    expected = {n: getattr(result, n) for n in names if getattr(result, n, None) is not None}
+    returned = {}
+    with np.load(saved, allow_pickle=False) as npz:  # arrays only: never unpickled
+        for name in npz.files:
+            got = npz[name]
+            want = expected.get(name, got)
+            if got.dtype.kind == "V" and got.dtype.itemsize == want.dtype.itemsize:
+                got = got.view(want.dtype)  # npz keeps ml_dtypes' bfloat16 as raw 2-byte records
+            returned[name] = got
+    return expected, returned
+
+
+def _assert_bitwise(expected: dict[str, np.ndarray], returned: dict[str, np.ndarray]) -> None:
+    assert set(returned) == set(expected), (list(returned), list(expected))
+    for name, want in expected.items():
+        got = returned[name]
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert got.tobytes() == want.tobytes(), f"{name}: the script's call differs from the suite's"
 
 
 @pytest.mark.parametrize("impl", SAME_VALUES, ids=list(SAME_VALUES))
@@ -423,30 +473,7 @@ def test_the_scripts_call_returns_the_suites_values_bitwise(tmp_path, impl):
     fields = dict(fields)
     fields.setdefault("v_head_dim", fields["head_dim"])
     case = Case(impl, fields.pop("dtype", "float32"), **fields)
-    adapter = subject.adapter_for(case.config)
-    inputs = build_inputs(case)
-    if check == "backward":
-        dout = build_dout(case, attention_forward(inputs, case.spec).fully_masked)
-        result = adapter.gradients(inputs, case.spec, dout)
-        names = ("dq", "dk", "dv", "dbias", "dsinks")
-    else:
-        result = adapter.forward(inputs, case.spec)
-        names = ("out", "lse")
-    saved = tmp_path / "returned.npz"
-    text = standalone.script(case, declaration(check), adapter)
-    values = f"{{n: globals()[n] for n in {names!r} if globals().get(n) is not None}}"
-    save = f"np.savez({str(saved)!r}, **{values})  # what the call returned\n"
-    verdict = "\n\n# --- the verdict"
-    assert text.count(verdict) == 1
-    done = run_isolated(text.replace(verdict, "\n" + save + verdict), tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]  # no tolerance recorded: inf
-    returned = np.load(saved, allow_pickle=False)  # arrays only: never unpickled
-    expected = {n: getattr(result, n) for n in names if getattr(result, n, None) is not None}
-    assert set(returned.files) == set(expected), (returned.files, list(expected))
-    for name, want in expected.items():
-        got = returned[name]
-        assert got.dtype == want.dtype and got.shape == want.shape, name
-        assert got.tobytes() == want.tobytes(), f"{name}: the script's call differs from the suite's"
+    _assert_bitwise(*_suites_and_scripts_values(case, check, subject.adapter_for(case.config), tmp_path))
 
 
 # --- a non-default config (kernel tunables): the script calls the kernel with the case's blocks ---
@@ -858,13 +885,52 @@ def test_tokamax_float16_dot_precision_finding_reproduces_standalone(tmp_path):
     assert done.returncode == 1 and "F16_F16_F32" in done.stderr, done.stdout + done.stderr[-3000:]
 
 
-def test_tokamax_interpreted_implementations_fall_back_to_the_checkout_script_and_say_why():
-    subject = _tokamax_or_skip("tokamax[impl=triton]")
-    case = Case("tokamax[impl=triton]", "float32", q_len=32, kv_len=32, head_dim=16, v_head_dim=16)
-    with pytest.raises(NotImplementedError, match="only tokamax.impl=xla. and .impl=xla_chunked."):
-        subject.adapter.standalone(case.skeleton(), case.spec)
-    text = script(case, declaration("forward"), "tokamax[impl=triton]", adapter=subject.adapter)
-    assert "Not standalone (writing it failed: NotImplementedError" in text
+# A Config case whose blocks change the kernel's float32 bits (256 keys a block, computed whole;
+# the default's 128-key blocks give other bits): a script that drops the Config or writes one of
+# its fields wrong returns other values than the suite's.
+CONFIG_MUTANTS = {
+    "drops the Config": ("forward_config, vjp_config, {}", "None, vjp_config, {}"),
+    "writes a field wrong": ("\n    block_kv_compute=256,\n", "\n    block_kv_compute=128,\n"),
+}  # fmt: skip
+
+
+def test_tokamax_mosaic_config_case_reproduces_bitwise_and_a_script_without_its_config_does_not(tmp_path):
+    impl = "tokamax[impl=mosaic_tpu]"
+    subject = _tokamax_or_skip(impl)
+    config = {"block_kv": 256, "block_kv_compute": 256, "q_layout": "SEQ_MINOR"}
+    case = Case(impl, "float32", q_heads=2, kv_heads=1, q_len=128, kv_len=256, head_dim=64, v_head_dim=64,
+                config=config)  # fmt: skip
+    adapter = subject.adapter_for(case.config)
+    text = standalone.script(case, declaration("forward"), adapter)
+    assert "block_kv=256,\n    block_kv_compute=256,\n    q_layout=QKVLayout.SEQ_MINOR," in text
+    expected, returned = _suites_and_scripts_values(case, "forward", adapter, tmp_path)
+    _assert_bitwise(expected, returned)
+    for mutant, (written, wrong) in CONFIG_MUTANTS.items():
+        assert text.count(written) == 1, mutant
+        edit = lambda text, written=written, wrong=wrong: text.replace(written, wrong)  # noqa: E731
+        _, returned = _suites_and_scripts_values(case, "forward", adapter, tmp_path, edit)
+        assert returned["out"].tobytes() != expected["out"].tobytes(), f"a script that {mutant} still agrees"
+
+
+def test_tokamax_gpu_only_implementations_fall_back_to_the_checkout_script_and_say_why():
+    for impl in ("tokamax[impl=mosaic_gpu]", "tokamax[impl=cudnn]"):
+        (subject,) = resolve_subjects(impl)
+        case = Case(impl, "float16", q_len=32, kv_len=32, head_dim=16, v_head_dim=16)
+        with pytest.raises(NotImplementedError, match="runs on an NVIDIA GPU only"):
+            subject.adapter.standalone(case.skeleton(), case.spec)
+        text = script(case, declaration("forward"), impl, adapter=subject.adapter)
+        assert "Not standalone (writing it failed: NotImplementedError" in text
+
+
+def test_an_adapter_writes_its_script_from_inputs_in_the_cases_dtype():
+    """An op's default Config depends on the inputs' dtype (tokamax's ``bind(...).default_config``)."""
+    case = Case("xla", "bfloat16", q_len=32, kv_len=32, head_dim=16, v_head_dim=16, bias="1h1k",
+                bias_fill="first_block", sinks="normal", mask="b1qk")  # fmt: skip
+    typed = standalone.typed_skeleton(case)
+    assert {typed.q.dtype, typed.k.dtype, typed.v.dtype, typed.bias.dtype, typed.sinks.dtype} == {
+        np.dtype(ml_dtypes.bfloat16)
+    }
+    assert np.isneginf(typed.bias.flat[0]) and typed.mask.dtype == bool and typed.q.strides == (0, 0, 0, 0)
 
 
 # --- tokamax_splash (kernels/adapters/tokamax_splash.py): the base op -----------------------------
@@ -890,12 +956,3 @@ def test_tokamax_splash_dropped_causal_offset_reproduces_standalone(tmp_path):
     text = standalone.script(square, declaration("forward"), subject.adapter, passed.metrics)
     done = run_isolated(text, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-
-
-def test_tokamax_splash_mosaic_falls_back_to_the_checkout_script_and_says_why():
-    subject = _tokamax_or_skip("tokamax_splash[impl=mosaic_tpu]")
-    case = Case(
-        "tokamax_splash[impl=mosaic_tpu]", "float32", q_len=128, kv_len=128, head_dim=64, v_head_dim=64
-    )
-    with pytest.raises(NotImplementedError, match=r"only tokamax_splash\[impl=base\]"):
-        subject.adapter.standalone(case.skeleton(), case.spec)
