@@ -7,12 +7,13 @@ calls them by (so nothing is counted twice):
     subject    conformance.judge.artifacts.timed_call: every subject call (trace, compile, run)
     reference  conformance.judge.artifacts.attention_forward / attention_backward (float64)
     baseline   conformance.judge.baseline.forward / gradients (NumPy, same dtype)
+    lowering   conformance.judge.artifacts.lower: the subject's call traced and lowered for its
+               hardware with the interpreter off (what lowers, vmem, smem and observable read)
 
 It also times the suite's other phases, wherever they run (the xdist controller included), so a
 regression names its phase:
 
     plan       conformance.harness.plugin.plan: the catalogue (cases, checks, sampling)
-    lowering   conformance.judge.artifacts.lower: a call lowered for its hardware, interpreter off
     records    conformance.harness.recording.Recorder.on_report / finish: results.jsonl, summary.json
     report     conformance.harness.plugin._render_report: report.md and its plots
 
@@ -38,8 +39,9 @@ import psutil
 import pytest
 
 PROBE_DIR_ENV = "SUITE_PROBE_DIR"
-KINDS = ("subject", "reference", "baseline")
-PHASES = ("plan", "lowering", "records", "report")  # the other timed phases (not in the split)
+# The work on the subject and on the truth it is judged by; the rest of a process's life is harness.
+KINDS = ("subject", "reference", "baseline", "lowering")
+PHASES = ("plan", "records", "report")  # the other timed phases (harness, named in the phase table)
 # (module, attribute, kind): patched on the module object, where the suite looks them up.
 TARGETS: tuple[tuple[str, str, str], ...] = (
     ("conformance.judge.artifacts", "timed_call", "subject"),

@@ -8,9 +8,10 @@ It starts the suite twice in subprocesses with one compilation-cache folder: *co
 (the folder emptied first) and *warm* (the folder the cold run filled). Each run loads
 ``benchmarks.suite_probe``, which times subject calls, the float64 reference and the
 baseline in every process; everything else a process did (start-up, collection, inputs,
-judging, records, idle workers) is *harness*. Then ``python -m reference.bench`` gives
+judging, records, idle workers) is *harness*; the subject's lowering for its hardware is a
+column of its own. Then ``python -m reference.bench`` gives
 the reference's GFLOP/s ratio to float64 matmul. The goals of the table's last lines:
-the ci run within 10 minutes, harness at most 10%, warm at least 2x faster than cold.
+the ci run within 5 minutes cold, harness at most 10%, warm at least 2.5x faster than cold (#37).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from run_records.results_file import read_results
 ROOT = Path(__file__).resolve().parents[1]
 RAN = ("pass", "fail", "error")  # verdicts of checks that ran (not unsupported/unavailable)
 REFERENCE_TARGET = "conformance.judge.artifacts.attention_forward"
-GOAL_WALL_S = 600.0
+GOAL_WALL_S = 300.0
 GOAL_HARNESS_FRACTION = 0.10
-GOAL_WARM_SPEEDUP = 2.0
+GOAL_WARM_SPEEDUP = 2.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,17 +57,18 @@ class ProcessTimes:
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """Seconds of subject calls, reference, baseline and harness over the processes that ran
-    tests (with xdist: the workers; their seconds add up to about workers x wall time)."""
+    """Seconds of subject calls, reference, baseline, lowering and harness over the processes that
+    ran tests (with xdist: the workers; their seconds add up to about workers x wall time)."""
 
     subject: float
     reference: float
     baseline: float
     harness: float
+    lowering: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.subject + self.reference + self.baseline + self.harness
+        return self.subject + self.reference + self.baseline + self.lowering + self.harness
 
     def fraction(self, kind: str) -> float:
         return getattr(self, kind) / self.total if self.total > 0 else 0.0
@@ -124,7 +126,7 @@ class PerfReport:
 
 
 def split_of(processes: Iterable[ProcessTimes]) -> Split:
-    """Subject, reference and baseline seconds summed over the processes that ran tests;
+    """Subject, reference, baseline and lowering seconds summed over the processes that ran tests;
     harness is the rest of their lifetimes (never below zero)."""
     ran = [p for p in processes if p.tests > 0]
     parts = {kind: sum(p.seconds.get(kind, 0.0) for p in ran) for kind in KINDS}
@@ -203,8 +205,8 @@ def _verdict(met: bool) -> str:
 def render(report: PerfReport) -> str:
     """The Markdown table and the goal lines ``nox -s perf`` prints."""
     lines = [
-        "| run | wall | CPU | cases | checks | cases/s | subject | reference | baseline | harness |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| run | wall | CPU | cases | checks | cases/s | subject | reference | baseline | lowering | harness |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in (report.cold, report.warm):
         s = run.split
@@ -217,7 +219,8 @@ def render(report: PerfReport) -> str:
     lines += ["", *phase_table(report.cold, report.warm), ""]
     lines.append(
         "Split: shares of the seconds of the processes that ran tests (xdist workers add up); "
-        "harness = everything outside subject calls, the float64 reference and the baseline. "
+        "harness = everything outside subject calls, the float64 reference, the baseline and the "
+        "subject's lowering for its hardware. "
         "CPU: user + system seconds of all the run's processes (wall >> CPU: a busy machine)."
     )
     for run in (report.cold, report.warm):
@@ -252,7 +255,7 @@ def render(report: PerfReport) -> str:
             f"{100 * harness:.1f}% | {_verdict(harness <= GOAL_HARNESS_FRACTION)} |"
         )
     lines.append(
-        f"| warm >= {GOAL_WARM_SPEEDUP:.0f}x faster than cold | {report.speedup:.2f}x | "
+        f"| warm >= {GOAL_WARM_SPEEDUP:g}x faster than cold | {report.speedup:.2f}x | "
         f"{_verdict(report.speedup >= GOAL_WARM_SPEEDUP)} |"
     )
     if report.command:
