@@ -53,7 +53,7 @@ def _runs(caps: Capabilities, probe: Case) -> bool:
     return not [e for e in outside if e.constraint is None or e.constraint.stage != "lowering"]
 
 
-def config_shapes(caps: Capabilities) -> tuple[tuple[int, Case, bool], ...]:
+def _config_shapes(caps: Capabilities) -> tuple[tuple[int, Case, bool], ...]:
     """The first config shape family whose first shape the subject can run: the prefill shapes
     for most; a decode kernel (Sq pinned to 1) or one causal only at the valid lengths gets its own."""
     for family in edge_matrix.CONFIG_SHAPE_FAMILIES:
@@ -63,12 +63,12 @@ def config_shapes(caps: Capabilities) -> tuple[tuple[int, Case, bool], ...]:
     return edge_matrix.CONFIG_SHAPES
 
 
-def edge_configs(every_dtype: bool) -> Templates:
-    """The edge configs of a subject's tunables on those of its config shapes (``config_shapes``)
+def _edge_configs(every_dtype: bool) -> Templates:
+    """The edge configs of a subject's tunables on those of its config shapes (``_config_shapes``)
     whose every-dtype flag is ``every_dtype``."""
 
     def templates(caps: Capabilities, level: int) -> tuple[Case, ...]:
-        shapes = tuple(s for s in config_shapes(caps) if s[2] == every_dtype)
+        shapes = tuple(s for s in _config_shapes(caps) if s[2] == every_dtype)
         return edge_matrix.config_cases(caps.tunables, level, shapes)
 
     return templates
@@ -99,7 +99,7 @@ def ragged_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
     )
 
 
-def leading_batch_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
+def _leading_batch_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
     """The leading-batch-dims templates up to ``level`` for a subject whose call takes them; none
     for the others (their call has one batch axis)."""
     return edge_matrix.leading_batch_cases(level) if caps.leading_batch_dims else ()
@@ -140,14 +140,14 @@ CURATED_SETS: tuple[CuratedSet, ...] = (
     CuratedSet(
         name="edge_configs",
         features=(),
-        templates=edge_configs(every_dtype=False),
+        templates=_edge_configs(every_dtype=False),
         dtypes="first",
         fp8_core_at_level_0=True,
     ),
     CuratedSet(
         name="edge_configs_every_dtype",
         features=(),
-        templates=edge_configs(every_dtype=True),
+        templates=_edge_configs(every_dtype=True),
         dtypes="every",
         fp8_core_at_level_0=True,
     ),
@@ -168,7 +168,7 @@ CURATED_SETS: tuple[CuratedSet, ...] = (
     CuratedSet(
         name="leading_batch_dims",
         features=("leading_batch_dims",),
-        templates=leading_batch_cases,
+        templates=_leading_batch_cases,
         dtypes="first",
         fp8_core_at_level_0=False,
     ),

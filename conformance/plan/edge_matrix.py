@@ -403,7 +403,7 @@ def edge_configs(tunables: Tunables, q_len: int, kv_len: int, batch: int) -> tup
 
 
 # Config shape families, in order of preference: a subject gets the first whose first shape
-# it can run (``conformance.plan.curated_sets.config_shapes`` picks it from the declaration).
+# it can run (``conformance.plan.curated_sets`` picks it from the declaration).
 CONFIG_SHAPE_FAMILIES: tuple[tuple[tuple[int, Case, bool], ...], ...] = (
     CONFIG_SHAPES,
     VALID_ALIGNED_CONFIG_SHAPES,
