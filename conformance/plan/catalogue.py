@@ -1,7 +1,8 @@
 """Which (check, case) pairs a run holds, and what each one expects.
 
-For each subject: the curated edge matrix in every declared dtype, plus cases drawn
-by hypothesis from its capabilities. Each pair is filed as
+For each subject: the curated sets (``curated_sets.CURATED_SETS``: the edge matrix in every
+declared dtype, and the sets of its tunables and features), plus cases drawn by hypothesis from
+its capabilities. Each pair is filed as
 
   * ``run``          the check runs;
   * ``unsupported``  outside the declared capabilities, or a shape constraint the API
@@ -21,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 
-from conformance.plan import edge_matrix, pairwise, strategies
+from conformance.plan import curated_sets, edge_matrix, pairwise, strategies
 from conformance.plan.case_syntax import CaseSyntaxError, bound, parse_case
 from conformance.plan.cases import Case
 from conformance.plan.draws import mask_arrays, neg_inf_bias
@@ -109,9 +110,9 @@ def _small_heads(inputs: AttentionInputs) -> AttentionInputs:
 
 
 def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case, ...]:
-    """The curated matrix in each declared dtype, its edge configs, then drawn cases; no duplicates.
-    At ci, a built-in variant that declares its own ci cases (``kernels.subjects.ci_cases``) runs
-    those instead."""
+    """Each curated set (``curated_sets.CURATED_SETS``) in the dtypes it declares, then drawn cases;
+    no duplicates. At ci, a built-in variant that declares its own ci cases
+    (``kernels.subjects.ci_cases``) runs those instead."""
     caps = subject.capabilities
     declared = ci_cases(subject.name) if profile.name == TIERS[0] else ()
     if declared:
@@ -119,46 +120,9 @@ def cases_for(subject: Subject, profile: Profile, draw_seed: int) -> tuple[Case,
     dtypes = tuple(d for d in DTYPES if d in caps.dtypes)
     curated = [
         edge_matrix.instantiate(t, subject.name, d)
-        for t in edge_matrix.edge_cases(profile.edge_level)
-        for d in dtypes
-        if edge_matrix.in_dtype(t, d, profile.edge_level)
-    ]
-    # Edge configs of its tunables: the first dtype only where the shape says so (they test
-    # blocking, which is the same in every dtype, and interpret-mode calls are slow).
-    curated += [
-        edge_matrix.instantiate(t, subject.name, d)
-        for t, every_dtype in edge_matrix.config_cases(
-            caps.tunables, profile.edge_level, _config_shapes(caps)
-        )
-        for d in (dtypes if every_dtype else dtypes[:1])
-        if edge_matrix.in_dtype(t, d, profile.edge_level)
-    ]
-    # Chunked causal edges, in the first dtype (they test the mask, which no dtype changes).
-    curated += [
-        edge_matrix.instantiate(t, subject.name, d)
-        for t in edge_matrix.chunk_cases(profile.edge_level)
-        for d in dtypes[:1]
-    ]
-    # Ragged length patterns at every batch position, for a subject that takes per-row lengths:
-    # in the first dtype (they test page and offset arithmetic, which no dtype changes).
-    curated += [
-        edge_matrix.instantiate(t, subject.name, d)
-        for t in ragged_cases(caps, profile.edge_level)
-        for d in dtypes[:1]
-    ]
-    # Leading batch dims, for a subject whose call takes them: in the first dtype (they test the call
-    # form, which no dtype changes); none for the others (their call has one batch axis).
-    curated += [
-        edge_matrix.instantiate(t, subject.name, d)
-        for t in (edge_matrix.leading_batch_cases(profile.edge_level) if caps.leading_batch_dims else ())
-        for d in dtypes[:1]
-    ]
-    # Quantized q and K/V in the storages the call accepts: each element type and scale group, in
-    # every dtype (what a storage's rounding meets differs by dtype).
-    curated += [
-        edge_matrix.instantiate(t, subject.name, d)
-        for t in storage_cases(caps, profile.edge_level)
-        for d in dtypes
+        for curated_set in curated_sets.CURATED_SETS
+        for t in curated_set.templates(caps, profile.edge_level)
+        for d in curated_set.dtypes_of(t, dtypes, profile.edge_level)
     ]
     # K/V in the subject's own storage (int8 pages, ...): its every case, rounded to it.
     # What a template leaves to the subject (a bias fill's kv block: ``features.for_subject``).
@@ -209,68 +173,6 @@ def pairwise_coverage(subject: Subject, cases: tuple[Case, ...]) -> pairwise.Pai
     caps = subject.capabilities
     dtype = next((d for d in DTYPES if d in caps.dtypes), "float32")
     return pairwise.report(subject.name, caps, dtype, cases, runs_forward(caps))
-
-
-def _config_shapes(caps: Capabilities) -> tuple[tuple[int, Case, bool], ...]:
-    """The first config shape family whose first shape the subject can run: the prefill shapes
-    for most; a decode kernel (Sq pinned to 1) or one causal only at the valid lengths gets its own."""
-    for family in edge_matrix.CONFIG_SHAPE_FAMILIES:
-        probe = dataclasses.replace(family[0][1], dtype=caps.dtypes[0])
-        if _runs(caps, probe):
-            return family
-    return edge_matrix.CONFIG_SHAPES
-
-
-def _runs(caps: Capabilities, probe: Case) -> bool:
-    """Whether the subject runs ``probe`` forward: what only the hardware's compiler rejects (stage
-    ``"lowering"``) still runs, and is judged, in the interpreter."""
-    outside = caps.admits(probe.skeleton(), probe.spec, probe.dtype, "forward", probe.features)
-    return not [e for e in outside if e.constraint is None or e.constraint.stage != "lowering"]
-
-
-def ragged_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
-    """The ragged length patterns (``edge_matrix.ragged_patterns``) up to ``level`` for a subject
-    that declares lengths, on the first ragged shape it runs, at the lengths its own tunables
-    declare (``Tunables.length_boundaries``); none for a subject without lengths."""
-    if not caps.lengths or not caps.dtypes:
-        return ()
-    boundaries = caps.tunables.length_boundaries()
-    shapes = [
-        edge_matrix.ragged_case(s, p, boundaries, caps.q_lengths)
-        for s in edge_matrix.RAGGED_SHAPES
-        for p in edge_matrix.ragged_patterns(0)[:1]
-    ]
-    runs = [
-        s
-        for s, probe in zip(edge_matrix.RAGGED_SHAPES, shapes, strict=True)
-        if _runs(caps, dataclasses.replace(probe, dtype=caps.dtypes[0]))
-    ]
-    if not runs:
-        return ()
-    return tuple(
-        edge_matrix.ragged_case(runs[0], p, boundaries, caps.q_lengths)
-        for p in edge_matrix.ragged_patterns(level)
-    )
-
-
-def storage_cases(caps: Capabilities, level: int) -> tuple[Case, ...]:
-    """The curated quantized-input cases (``edge_matrix.storage_pairs``) on the first of
-    ``edge_matrix.STORAGE_SHAPES`` the subject runs; none for a subject that declares no storage
-    it accepts per call (a fixed K/V storage is every case's already)."""
-    kv = () if caps.kv_storage is not None else caps.kv_storages
-    if not (caps.q_storages or kv) or not caps.dtypes:
-        return ()
-    runs = [
-        s
-        for s in edge_matrix.STORAGE_SHAPES
-        if not caps.admits(s.skeleton(), s.spec, caps.dtypes[0], "forward", s.features)
-    ]
-    if not runs:
-        return ()
-    return tuple(
-        dataclasses.replace(runs[0], q_storage=q, kv_storage=k)
-        for q, k in edge_matrix.storage_pairs(caps.q_storages, kv, level)
-    )
 
 
 def _raising(

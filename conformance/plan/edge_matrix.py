@@ -214,13 +214,12 @@ def _levelled() -> list[tuple[int, Case]]:
 
 
 # Chunked causal (Llama-4 local attention; chunks tile the key axis from key 0, a query in its
-# diagonal's chunk), in a subject's first dtype only: they test the mask, which no dtype changes,
-# and each chunk size is a kernel of its own in interpret mode. Chunk 1 (only the diagonal: an
-# off-by-one at the chunk edge empties every row); 48 across 256 keys (no divisor: a short last
-# chunk, and a chunk straddling the 128-key blocks a kernel skips or keeps whole); Sq != Sk both
-# ways and both alignments (a query's chunk follows its diagonal, not its row index); a chunk as long
-# as the sequence and longer (plain causal: a kernel that restarts chunks at a block or at the
-# length is caught); with a window (ANDed), and with GQA and segment ids.
+# diagonal's chunk). Chunk 1 (only the diagonal: an off-by-one at the chunk edge empties every row);
+# 48 across 256 keys (no divisor: a short last chunk, and a chunk straddling the 128-key blocks a
+# kernel skips or keeps whole); Sq != Sk both ways and both alignments (a query's chunk follows its
+# diagonal, not its row index); a chunk as long as the sequence and longer (plain causal: a kernel
+# that restarts chunks at a block or at the length is caught); with a window (ANDed), and with GQA
+# and segment ids.
 CHUNK_EDGES: tuple[tuple[int, Case], ...] = (
     (0, _t(causal=True, chunk=1)),
     (0, _t(causal=True, chunk=48, q_len=256, kv_len=256)),
@@ -236,11 +235,11 @@ CHUNK_EDGES: tuple[tuple[int, Case], ...] = (
 
 
 # Leading batch dims (``AttentionSpec.batch_dims``), for a subject whose call takes them
-# (``Capabilities.leading_batch_dims``), in its first dtype: the call form, which no dtype changes.
-# Six requests as 2 x 3, causal with GQA; the same with per-request q and kv lengths, which the call
-# gets shaped 2 x 3: an index that assumes one batch axis (``lengths[:, None]``) or flattens them in
-# another order than q's rows is what they reach (one-key and full rows, no two rows alike, so a
-# transposed order moves lengths); then 3 x 2 with a bias and a mask that carry the batch axis.
+# (``Capabilities.leading_batch_dims``). Six requests as 2 x 3, causal with GQA; the same with
+# per-request q and kv lengths, which the call gets shaped 2 x 3: an index that assumes one batch axis
+# (``lengths[:, None]``) or flattens them in another order than q's rows is what they reach (one-key
+# and full rows, no two rows alike, so a transposed order moves lengths); then 3 x 2 with a bias and
+# a mask that carry the batch axis.
 LEADING_BATCH_EDGES: tuple[tuple[int, Case], ...] = (
     (
         0,
@@ -266,7 +265,7 @@ def leading_batch_cases(level: int) -> tuple[Case, ...]:
 
 
 def chunk_cases(level: int) -> tuple[Case, ...]:
-    """The chunked causal templates up to ``level`` (``CHUNK_EDGES``), run in a subject's first dtype."""
+    """The chunked causal templates up to ``level`` (``CHUNK_EDGES``)."""
     return tuple(t for lvl, t in CHUNK_EDGES if lvl <= level)
 
 
@@ -404,7 +403,7 @@ def edge_configs(tunables: Tunables, q_len: int, kv_len: int, batch: int) -> tup
 
 
 # Config shape families, in order of preference: a subject gets the first whose first shape
-# it can run (conformance.plan.catalogue picks it from the declaration).
+# it can run (``conformance.plan.curated_sets`` picks it from the declaration).
 CONFIG_SHAPE_FAMILIES: tuple[tuple[tuple[int, Case, bool], ...], ...] = (
     CONFIG_SHAPES,
     VALID_ALIGNED_CONFIG_SHAPES,
@@ -414,16 +413,16 @@ CONFIG_SHAPE_FAMILIES: tuple[tuple[tuple[int, Case, bool], ...], ...] = (
 
 def config_cases(
     tunables: Tunables, level: int, shapes: tuple[tuple[int, Case, bool], ...] = CONFIG_SHAPES
-) -> tuple[tuple[Case, bool], ...]:
-    """(template with a config, in every dtype?) for each edge config on each of ``shapes`` up to
-    ``level`` (a family of ``CONFIG_SHAPE_FAMILIES``); empty for a subject without tunables."""
+) -> tuple[Case, ...]:
+    """A template with a config for each edge config on each of ``shapes`` up to ``level`` (shapes
+    of a family of ``CONFIG_SHAPE_FAMILIES``); empty for a subject without tunables."""
     if not tunables:
         return ()
     out = []
-    for lvl, shape, every_dtype in shapes:
+    for lvl, shape, _ in shapes:
         if lvl <= level:
             for _, config in edge_configs(tunables, shape.q_len, shape.kv_len, shape.batch):
-                out.append((dataclasses.replace(shape, config=config), every_dtype))
+                out.append(dataclasses.replace(shape, config=config))
     return tuple(out)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conformance.judge.inputs import build_inputs
-from conformance.plan import catalogue, edge_matrix, pairwise, profiles, strategies
+from conformance.plan import catalogue, curated_sets, edge_matrix, pairwise, profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.user_cases import CaseSyntaxError, parse_case
 from kernels.contract import features
@@ -71,11 +71,11 @@ def test_a_fixed_kv_storage_is_the_one_declared_and_is_not_paired_or_drawn():
         dataclasses.replace(FULL, kv_storage="int8", kv_storages=("int8", "int8_per_head"))
     assert "kv_storage" not in {f.name for f in pairwise.declared_features(fixed)}
     assert {"q_storage", "kv_storage"} <= {f.name for f in pairwise.declared_features(STORED)}
-    assert catalogue.storage_cases(fixed, 0) == ()
+    assert curated_sets.storage_cases(fixed, 0) == ()
 
 
 def test_curated_storage_cases_hold_each_element_and_group_per_tensor_in_every_dtype():
-    templates = catalogue.storage_cases(STORED, 0)
+    templates = curated_sets.storage_cases(STORED, 0)
     for field in ("q_storage", "kv_storage"):
         held = {part for c in templates for part in storage_parts(getattr(c, field))}
         assert held == {"int8", "float8_e4m3fn", "float8_e5m2", "token", "channel", "head", "tensor"}

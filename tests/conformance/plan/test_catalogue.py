@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from conformance.plan import catalogue, profiles
+from conformance.plan import catalogue, curated_sets, profiles
 from conformance.plan.cases import Case
 from tests.support.fakes import BLOCKED, FULL, subject
 
@@ -155,12 +155,12 @@ def test_ragged_patterns_follow_the_subjects_own_page_and_block():
     caps = dataclasses.replace(
         FULL, q_lengths=False, tunables=Tunables((Tunable("pages_per_block", 2, "kv", unit=8),))
     )
-    cases = catalogue.ragged_cases(caps, 1)
+    cases = curated_sets.ragged_cases(caps, 1)
     rows = {n for c in cases for n in c.kv_lengths}
     assert rows == {0, 1, 9, 15, 16, 17, 32} and all(c.q_lengths is None for c in cases)
     assert {c.batch for c in cases} == {3, 6} and all(c.kv_len == 32 for c in cases)
-    assert catalogue.ragged_cases(dataclasses.replace(FULL, lengths=False), 1) == ()
-    with_q = catalogue.ragged_cases(dataclasses.replace(caps, q_lengths=True), 0)
+    assert curated_sets.ragged_cases(dataclasses.replace(FULL, lengths=False), 1) == ()
+    with_q = curated_sets.ragged_cases(dataclasses.replace(caps, q_lengths=True), 0)
     assert all(c.q_lengths == c.kv_lengths for c in with_q)
 
 
@@ -174,7 +174,7 @@ def test_every_length_taking_subject_plans_the_ragged_patterns_at_ci(name):
     if subject.capabilities is None:
         pytest.skip(f"{name} neither runs nor lowers here: {subject.reason}")
     caps = subject.capabilities
-    ragged = catalogue.ragged_cases(caps, 0)
+    ragged = curated_sets.ragged_cases(caps, 0)
     assert len(ragged) == len(edge_matrix.ragged_patterns(0)) == 4
     dtype = next(d for d in DTYPE_NAMES if d in caps.dtypes)
     planned = set(catalogue.cases_for(subject, profiles.get("ci"), 0))
