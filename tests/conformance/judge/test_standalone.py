@@ -33,7 +33,7 @@ from conformance.suite.check_registry import declaration
 from kernels.adapters import pallas_gpu, ragged_paged_attention, splash
 from kernels.contract.base import CacheWrite
 from kernels.registry import resolve
-from kernels.runtime.jax_runtime import jax_version
+from kernels.runtime.jax_runtime import default_backend, jax_version
 from reference import attention_backward, attention_forward
 from run_records.results_file import CaseResult
 
@@ -526,6 +526,20 @@ def test_a_tokamax_batched_rpa_script_with_a_wrong_field_fails_the_bitwise_check
     assert returned[tensor].tobytes() != expected[tensor].tobytes(), f"a script that {mutant} still agrees"
     with pytest.raises(AssertionError, match="differs from the suite's"):
         _assert_bitwise(expected, returned)
+
+
+def test_the_batched_rpa_kernel_off_a_tpu_falls_back_to_the_checkout_script_and_says_why():
+    """Off a TPU the kernel runs traced under an abstract TPU and compiled for the CPU: no script."""
+    impl = "tokamax_batched_rpa[impl=mosaic_tpu]"
+    (subject,) = resolve_subjects(impl)
+    if default_backend() == "tpu":
+        pytest.skip("on a TPU the kernel runs natively: it gets a script")
+    case = _same_values_case("tokamax_batched_rpa[impl=reference]")
+    case = dataclasses.replace(case, subject=impl, head_dim=128, v_head_dim=128)
+    with pytest.raises(NotImplementedError, match="compiled for the CPU"):
+        subject.adapter.standalone(case.skeleton(), case.spec)
+    text = script(case, declaration("forward"), impl, adapter=subject.adapter)
+    assert "Not standalone (writing it failed: NotImplementedError" in text
 
 
 def test_ragged_paged_attention_script_packs_the_suites_arrays_and_fails_as_the_probe_does(tmp_path):
