@@ -3,13 +3,13 @@ prefill and decode over packed sequences and a paged KV cache, as TPU inference 
 
 Translation from canonical semantics (``docs/semantics.md``), in pure functions below:
 
-* Packing (``pack``): batch row ``b`` is one sequence with ``q_len[b]`` query tokens
+* Packing (``ragged_layout``): batch row ``b`` is one sequence with ``q_len[b]`` query tokens
   (``q_lengths``, else ``Sq``) and ``kv_len[b]`` keys (``kv_lengths``, else ``Sk``). Its valid
   query rows are concatenated into ``q: [T, Hq, D]`` with ``cu_q_lens`` their offsets; so a
   case with ``q_lengths (1, 40, 7)`` is one call holding a decode row beside two prefill rows.
   ``SPARE_TOKENS`` finite garbage tokens follow the last sequence and one spare sequence slot
   holds plausible garbage (``num_seqs`` excludes it), as a server's padded batch does.
-* The KV cache (``page_table``, ``scatter_kv``): each row's ``Sk`` tokens (padding included)
+* The KV cache (``sequence_page_table``, ``scatter_kv``): each row's ``Sk`` tokens (padding included)
   go into pages of ``PAGE_SIZE`` tokens, K and V heads interleaved (``[P, page, 2*Hkv, D]``:
   K head ``h`` at ``2h``, V at ``2h + 1``), under a random page permutation; every page and
   slot no row owns holds finite garbage (``GARBAGE_STD``).
@@ -20,8 +20,9 @@ Translation from canonical semantics (``docs/semantics.md``), in pure functions 
   col_ids``): canonical window ``(W - 1, *)`` under causal; a window without a left edge is no
   sliding window. ``soft_cap`` is ``softcap``, applied to the scaled logits (canonical order);
   ``sm_scale`` is the resolved scale.
-* Query rows past ``q_len[b]`` are not in the pack: the adapter returns NaN there
-  (``fully_masked_rows="unspecified"``). No lse, no backward (an inference kernel).
+* Query rows past ``q_len[b]`` are not in the pack: the call returns NaN there
+  (``fully_masked_rows="unspecified"``; ``canonical_rows`` gathers the packed tokens back by
+  ``token_index`` inside the jitted call). No lse, no backward (an inference kernel).
 * Quantized K/V (``k_scale``/``v_scale``, from 0.6.0): ``kv_pages`` in an 8-bit type with one
   Python float scale for K and one for V, so a scale per tensor: the subject declares
   ``kv_storages`` ``<element>_per_tensor``. A case with such a ``kv_storage`` already holds
@@ -29,6 +30,12 @@ Translation from canonical semantics (``docs/semantics.md``), in pure functions 
   again (losslessly), scatters the weights into the pages and passes ``k_scale = step_k``,
   ``v_scale = step_v``. The kernel multiplies in float32 and rounds to q's dtype: exact, for a
   power of two times an 8-bit value. Unowned pages hold garbage weights.
+
+The call is described once (``ragged_forward`` on ``ragged_layout``'s arrays,
+``kernels/runtime/call_description.py``): the suite runs and lowers that description and a
+standalone repro script is rendered from it, its packing helpers embedded. Off a TPU the script
+runs the kernel in TPU interpret mode, as the suite would, so at a JAX whose interpreter cannot
+follow the kernel (see below) the script fails as the availability probe does.
 """
 
 from __future__ import annotations
@@ -37,24 +44,37 @@ import dataclasses
 import functools
 import inspect
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.adapters import paged_attention as paged
-from kernels.adapters.paged_attention import GARBAGE_STD, PAGE_SIZE
+from kernels.adapters.paged_attention import GARBAGE_STD, PAGE_SIZE, page_table, scatter_pages
 from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
 from kernels.contract.tunables import BlockDim, Config, Configurable, Tunable, Tunables
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
-from kernels.runtime import kv_storage
+from kernels.runtime.call_description import (
+    NO_CONTEXT,
+    Built,
+    CallDescription,
+    Decided,
+    Module,
+    Name,
+    Star,
+    standalone,
+    tpu_interpret_context,
+)
+from kernels.runtime.call_description import jax_call as described_call
 from kernels.runtime.jax_runtime import (
-    Compiled,
     CompiledCache,
+    TracedPrimitives,
     array_key,
     installed_jax_versions,
     jit_observed,
-    to_jax,
+    to_numpy,
 )
+from kernels.runtime.kv_storage import quantize
+from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tpu_interpret import (
     TpuExecution,
     choose_execution,
@@ -161,32 +181,24 @@ CONSTRAINTS = (
 )
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Packed:
-    """The kernel's ragged layout of one case (NumPy). ``rows[b]``: the packed token slice of
-    batch row ``b``; ``num_seqs`` excludes the spare slot."""
+# The packing helpers below are NumPy only and reach one another by bare name: a standalone repro
+# script embeds them (``kernels.runtime.call_description``), so they return tuples, not classes.
 
-    q: np.ndarray  # [T + SPARE_TOKENS, Hq, D]
-    kv_pages: np.ndarray  # [P, PAGE_SIZE, 2 * Hkv, D]
-    kv_lens: np.ndarray  # int32 [B + 1]
-    page_indices: np.ndarray  # int32 [B + 1, width]
-    cu_q_lens: np.ndarray  # int32 [B + 2]
-    num_seqs: np.ndarray  # int32 [1]
-    rows: tuple[slice, ...]
-    scales: tuple[float | None, float | None] = (None, None)  # (k_scale, v_scale) of quantized pages
 
-    @property
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.q, self.kv_pages, self.kv_lens, self.page_indices, self.cu_q_lens, self.num_seqs)
+def row_lengths(
+    q_lengths: np.ndarray | None, kv_lengths: np.ndarray | None, batch: int, q_len: int, kv_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(q_len [B], kv_len [B]) int32: each row's valid lengths, the tensor's ``q_len``/``kv_len``
+    where none are given."""
+    q = np.full(batch, q_len) if q_lengths is None else np.asarray(q_lengths)
+    kv = np.full(batch, kv_len) if kv_lengths is None else np.asarray(kv_lengths)
+    return q.astype(np.int32), kv.astype(np.int32)
 
 
 def valid_lengths(inputs: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
-    """(q_len [B], kv_len [B]) int: each row's valid lengths, the tensor's where none are given."""
+    """``row_lengths`` of a case."""
     b, _, sq, _ = inputs.q.shape
-    sk = inputs.k.shape[2]
-    q_len = np.full(b, sq) if inputs.q_lengths is None else np.asarray(inputs.q_lengths)
-    kv_len = np.full(b, sk) if inputs.kv_lengths is None else np.asarray(inputs.kv_lengths)
-    return q_len.astype(np.int32), kv_len.astype(np.int32)
+    return row_lengths(inputs.q_lengths, inputs.kv_lengths, b, sq, inputs.k.shape[2])
 
 
 def table_width(kv_len: int, kv_pages_per_block: int | None) -> int:
@@ -195,11 +207,11 @@ def table_width(kv_len: int, kv_pages_per_block: int | None) -> int:
     return needed if kv_pages_per_block is None else max(needed, kv_pages_per_block)
 
 
-def page_table(seqs: int, width: int, seed: int) -> tuple[np.ndarray, int]:
+def sequence_page_table(seqs: int, width: int, seed: int) -> tuple[np.ndarray, int]:
     """(``page_indices [seqs + 1, width]`` int32, total pages): paged_attention's random table
     (``SPARE_PAGES`` owned by no row) plus the spare slot's row, which points at pages of other
     rows (it is never read)."""
-    order, total = paged.page_table(seqs, width, seed)
+    order, total = page_table(seqs, width, seed)
     spare = np.random.default_rng(seed + 1).integers(0, total, (1, width))
     return np.concatenate([order, spare]).astype(np.int32), total
 
@@ -208,10 +220,7 @@ def scatter_kv(k: np.ndarray, v: np.ndarray, table: np.ndarray, total: int, seed
     """``k, v: [B, Hkv, Sk, D]`` -> ``[total, PAGE_SIZE, 2 * Hkv, D]``: paged_attention's pages
     (``scatter_pages``: garbage in every slot no row owns) with K head ``h`` at ``2h`` and V head
     ``h`` at ``2h + 1``."""
-    k_pages, v_pages = (
-        paged.scatter_pages(k, table, total, seed),
-        paged.scatter_pages(v, table, total, seed + 1),
-    )
+    k_pages, v_pages = scatter_pages(k, table, total, seed), scatter_pages(v, table, total, seed + 1)
     hkv, _, page, d = k_pages.shape
     pages = np.empty((total, page, 2 * hkv, d), k.dtype)
     pages[:, :, 0::2] = np.moveaxis(k_pages, 0, 2)
@@ -224,44 +233,82 @@ def stored_kv(k: np.ndarray, v: np.ndarray, storage: str | None) -> tuple[np.nda
     exactly (``kernels/runtime/kv_storage.py``); ``k, v, (None, None)`` for None."""
     if storage is None:
         return k, v, (None, None)
-    (w_k, step_k), (w_v, step_v) = kv_storage.quantize(k, storage), kv_storage.quantize(v, storage)
+    (w_k, step_k), (w_v, step_v) = quantize(k, storage), quantize(v, storage)
     return w_k, w_v, (float(step_k.reshape(-1)[0]), float(step_v.reshape(-1)[0]))
 
 
-def pack(
-    inputs: AttentionInputs, kv_pages_per_block: int | None, seed: int, storage: str | None = None
-) -> Packed:
-    """Canonical rows -> the kernel's ragged layout (see the module docstring); K/V weights in
-    ``storage`` (per tensor), their scales in ``Packed.scales``."""
-    b, hq, _, d = inputs.q.shape
-    q_len, kv_len = valid_lengths(inputs)
+def kv_scales(k: np.ndarray, v: np.ndarray, storage: str | None) -> tuple[float | None, float | None]:
+    """(k_scale, v_scale) the kernel takes for ``storage`` (``stored_kv``'s): static Python floats."""
+    return stored_kv(k, v, storage)[2]
+
+
+def packed_arrays(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    q_len: np.ndarray,
+    kv_len: np.ndarray,
+    kv_pages_per_block: int | None,
+    seed: int,
+) -> tuple[np.ndarray, ...]:
+    """Canonical rows (``k``, ``v``: the pages' values, weights for a quantized storage) -> the
+    kernel's ragged layout (see the module docstring): (q ``[T + SPARE_TOKENS, Hq, D]``, kv_pages
+    ``[P, PAGE_SIZE, 2 * Hkv, D]``, kv_lens int32 ``[B + 1]``, page_indices int32 ``[B + 1, width]``,
+    cu_q_lens int32 ``[B + 2]``, num_seqs int32 ``[1]``, the spare slot excluded)."""
+    b, hq, _, d = q.shape
     rng = np.random.default_rng(seed)
-    tokens = [inputs.q[row, :, : q_len[row]].transpose(1, 0, 2) for row in range(b)]
-    spare = rng.normal(0.0, GARBAGE_STD, (SPARE_TOKENS, hq, d)).astype(inputs.q.dtype)
-    q = np.concatenate([*tokens, spare])
+    tokens = [q[row, :, : q_len[row]].transpose(1, 0, 2) for row in range(b)]
+    spare = rng.normal(0.0, GARBAGE_STD, (SPARE_TOKENS, hq, d)).astype(q.dtype)
     offsets = np.concatenate([[0], np.cumsum(q_len)])
-    width = table_width(inputs.k.shape[2], kv_pages_per_block)
-    table, total = page_table(b, width, seed + 1)
-    k, v, scales = stored_kv(inputs.k, inputs.v, storage)
-    return Packed(
-        q=q,
-        kv_pages=scatter_kv(k, v, table, total, seed + 2),
+    table, total = sequence_page_table(b, table_width(k.shape[2], kv_pages_per_block), seed + 1)
+    return (
+        np.concatenate([*tokens, spare]),
+        scatter_kv(k, v, table, total, seed + 2),
         # the spare slot: a plausible sequence of one page and no query token
-        kv_lens=np.append(kv_len, PAGE_SIZE).astype(np.int32),
-        page_indices=table,
-        cu_q_lens=np.append(offsets, offsets[-1]).astype(np.int32),
-        num_seqs=np.array([b], np.int32),
-        rows=tuple(slice(int(offsets[r]), int(offsets[r + 1])) for r in range(b)),
-        scales=scales,
+        np.append(kv_len, PAGE_SIZE).astype(np.int32),
+        table,
+        np.append(offsets, offsets[-1]).astype(np.int32),
+        np.array([b], np.int32),
     )
 
 
-def unpack(out: np.ndarray, packed: Packed, like: np.ndarray) -> np.ndarray:
-    """Kernel ``out [T', Hq, D]`` -> canonical ``[B, Hq, Sq, D]``; rows not packed are NaN."""
-    canonical = np.full(like.shape, np.nan, dtype=out.dtype)
-    for row, rows in enumerate(packed.rows):
-        canonical[row, :, : rows.stop - rows.start] = out[rows].transpose(1, 0, 2)
-    return canonical
+def token_index(q_len: np.ndarray, packed_len: np.ndarray, sq: int) -> np.ndarray:
+    """int32 ``[B, Sq]``: the packed token of each canonical query row, -1 where none. Row ``b``
+    packs the last ``packed_len[b]`` of its ``q_len[b]`` valid rows, rows in batch order."""
+    index = np.full((len(q_len), sq), -1, np.int32)
+    start = 0
+    for row, (n, keep) in enumerate(zip(q_len, packed_len, strict=True)):
+        index[row, n - keep : n] = np.arange(start, start + keep)
+        start += keep
+    return index
+
+
+def ragged_layout(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    q_lengths: np.ndarray | None,
+    kv_lengths: np.ndarray | None,
+    kv_pages_per_block: int | None,
+    seed: int,
+    storage: str | None = None,
+) -> tuple[np.ndarray, ...]:
+    """A case's arrays (``[B, H, S, D]``) -> ``packed_arrays``' six, K/V weights in ``storage`` (per
+    tensor; scales: ``kv_scales``), then ``token_index`` (every valid row packed)."""
+    q_len, kv_len = row_lengths(q_lengths, kv_lengths, q.shape[0], q.shape[2], k.shape[2])
+    w_k, w_v, _ = stored_kv(k, v, storage)
+    packed = packed_arrays(q, w_k, w_v, q_len, kv_len, kv_pages_per_block, seed)
+    return (*packed, token_index(q_len, q_len, q.shape[2]))
+
+
+def canonical_rows(packed: Any, index: Any) -> Any:
+    """JAX: packed ``[T', H, ...]`` -> canonical ``[B, H, Sq, ...]``, row ``(b, s)`` the packed token
+    ``index[b, s]`` (``token_index``), NaN where it is -1. A gather: the values are copied."""
+    import jax.numpy as jnp
+
+    taken = jnp.take(packed, jnp.maximum(index, 0), axis=0)  # [B, Sq, H, ...]
+    kept = (index >= 0).reshape(index.shape + (1,) * (taken.ndim - 2))
+    return jnp.moveaxis(jnp.where(kept, taken, jnp.asarray(jnp.nan, packed.dtype)), 2, 1)
 
 
 def sliding_window(spec: AttentionSpec) -> int | None:
@@ -330,34 +377,65 @@ class RaggedPagedAttentionAdapter(Configurable):
             kv_storages=KV_STORAGES if _takes_kv_scales() else (),
         )
 
-    def _packed(self, inputs: AttentionInputs, spec: AttentionSpec, native: bool) -> tuple[Packed, tuple]:
-        """The packed arrays and the kernel options of a case (``_call``'s)."""
+    def _description(
+        self, inputs: AttentionInputs, spec: AttentionSpec, lowering: bool = False
+    ) -> CallDescription:
+        """``ragged_forward`` bound to the kernel, on ``ragged_layout``'s arrays of the case (its seed
+        fixed by the shapes), in TPU interpret mode off a TPU. The default blocks are the kernel's
+        tuned ones on a TPU and its untuned fallback elsewhere (``block_sizes``), decided where the
+        call runs; ``lowering``: no interpreter, the default blocks as off a TPU (the tuning table
+        reads ``jax.devices()``, which an abstract device does not change)."""
         explicit = dict(self.config).get("num_kv_pages_per_block")
-        packed = pack(
-            inputs, None if explicit is None else int(explicit), layout_seed(inputs), spec.kv_storage
+        block = None if explicit is None else int(explicit)
+        seed = Built("", layout_seed, (Name("k.shape"), Name("SQ")))
+        arrays = (Name("q"), Name("k"), Name("v"), Name("q_lengths"), Name("kv_lengths"), block, seed)
+        layout = Built("layout", ragged_layout, (*arrays, spec.kv_storage), comment="packed, paged, shuffled")
+        stored = (Name("k"), Name("v"), spec.kv_storage)
+        scales = Built("scales", kv_scales, stored, comment="(k_scale, v_scale)")
+        native = Decided(choose_execution("tpu").mode == "native", "jax.default_backend() == 'tpu'")
+        bound = (
+            Module("ragged_paged_attention", MODULE, _load(), attribute="ragged_paged_attention"),
+            spec.resolved_scale(inputs.shape.head_dim),
+            sliding_window(spec),
+            spec.softcap,
+            tuple(self.config),
+            False if lowering else native,
+            scales,
         )
-        width, tokens = packed.page_indices.shape[1], packed.q.shape[0]  # the kernel's max_num_batched_tokens
-        blocks = block_sizes(self.config, width, tokens, native)
-        options = (spec.resolved_scale(inputs.q.shape[-1]), sliding_window(spec), spec.softcap, blocks)
-        return packed, (*options, packed.scales)
+        context = NO_CONTEXT if lowering else tpu_interpret_context("tpu")
+        note = (
+            f"{self.description}; off TPU: {TpuExecution('tpu').description}; packed sequences, pages "
+            f"of {PAGE_SIZE} tokens in a random order, garbage in unowned pages, slots, spare tokens "
+            "and the spare sequence slot" + (f"; {dict(self.config)}" if self.config else "")
+        )
+        return CallDescription(ragged_forward, (Star(layout),), bound, context=context, note=note)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
-        """The kernel call on the same packed layout, for Mosaic, under an abstract TPU v5e. The
-        default blocks are passed as off a TPU (the tuning table reads ``jax.devices()``, which an
-        abstract device does not change)."""
-        packed, options = self._packed(inputs, spec, native=False)
-        return LoweringCall("tpu", _call(options), abstract_arrays(*packed.arrays), DEFAULT_DEVICE_KIND)
+        """The described kernel call on the same packed layout, for Mosaic, under an abstract TPU v5e."""
+        call = self._description(inputs, spec, lowering=True)
+        arrays = abstract_arrays(*call.traced_arguments(inputs))
+        return LoweringCall("tpu", call.static_function(inputs), arrays, DEFAULT_DEVICE_KIND)
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
-        """``out: [B, Hq, Sq, D]`` in the input dtype (NaN on rows past q_lengths); no lse."""
+        """``out: [B, Hq, Sq, D]`` in the input dtype (NaN on rows past q_lengths); no lse. The
+        described call, jitted once per shapes and options."""
         execution = choose_execution("tpu")
-        packed, options = self._packed(inputs, spec, execution.mode == "native")
-        key = (execution.mode, array_key(*packed.arrays), options)
-        with execution.context():
-            args = tuple(to_jax(a) for a in packed.arrays)
-            compiled = self._cache.get(key, lambda: _build(execution, options, args))
-            out = np.asarray(compiled.fn(*args))
-        return SubjectOutput(out=unpack(out, packed, inputs.q), lse=None, ran=compiled.ran)
+        call = described_call(self._description(inputs, spec), inputs)
+        # the bound values the call is compiled with (the quantized pages' scales depend on K and V)
+        options = (spec.resolved_scale(inputs.shape.head_dim), sliding_window(spec), spec.softcap)
+        scales = kv_scales(inputs.k, inputs.v, spec.kv_storage)
+        key = (execution.mode, array_key(*call.args), options, tuple(self.config), scales)
+        describe = _ran(execution, inputs.shape.batch)
+        with call.context():
+            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, describe))
+            out, _ = compiled.fn(*call.args)
+        return SubjectOutput(out=to_numpy(out), lse=None, ran=compiled.ran)
+
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """The call as standalone script text, rendered from its description: natively on a TPU, in
+        TPU interpret mode elsewhere (where no JAX so far runs it: the script then fails as the
+        availability probe does)."""
+        return standalone(self._description(inputs, spec))
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         raise NotImplementedError("ragged_paged_attention is an inference kernel: it has no backward pass")
@@ -400,9 +478,10 @@ def _takes_kv_scales() -> bool:
         return False
 
 
-def layout_seed(inputs: AttentionInputs) -> int:
-    """The layout's seed: fixed by the shapes, so every call of a case sees one layout."""
-    return int(np.prod(inputs.k.shape) + inputs.q.shape[2]) % (2**31)
+def layout_seed(k_shape: tuple[int, ...], q_len: int) -> int:
+    """The layout's seed: fixed by the shapes (K's, and the query length), so every call of a case
+    sees one layout."""
+    return int(np.prod(k_shape) + q_len) % (2**31)
 
 
 def _load() -> Any:
@@ -419,41 +498,49 @@ def _kv_arguments(kernel: Any, kv_pages: Any) -> tuple[Any, ...]:
     return kv_pages[:, :, 0::2], kv_pages[:, :, 1::2]
 
 
-def _call(options: tuple) -> Any:
-    """The kernel's call on ``Packed.arrays`` (as JAX arrays) with ``options``
-    (scale, sliding window, softcap, (kv pages per block, queries per block))."""
-    kernel = _load()
-    scale, window, softcap, (kv_block, q_block), (k_scale, v_scale) = options
+def ragged_forward(
+    kernel: Any,
+    scale: float,
+    window: int | None,
+    softcap: float | None,
+    config: Config,
+    native: bool,
+    scales: tuple[float | None, float | None],
+    q: Any,
+    kv_pages: Any,
+    kv_lens: Any,
+    page_indices: Any,
+    cu_q_lens: Any,
+    num_seqs: Any,
+    token_index: Any,
+) -> tuple[Any, None]:
+    """(out ``[B, Hq, Sq, D]``, no lse): the kernel on ``ragged_layout``'s arrays (as JAX arrays),
+    its blocks ``block_sizes`` of ``config`` (``native``: on a TPU), ``scales`` the quantized pages'
+    (k_scale, v_scale), its packed output gathered back to canonical rows (``canonical_rows``)."""
+    kv_block, q_block = block_sizes(config, page_indices.shape[1], q.shape[0], native)
     extra = {} if window is None and softcap is None else {"sliding_window": window, "soft_cap": softcap}
+    k_scale, v_scale = scales
     if k_scale is not None:
         extra.update(k_scale=k_scale, v_scale=v_scale)
-
-    def fn(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
-        return kernel(
-            q,
-            *_kv_arguments(kernel, kv_pages),
-            kv_lens,
-            page_indices,
-            cu_q_lens,
-            num_seqs,
-            sm_scale=scale,
-            num_kv_pages_per_block=kv_block,
-            num_queries_per_block=q_block,
-            **extra,
-        )
-
-    return fn
+    out = kernel(
+        q,
+        *_kv_arguments(kernel, kv_pages),
+        kv_lens,
+        page_indices,
+        cu_q_lens,
+        num_seqs,
+        sm_scale=scale,
+        num_kv_pages_per_block=kv_block,
+        num_queries_per_block=q_block,
+        **extra,
+    )
+    return canonical_rows(out, token_index), None
 
 
-def _build(execution: TpuExecution, options: tuple, args: tuple) -> Compiled:
-
-    fn = _call(options)
-    return jit_observed(
-        fn,
-        args,
-        lambda primitives: (
-            f"{pallas_ran(primitives, execution, fallback='no kernel')}; "
-            f"{len(args[4]) - 2} sequences packed, pages of {PAGE_SIZE} tokens in random order, "
-            "finite garbage in unowned pages, slots, spare tokens and the spare sequence slot"
-        ),
+def _ran(execution: TpuExecution, sequences: int) -> Callable[[TracedPrimitives], str]:
+    """The ``ran`` sentence's writer for the call's traced primitives."""
+    return lambda primitives: (
+        f"{pallas_ran(primitives, execution, fallback='no kernel')}; {sequences} sequences packed, pages of "
+        f"{PAGE_SIZE} tokens in random order, finite garbage in unowned pages, slots, spare tokens "
+        "and the spare sequence slot"
     )

@@ -8,8 +8,8 @@ The op attends and writes: it takes the packed new tokens' ``queries``, ``keys``
 kv_cache)`` (and the lse with ``return_lse=True``). Read in tokamax 0.0.17's
 ``_src/ops/batched_rpa/`` (``api.py``, ``base.py``, ``reference.py``, ``pallas_mosaic_tpu.py``):
 
-* Packing: ``kernels.adapters.ragged_paged_attention.pack`` (JAX's ragged paged attention has the
-  same ragged layout: ``cu_q_lens``, a random page permutation, K head ``h`` at ``2h`` and V at
+* Packing: ``kernels.adapters.ragged_paged_attention.packed_arrays`` (JAX's ragged paged attention
+  has the same ragged layout: ``cu_q_lens``, a random page permutation, K head ``h`` at ``2h`` and V at
   ``2h + 1``, garbage in every unowned page and slot, spare tokens and one spare sequence slot).
   ``page_indices`` is that table flattened (``[max_num_seqs * pages_per_seq]``); ``distribution``
   is ``[0, 0, B]`` (every sequence in the mixed split: the reference reads only the last entry,
@@ -50,6 +50,12 @@ kernel's wrapper raises ``ValueError('Only causal attention is supported.')`` wi
 (``KERNEL_CONSTRAINTS``), and its pallas_calls carry no cost estimate (ledger).
 ``[impl=default]`` is observed the same way: on a CPU, with mosaic_tpu importable, its probe call
 raises ``NotImplementedError``; where the API accepts it (a TPU, or without mosaic_tpu) it runs.
+
+The call is described once (``batched_rpa_forward`` on ``batched_layout``'s arrays,
+``kernels/runtime/call_description.py``): the suite runs it, and a standalone repro script (jax,
+numpy, tokamax) is rendered from it with the packing helpers embedded; it returns out, lse and the
+written-back cache. The kernel off a TPU (traced under an abstract TPU, compiled for the CPU) has
+no script form: its ``standalone`` refuses, saying why.
 """
 
 from __future__ import annotations
@@ -61,8 +67,15 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kernels.adapters import ragged_paged_attention as ragged
 from kernels.adapters.paged_attention import GARBAGE_STD, PAGE_SIZE
+from kernels.adapters.ragged_paged_attention import (
+    canonical_rows,
+    layout_seed,
+    packed_arrays,
+    row_lengths,
+    sliding_window,
+    token_index,
+)
 from kernels.contract.base import (
     Availability,
     CacheWrite,
@@ -72,6 +85,7 @@ from kernels.contract.base import (
     SubjectOutput,
 )
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
+from kernels.runtime.call_description import Built, CallDescription, Decided, Module, Name, Star, standalone
 from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
@@ -83,6 +97,7 @@ from kernels.runtime.jax_runtime import (
     to_jax,
     to_numpy,
 )
+from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tokamax_runtime import (
     DISTRIBUTION,
     absl_flags_parsed,
@@ -154,7 +169,8 @@ def kernel_cache(cache: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class BatchedPack:
-    """The op's arguments for one case (NumPy) and the cache it must return."""
+    """The op's arguments for one case (NumPy), where its packed rows go back, and the cache it must
+    return (``write_back``'s)."""
 
     queries: np.ndarray  # [T + SPARE_TOKENS, Hq, D]
     keys: np.ndarray  # [T + SPARE_TOKENS, Hkv, D]
@@ -164,11 +180,12 @@ class BatchedPack:
     page_indices: np.ndarray  # int32 [(B + 1) * pages_per_seq]
     cu_q_lens: np.ndarray  # int32 [B + 2]
     distribution: np.ndarray  # int32 [3]
+    token_index: np.ndarray  # int32 [B, Sq]: each canonical query row's packed token, -1 for none
     expected_cache: np.ndarray  # the cache after a correct write-back
-    packed: ragged.Packed  # rows: each batch row's token slice
 
     @property
     def arrays(self) -> tuple[np.ndarray, ...]:
+        """What the call is traced on (``batched_layout``'s): the op's arguments, then ``token_index``."""
         return (
             self.queries,
             self.keys,
@@ -178,78 +195,92 @@ class BatchedPack:
             self.page_indices,
             self.cu_q_lens,
             self.distribution,
+            self.token_index,
         )
 
 
-def packed_rows(inputs: AttentionInputs) -> AttentionInputs:
-    """The case with each row's query tokens cut to the last ``min(q_len, kv_len)``: the rows before
-    see no key (bottom-right causal) and cannot be written into the cache. Rows stay in place in
-    the tensor; ``q_lengths`` says how many of each row's last tokens are packed."""
-    q_len, kv_len = ragged.valid_lengths(inputs)
-    kept = np.minimum(q_len, kv_len)
+# The packing helpers below are NumPy only and reach one another by bare name: a standalone repro
+# script embeds them, so they return tuples.
+
+
+def last_rows(q: np.ndarray, q_len: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """``q [B, H, Sq, D]`` with each row's last ``kept`` of its ``q_len`` query tokens moved to its
+    first rows (zeros after them): the rows before see no key (bottom-right causal) and cannot be
+    written into the cache. ``q`` itself where every row keeps all its tokens."""
     if np.array_equal(kept, q_len):
-        return inputs
-    q = np.zeros_like(inputs.q)
+        return q
+    moved = np.zeros_like(q)
     for row, (n, keep) in enumerate(zip(q_len, kept, strict=True)):
-        q[row, :, :keep] = inputs.q[row, :, n - keep : n]
-    return dataclasses.replace(inputs, q=q, q_lengths=kept.astype(np.int32))
+        moved[row, :, :keep] = q[row, :, n - keep : n]
+    return moved
 
 
-def new_token_slots(packed: ragged.Packed, q_len: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
-    """int [T, 2]: (page, slot) of each packed token's cache position ``kv_len - q_len + i``."""
+def new_token_slots(table: np.ndarray, q_len: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
+    """int [T, 2]: (page, slot) of each packed token's cache position ``kv_len - q_len + i``, pages
+    from ``table [B + 1, width]``."""
     slots = []
     for row, (n, total) in enumerate(zip(q_len, kv_len, strict=True)):
         positions = np.arange(total - n, total)
-        slots += [(packed.page_indices[row, p // PAGE_SIZE], p % PAGE_SIZE) for p in positions]
+        slots += [(table[row, p // PAGE_SIZE], p % PAGE_SIZE) for p in positions]
     return np.asarray(slots, np.int64).reshape(-1, 2)
+
+
+def write_back(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    q_lengths: np.ndarray | None,
+    kv_lengths: np.ndarray | None,
+    seed: int,
+) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """A case's arrays (``[B, H, S, D]``) -> (the op's eight arguments then ``token_index``, the cache
+    after a correct write-back), as the module docstring says."""
+    b, _, sq, d = q.shape
+    q_len, kv_len = row_lengths(q_lengths, kv_lengths, b, sq, k.shape[2])
+    kept = np.minimum(q_len, kv_len)
+    queries, kv_pages, kv_lens, table, cu_q_lens, _ = packed_arrays(
+        last_rows(q, q_len, kept), k, v, kept, kv_len, None, seed
+    )
+    lanes = -(-d // LANES) * LANES
+    after = np.zeros((*kv_pages.shape[:3], lanes), k.dtype)
+    after[..., :d] = kv_pages
+    slots = new_token_slots(table, kept, kv_len)
+    rng = np.random.default_rng(seed + 7)
+    spare = queries.shape[0] - len(slots)
+    garbage_kv = rng.normal(0.0, GARBAGE_STD, (spare, after.shape[2], d)).astype(k.dtype)
+    new_kv = np.concatenate([after[slots[:, 0], slots[:, 1], :, :d], garbage_kv])
+    before = after.copy()
+    before[slots[:, 0], slots[:, 1], :, :d] = rng.normal(0.0, GARBAGE_STD, (len(slots), *after.shape[2:3], d))
+    arrays = (
+        queries,
+        np.ascontiguousarray(new_kv[:, 0::2]),
+        np.ascontiguousarray(new_kv[:, 1::2]),
+        before,
+        kv_lens,
+        table.reshape(-1),
+        cu_q_lens,
+        np.array([0, 0, b], np.int32),
+        token_index(q_len, kept, sq),
+    )
+    return arrays, after
+
+
+def batched_layout(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    q_lengths: np.ndarray | None,
+    kv_lengths: np.ndarray | None,
+    seed: int,
+) -> tuple[np.ndarray, ...]:
+    """``write_back``'s arrays: what the call is traced on."""
+    return write_back(q, k, v, q_lengths, kv_lengths, seed)[0]
 
 
 def pack_batched(inputs: AttentionInputs, seed: int) -> BatchedPack:
     """Canonical case -> the op's arguments and the cache it must return (module docstring)."""
-    written = packed_rows(inputs)
-    packed = ragged.pack(written, None, seed)
-    q_len, kv_len = ragged.valid_lengths(written)
-    d = inputs.q.shape[-1]
-    lanes = -(-d // LANES) * LANES
-    after = np.zeros((*packed.kv_pages.shape[:3], lanes), inputs.k.dtype)
-    after[..., :d] = packed.kv_pages
-    slots = new_token_slots(packed, q_len, kv_len)
-    rng = np.random.default_rng(seed + 7)
-    spare = packed.q.shape[0] - len(slots)
-    garbage_kv = rng.normal(0.0, GARBAGE_STD, (spare, after.shape[2], d)).astype(inputs.k.dtype)
-    new_kv = np.concatenate([after[slots[:, 0], slots[:, 1], :, :d], garbage_kv])
-    before = after.copy()
-    before[slots[:, 0], slots[:, 1], :, :d] = rng.normal(0.0, GARBAGE_STD, (len(slots), *after.shape[2:3], d))
-    b = inputs.q.shape[0]
-    return BatchedPack(
-        queries=packed.q,
-        keys=np.ascontiguousarray(new_kv[:, 0::2]),
-        values=np.ascontiguousarray(new_kv[:, 1::2]),
-        kv_cache=before,
-        kv_lens=packed.kv_lens,
-        page_indices=packed.page_indices.reshape(-1),
-        cu_q_lens=packed.cu_q_lens,
-        distribution=np.array([0, 0, b], np.int32),
-        expected_cache=after,
-        packed=packed,
-    )
-
-
-def unpack_lse(lse: np.ndarray, packed: ragged.Packed, like: np.ndarray) -> np.ndarray:
-    """Op ``lse [T', Hq]`` -> canonical ``[B, Hq, Sq]``; rows not packed are NaN."""
-    return ragged.unpack(lse[..., None], packed, np.empty((*like.shape[:3], 1)))[..., 0]
-
-
-def unpack_rows(values: np.ndarray, inputs: AttentionInputs, like: np.ndarray) -> np.ndarray:
-    """Undo ``packed_rows``: each row's packed tokens back at its last rows; NaN before them."""
-    q_len, kv_len = ragged.valid_lengths(inputs)
-    kept = np.minimum(q_len, kv_len)
-    if np.array_equal(kept, q_len):
-        return values
-    full = np.full(like.shape, np.nan, values.dtype)
-    for row, (n, keep) in enumerate(zip(q_len, kept, strict=True)):
-        full[row, :, n - keep : n] = values[row, :, :keep]
-    return full
+    arrays, expected = write_back(inputs.q, inputs.k, inputs.v, inputs.q_lengths, inputs.kv_lengths, seed)
+    return BatchedPack(*arrays, expected_cache=expected)
 
 
 # --- loading and executing -----------------------------------------------------------------
@@ -278,15 +309,12 @@ PROBE_CONFIG = dict(
 )
 
 
-def _op(api: Any, impl: str, execution: str, probe: bool = False) -> Any:
-    """The callable taking the op's arguments: the public function with ``implementation=`` as
-    given (None for the default); off a TPU the kernel's op with ``supported_on`` True and its
-    default Config (``PROBE_CONFIG`` for the availability probe)."""
-    if impl == "mosaic_tpu" and execution == "interpret":
-        module = importlib.import_module(f"{PACKAGE}.pallas_mosaic_tpu")
-        op_class, _ = interpretable_op(module.PallasTpuBatchedRpa, None)
-        return op_class(config=module.Config(**(PROBE_CONFIG if probe else {})))
-    return functools.partial(api.batched_ragged_paged_attention, implementation=_implementation(impl))
+def kernel_op(probe: bool = False) -> Any:
+    """The kernel's op as it runs off a TPU: its subclass whose ``supported_on`` answers True, with
+    its default Config (``PROBE_CONFIG`` for the availability probe)."""
+    module = importlib.import_module(f"{PACKAGE}.pallas_mosaic_tpu")
+    op_class, _ = interpretable_op(module.PallasTpuBatchedRpa, None)
+    return op_class(config=module.Config(**(PROBE_CONFIG if probe else {})))
 
 
 def _with_lse(impl: str) -> bool:
@@ -309,29 +337,50 @@ def _runs_kernel(api: Any, impl: str) -> bool:
     return impl == "mosaic_tpu" or (impl == "default" and "mosaic_tpu" in api.IMPLEMENTATIONS)
 
 
-def _call(op: Any, options: tuple, kernel_layout: bool) -> Any:
-    scale, window, softcap, causal, with_lse = options
-
-    def fn(queries, keys, values, kv_cache, kv_lens, page_indices, cu_q_lens, distribution):
-        given = kernel_cache(kv_cache) if kernel_layout else kv_cache
-        out, cache, *lse = op(
-            queries,
-            keys,
-            values,
-            given,
-            kv_lens,
-            page_indices,
-            cu_q_lens,
-            distribution,
-            sm_scale=scale,
-            sliding_window=window,
-            soft_cap=softcap,
-            use_causal_mask=causal,
-            return_lse=with_lse,
-        )
-        return (out, cache.reshape(kv_cache.shape), *lse)
-
-    return fn
+def batched_rpa_forward(
+    attention,
+    selection,
+    kernel_layout,
+    queries,
+    keys,
+    values,
+    kv_cache,
+    kv_lens,
+    page_indices,
+    cu_q_lens,
+    distribution,
+    token_index,
+    *,
+    scale,
+    window,
+    softcap,
+    causal,
+    with_lse,
+):
+    """(out ``[B, Hq, Sq, D]``, lse ``[B, Hq, Sq]`` or None, the returned cache ``[P, page, 2*Hkv, D']``):
+    ``attention`` (the public function, ``selection`` its ``implementation=``; or an op) on
+    ``batched_layout``'s arrays (as JAX arrays), the cache in the kernel's layout for
+    ``kernel_layout`` (``kernel_cache``, reshaped back), out and lse gathered back to canonical rows
+    (``canonical_rows``: NaN on rows not packed)."""
+    given = kernel_cache(kv_cache) if kernel_layout else kv_cache
+    out, cache, *lse = attention(
+        queries,
+        keys,
+        values,
+        given,
+        kv_lens,
+        page_indices,
+        cu_q_lens,
+        distribution,
+        sm_scale=scale,
+        sliding_window=window,
+        soft_cap=softcap,
+        use_causal_mask=causal,
+        return_lse=with_lse,
+        **dict(selection),
+    )
+    canonical_lse = canonical_rows(lse[0], token_index) if lse else None
+    return canonical_rows(out, token_index), canonical_lse, cache.reshape(kv_cache.shape)
 
 
 def _interpreted(fn: Any, args: tuple, describe: Any) -> Compiled:
@@ -428,49 +477,91 @@ class TokamaxBatchedRpaAdapter:
         except Exception:  # noqa: BLE001 - no tokamax op: availability says why; declare nothing more
             return KERNEL_CONSTRAINTS if self.impl == "mosaic_tpu" else ()
 
-    def _packed(self, inputs: AttentionInputs, spec: AttentionSpec) -> tuple[BatchedPack, tuple]:
-        pack = pack_batched(inputs, ragged.layout_seed(inputs))
-        softcap = None if spec.softcap is None else float(spec.softcap)
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        options = (scale, ragged.sliding_window(spec), softcap, spec.causal, _with_lse(self.impl))
-        return pack, options
+    def _options(self, inputs: AttentionInputs, spec: AttentionSpec) -> tuple[tuple[str, Any], ...]:
+        """The op's keywords for a case: scale, sliding window, softcap, causal mask, lse."""
+        return (
+            ("scale", spec.resolved_scale(inputs.shape.head_dim)),
+            ("window", sliding_window(spec)),
+            ("softcap", None if spec.softcap is None else float(spec.softcap)),
+            ("causal", spec.causal),
+            ("with_lse", _with_lse(self.impl)),
+        )
+
+    def _description(self, inputs: AttentionInputs, spec: AttentionSpec, execution: str) -> CallDescription:
+        """``batched_rpa_forward`` on ``batched_layout``'s arrays (its seed fixed by the shapes), bound
+        to the public function with ``implementation=`` (the default's kernel layout decided where the
+        call runs, by api.py's pick); for ``execution`` ``interpret`` to the kernel's op (``kernel_op``),
+        which has no script form here."""
+        api = _load_api()
+        seed = Built("", layout_seed, (Name("k.shape"), Name("SQ")))
+        lengths = (Name("q_lengths"), Name("kv_lengths"))
+        layout = Built(
+            "layout",
+            batched_layout,
+            (Name("q"), Name("k"), Name("v"), *lengths, seed),
+            comment="packed, paged, shuffled; stale garbage in the new slots",
+        )
+        if execution == "interpret":
+            attention: Any = Built("op", kernel_op, (self.probe,))
+            selection: tuple = ()
+        else:
+            name = "batched_ragged_paged_attention"
+            attention = Module(name, PUBLIC, getattr(importlib.import_module(PUBLIC), name), attribute=name)
+            selection = (("implementation", _implementation(self.impl)),)
+        kernel_layout: Any = _runs_kernel(api, self.impl)
+        if self.impl == "default":
+            picks = f"'mosaic_tpu' in importlib.import_module({PACKAGE + '.api'!r}).IMPLEMENTATIONS"
+            kernel_layout = Decided(kernel_layout, picks)
+        flags = Built("", absl_flags_parsed, comment="tokamax >= 0.0.10 parses sys.argv with absl otherwise")
+        return CallDescription(
+            batched_rpa_forward,
+            (Star(layout),),
+            (attention, selection, kernel_layout),
+            self._options(inputs, spec),
+            ("out", "lse", "kv_cache"),
+            note=f"{self.description}; {self._ran_words()}",
+            prepare=(flags,),
+        )
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
-        """The kernel's op (``supported_on`` True, its default Config) on the packed arguments, for
-        Mosaic under an abstract TPU v5e."""
-        pack, options = self._packed(inputs, spec)
-        op = _op(_load_api(), "mosaic_tpu", "interpret")
-        fn = _call(op, options, kernel_layout=True)
-        return LoweringCall("tpu", fn, abstract_arrays(*pack.arrays), DEFAULT_DEVICE_KIND)
+        """The described call with the kernel's op (``supported_on`` True, its default Config) on the
+        packed arguments, for Mosaic under an abstract TPU v5e."""
+        call = self._description(inputs, spec, "interpret")
+        arrays = abstract_arrays(*call.traced_arguments(inputs))
+        return LoweringCall("tpu", call.static_function(inputs), arrays, DEFAULT_DEVICE_KIND)
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype and ``lse: [B, Hq, Sq]`` (NaN on rows not
-        packed); ``kv_cache``: the returned cache beside the expected one."""
-        api = _load_api()
+        packed); ``kv_cache``: the returned cache beside the expected one. The described call on
+        ``pack_batched``'s arrays (``batched_layout``'s), jitted once per shapes and options."""
         execution = _execution(self.impl)
-        pack, options = self._packed(inputs, spec)
+        call = self._description(inputs, spec, execution)
+        pack = pack_batched(inputs, layout_seed(inputs.k.shape, inputs.shape.q_len))
         args = tuple(to_jax(a) for a in pack.arrays)
-        key = (execution, array_key(*pack.arrays), options)
+        key = (execution, array_key(*pack.arrays), self._options(inputs, spec))
 
         def build() -> Compiled:
-            fn = _call(_op(api, self.impl, execution, self.probe), options, _runs_kernel(api, self.impl))
+            fn = call.static_function(inputs)
             if execution == "interpret":
                 return _interpreted(fn, args, self._ran)
             return jit_observed(fn, args, self._ran)
 
         compiled = self._cache.get(key, build)
-        out, cache, *rest = (to_numpy(a) for a in compiled.fn(*args))
-        canonical = packed_rows(inputs)
-        out = unpack_rows(ragged.unpack(out, pack.packed, canonical.q), inputs, inputs.q)
-        lse = None
-        if rest:
-            lse = unpack_rows(unpack_lse(rest[0], pack.packed, canonical.q), inputs, inputs.q[..., 0])
-        return SubjectOutput(
-            out=out,
-            lse=lse,
-            ran=compiled.ran,
-            kv_cache=CacheWrite(returned=cache, expected=pack.expected_cache),
-        )
+        out, lse, cache = (None if a is None else to_numpy(a) for a in compiled.fn(*args))
+        written = CacheWrite(returned=cache, expected=pack.expected_cache)
+        return SubjectOutput(out=out, lse=lse, ran=compiled.ran, kv_cache=written)
+
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """The call as standalone script text (jax, numpy, tokamax), rendered from its description:
+        the packing embedded, the public function with this ``implementation=``. The kernel off a
+        TPU runs traced under an abstract TPU and compiled for this CPU, which no script writes."""
+        execution = _execution(self.impl)
+        if execution == "interpret":
+            raise NotImplementedError(
+                f"{self.name} runs off a TPU only traced under an abstract TPU in TPU interpret mode and "
+                "compiled for the CPU: no standalone script of that call (on a TPU it gets one)"
+            )
+        return standalone(self._description(inputs, spec, execution))
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         raise NotImplementedError(
@@ -480,9 +571,13 @@ class TokamaxBatchedRpaAdapter:
     def _ran(self, primitives: TracedPrimitives) -> str:
         kernels = primitives.count("pallas_call")
         what = f"pallas_call x{kernels}" if kernels else "XLA ops"
+        return f"{self.description}: {what}; {self._ran_words()}"
+
+    @staticmethod
+    def _ran_words() -> str:
         return (
-            f"{self.description}: {what}; pages of {PAGE_SIZE} tokens in random order, new K/V written over "
-            "stale garbage, finite garbage in unowned pages, slots, spare tokens and the spare sequence slot"
+            f"pages of {PAGE_SIZE} tokens in random order, new K/V written over stale garbage, finite "
+            "garbage in unowned pages, slots, spare tokens and the spare sequence slot"
         )
 
 

@@ -542,7 +542,21 @@ def _embedded(calls: tuple[CallDescription, ...]) -> tuple[list[Any], list[str],
                 modules[name] = _import_line(name, value)
             elif name.isupper() and isinstance(value, int | float | str | bool | tuple):
                 constants[name] = f"{name} = {value!r}\n"
+    _one_source_a_name(functions)
     return functions, list(modules.values()), list(constants.values())
+
+
+def _one_source_a_name(functions: list[Any]) -> None:
+    """ValueError where two embedded functions share a name: the script embeds each under its own
+    name, so the later definition would replace the earlier one for every caller."""
+    named: dict[str, Any] = {}
+    for function in functions:
+        other = named.setdefault(function.__name__, function)
+        if other is not function:
+            raise ValueError(
+                f"two embedded functions are both named {function.__name__!r} ({other.__module__} and "
+                f"{function.__module__}): the script would keep one; rename one"
+            )
 
 
 def _globals_used(obj: Any) -> Iterator[tuple[str, Any]]:

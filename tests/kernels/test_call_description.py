@@ -115,6 +115,20 @@ def test_the_script_embeds_what_the_call_reaches_by_name():
     assert "for x in (q, *layout))" in written.forward
 
 
+def page_table(batch: int, width: int, seed: int) -> tuple[np.ndarray, int]:
+    """Another function of paged_attention.page_table's name."""
+    return np.zeros((batch, width), np.int32), seed
+
+
+def test_two_embedded_functions_of_one_name_are_refused():
+    """The script defines each under its own name: the later would replace the earlier."""
+    theirs = Built("theirs", paged_attention.page_table, (1, 1, 0))
+    ours = Built("ours", page_table, (1, 1, 0))
+    with pytest.raises(ValueError, match="both named 'page_table'"):
+        standalone(CallDescription(paged_attention.paged_forward, (theirs, ours)))
+    standalone(CallDescription(paged_attention.paged_forward, (theirs,)))
+
+
 def test_head_axes_come_from_the_canonical_names_and_a_built_array_leaves_them_undeclared():
     """What ``jax.vmap`` along heads splits: [B, H, S, D] inputs on axis 1, sinks [Hq] on 0, segment
     ids and lengths nowhere; an array built from the case (a page layout) has the builder's heads."""

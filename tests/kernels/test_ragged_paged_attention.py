@@ -18,10 +18,10 @@ from kernels.adapters.ragged_paged_attention import (
     SPARE_TOKENS,
     RaggedPagedAttentionAdapter,
     block_sizes,
-    pack,
-    page_table,
+    canonical_rows,
+    ragged_layout,
+    sequence_page_table,
     sliding_window,
-    unpack,
 )
 from kernels.contract.base import Availability
 from kernels.runtime.jax_runtime import default_backend, jax_version
@@ -44,38 +44,57 @@ def _inputs(q_lengths=(1, 24, 7), kv_lengths=(37, 24, 50), hq=4, hkv=2, sq=24, s
     )
 
 
+def _layout(inputs, kv_pages_per_block=None, seed=0):
+    """``ragged_layout`` of a case: (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, token_index)."""
+    return ragged_layout(
+        inputs.q, inputs.k, inputs.v, inputs.q_lengths, inputs.kv_lengths, kv_pages_per_block, seed
+    )
+
+
 def test_rows_pack_into_consecutive_tokens_with_a_spare_slot_and_tokens():
     inputs = _inputs()
-    packed = pack(inputs, None, seed=0)
-    assert packed.q.shape == (1 + 24 + 7 + SPARE_TOKENS, 4, 8)
-    assert packed.cu_q_lens.tolist() == [0, 1, 25, 32, 32] and packed.num_seqs.tolist() == [3]
-    assert packed.kv_lens.tolist()[:3] == [37, 24, 50] and packed.kv_lens.dtype == np.int32
-    np.testing.assert_array_equal(packed.q[1:25], inputs.q[1].transpose(1, 0, 2))
-    np.testing.assert_array_equal(packed.q[25:32], inputs.q[2, :, :7].transpose(1, 0, 2))
-    assert np.isfinite(packed.q[32:]).all()
+    q, _, kv_lens, _, cu_q_lens, num_seqs, index = _layout(inputs)
+    assert q.shape == (1 + 24 + 7 + SPARE_TOKENS, 4, 8)
+    assert cu_q_lens.tolist() == [0, 1, 25, 32, 32] and num_seqs.tolist() == [3]
+    assert kv_lens.tolist()[:3] == [37, 24, 50] and kv_lens.dtype == np.int32
+    np.testing.assert_array_equal(q[1:25], inputs.q[1].transpose(1, 0, 2))
+    np.testing.assert_array_equal(q[25:32], inputs.q[2, :, :7].transpose(1, 0, 2))
+    assert np.isfinite(q[32:]).all()
+    # each canonical row's packed token, -1 past the row's q length
+    assert index[0].tolist() == [0] + [-1] * 23 and index[1].tolist() == list(range(1, 25))
+    assert index[2].tolist() == list(range(25, 32)) + [-1] * 17
+
+
+def test_packed_rows_go_back_to_canonical_rows_with_nan_where_none_was_packed():
+    inputs = _inputs()
+    q, *_, index = _layout(inputs)
+    back = np.asarray(canonical_rows(q, index))
+    assert back.shape == inputs.q.shape and back.dtype == inputs.q.dtype
+    valid = index >= 0
+    np.testing.assert_array_equal(back.transpose(0, 2, 1, 3)[valid], inputs.q.transpose(0, 2, 1, 3)[valid])
+    assert np.isnan(back.transpose(0, 2, 1, 3)[~valid]).all()
 
 
 def test_kv_heads_interleave_in_pages_under_a_shuffled_table():
     inputs = _inputs()
-    packed = pack(inputs, None, seed=0)
-    table = packed.page_indices
-    assert table.shape == (4, 4) and packed.kv_pages.shape == (3 * 4 + SPARE_PAGES, PAGE_SIZE, 4, 8)
+    _, kv_pages, _, table, *_ = _layout(inputs)
+    assert table.shape == (4, 4) and kv_pages.shape == (3 * 4 + SPARE_PAGES, PAGE_SIZE, 4, 8)
     assert len(set(table[:3].ravel().tolist())) == 12 and any(np.diff(r).min() < 0 for r in table[:3])
     for b, t in ((0, 0), (0, 36), (2, 49), (1, 17)):
-        slot = packed.kv_pages[table[b, t // PAGE_SIZE], t % PAGE_SIZE]
+        slot = kv_pages[table[b, t // PAGE_SIZE], t % PAGE_SIZE]
         np.testing.assert_array_equal(slot[0::2], inputs.k[b, :, t])
         np.testing.assert_array_equal(slot[1::2], inputs.v[b, :, t])
-    tail = packed.kv_pages[table[0, 3], 50 % PAGE_SIZE :]  # slots past the tensor's length
+    tail = kv_pages[table[0, 3], 50 % PAGE_SIZE :]  # slots past the tensor's length
     assert np.isfinite(tail).all() and np.abs(tail).max() > 0
 
 
 def test_an_explicit_kv_block_widens_the_table_and_the_default_follows_the_kernels_fallback():
-    assert pack(_inputs(), 8, seed=0).page_indices.shape == (4, 8)
+    assert _layout(_inputs(), 8)[3].shape == (4, 8)
     assert block_sizes((), width=4, tokens=32, native=False) == (4, 32)
     assert block_sizes((), width=300, tokens=7, native=False) == (128, 7)
     assert block_sizes((), width=4, tokens=32, native=True) == (None, None)
     assert block_sizes((("num_queries_per_block", 8),), width=4, tokens=32, native=True) == (4, 8)
-    table, total = page_table(2, 3, seed=1)
+    table, total = sequence_page_table(2, 3, seed=1)
     assert table.shape == (3, 3) and total == 6 + SPARE_PAGES
 
 
@@ -119,14 +138,14 @@ def test_the_translation_read_back_by_the_modules_layout_reader_matches_the_refe
 
     sq = 24 if q_lengths else 1
     inputs = _inputs(q_lengths=q_lengths, hq=hq, sq=sq)
-    packed = pack(inputs, None, seed=3)
+    *packed, index = _layout(inputs, seed=3)
     out = module.ref_ragged_paged_attention(
-        *(jnp.asarray(a) for a in packed.arrays),
+        *(jnp.asarray(a) for a in packed),
         sm_scale=spec.resolved_scale(8),
         sliding_window=sliding_window(spec),
         soft_cap=spec.softcap,
     )
-    got = unpack(np.asarray(out), packed, inputs.q)
+    got = np.asarray(canonical_rows(out, index))
     want = attention_forward(inputs, dataclasses.replace(spec, causal=True) if sq == 1 else spec)
     valid = np.isfinite(want.lse)
     assert np.isnan(got[~valid]).all() == (q_lengths is not None) or valid.all()
@@ -168,11 +187,11 @@ def direct_call_failure() -> str | None:
     from jax.experimental.pallas import tpu as pltpu
 
     kernel = __import__(MODULE, fromlist=["ragged_paged_attention"]).ragged_paged_attention
-    packed = pack(_inputs(q_lengths=(3,), kv_lengths=(20,), hq=2, hkv=1, sq=3, sk=20, d=128), None, seed=0)
+    *packed, _ = _layout(_inputs(q_lengths=(3,), kv_lengths=(20,), hq=2, hkv=1, sq=3, sk=20, d=128))
     try:
         with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
             out = kernel(
-                *(jnp.asarray(a) for a in packed.arrays), sm_scale=0.3, num_kv_pages_per_block=2,
+                *(jnp.asarray(a) for a in packed), sm_scale=0.3, num_kv_pages_per_block=2,
                 num_queries_per_block=8,
             )  # fmt: skip
             np.asarray(out)

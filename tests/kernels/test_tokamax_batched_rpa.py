@@ -17,10 +17,9 @@ from kernels.adapters.tokamax_batched_rpa import (
     CONSTRAINTS,
     PROBE_CONFIG,
     TokamaxBatchedRpaAdapter,
+    last_rows,
     new_token_slots,
     pack_batched,
-    packed_rows,
-    unpack_rows,
 )
 from kernels.contract.base import Availability
 from kernels.runtime.jax_runtime import default_backend
@@ -50,7 +49,7 @@ def test_new_tokens_are_the_last_q_len_cache_positions_with_stale_garbage_in_the
     inputs = _inputs()
     pack = pack_batched(inputs, seed=3)
     table = pack.page_indices.reshape(len(pack.kv_lens), -1)
-    slots = new_token_slots(pack.packed, np.array([1, 24, 7]), np.array([37, 24, 50]))
+    slots = new_token_slots(table, np.array([1, 24, 7]), np.array([37, 24, 50]))
     # token 0 is row 0's only token, cache position 36; row 2's last token is position 49
     assert tuple(slots[0]) == (table[0, 36 // PAGE_SIZE], 36 % PAGE_SIZE)
     assert tuple(slots[-1]) == (table[2, 49 // PAGE_SIZE], 49 % PAGE_SIZE)
@@ -70,14 +69,15 @@ def test_new_tokens_are_the_last_q_len_cache_positions_with_stale_garbage_in_the
 
 
 def test_rows_with_more_query_tokens_than_keys_pack_only_the_rows_that_see_a_key():
-    inputs = _inputs(q_lengths=(5, 2), kv_lengths=(3, 9), sq=5, sk=9)
-    kept = packed_rows(inputs)
-    assert tuple(kept.q_lengths) == (3, 2)
-    assert np.array_equal(kept.q[0, :, :3], inputs.q[0, :, 2:5])
-    back = unpack_rows(kept.q, inputs, inputs.q)
-    assert np.isnan(back[0, :, :2]).all() and np.array_equal(back[0, :, 2:5], inputs.q[0, :, 2:5])
-    assert np.array_equal(back[1, :, :2], inputs.q[1, :, :2])
-    assert packed_rows(_inputs()) is not None and unpack_rows(inputs.q, _inputs(), inputs.q) is inputs.q
+    inputs = _inputs(q_lengths=(5, 2), kv_lengths=(3, 9), sq=5, sk=9, b=2)
+    moved = last_rows(inputs.q, np.array([5, 2]), np.array([3, 2]))
+    assert np.array_equal(moved[0, :, :3], inputs.q[0, :, 2:5]) and not moved[0, :, 3:].any()
+    assert np.array_equal(moved[1, :, :2], inputs.q[1, :, :2])
+    pack = pack_batched(inputs, seed=0)
+    # row 0's last three query rows are tokens 0..2, its first two none; row 1's two rows tokens 3, 4
+    assert pack.token_index.tolist() == [[-1, -1, 0, 1, 2], [3, 4, -1, -1, -1]]
+    np.testing.assert_array_equal(pack.queries[:3], inputs.q[0, :, 2:5].transpose(1, 0, 2))
+    assert last_rows(inputs.q, np.array([5, 2]), np.array([5, 2])) is inputs.q
 
 
 def test_the_kernels_cache_layout_is_a_reshape_of_the_references_packing_heads_to_a_word():

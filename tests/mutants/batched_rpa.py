@@ -22,8 +22,8 @@ import numpy as np
 
 from kernels.adapters.paged_attention import PAGE_SIZE
 from kernels.adapters.ragged_paged_attention import CONSTRAINTS as RAGGED_CONSTRAINTS
-from kernels.adapters.ragged_paged_attention import layout_seed, sliding_window, unpack
-from kernels.adapters.tokamax_batched_rpa import CONSTRAINTS, BatchedPack, pack_batched, unpack_rows
+from kernels.adapters.ragged_paged_attention import canonical_rows, layout_seed, sliding_window
+from kernels.adapters.tokamax_batched_rpa import CONSTRAINTS, BatchedPack, pack_batched
 from kernels.contract.base import Availability, CacheWrite, Capabilities, SubjectGrads, SubjectOutput
 from kernels.contract.tunables import Tunables
 from reference.spec import AttentionInputs, AttentionSpec
@@ -73,7 +73,7 @@ class BatchedRaggedPaged:
         return CAPS
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
-        pack = pack_batched(inputs, layout_seed(inputs))
+        pack = pack_batched(inputs, layout_seed(inputs.k.shape, inputs.q.shape[2]))
         written = written_cache(pack, shift=1 if self.BUG == "one_slot_late" else 0)
         d = inputs.q.shape[-1]
         table = pack.page_indices.reshape(len(pack.kv_lens), -1)
@@ -90,9 +90,8 @@ class BatchedRaggedPaged:
             tensor_offset=None,
         )
         returned = pack.kv_cache if self.BUG == "dropped" else written
-        canonical = unpack(core.host(out, inputs.q.dtype), pack.packed, inputs.q)
         return SubjectOutput(
-            out=unpack_rows(canonical, inputs, inputs.q),
+            out=core.host(canonical_rows(out, jnp.asarray(pack.token_index)), inputs.q.dtype),
             ran=f"{self.name}, pages of {PAGE_SIZE}",
             kv_cache=CacheWrite(returned=returned, expected=pack.expected_cache),
         )

@@ -1,6 +1,6 @@
 """Ragged paged attention in plain JAX, correct and with its diagonal at the tensor lengths.
 
-``RaggedPaged`` packs a case exactly as the ragged_paged_attention adapter does (``pack``: rows
+``RaggedPaged`` packs a case exactly as the ragged_paged_attention adapter does (``ragged_layout``: rows
 concatenated by ``cu_q_lens``, K/V heads interleaved in randomly ordered pages, garbage in every
 page, slot, token and sequence slot no row owns), then reads the pages back through the page
 table and attends, each packed token at its own sequence's diagonal. It declares what the
@@ -25,9 +25,9 @@ from kernels.adapters.ragged_paged_attention import (
     CONSTRAINTS,
     PAGE_SIZE,
     TUNABLES,
-    pack,
+    canonical_rows,
+    ragged_layout,
     sliding_window,
-    unpack,
 )
 from kernels.contract.base import Availability, Capabilities, SubjectGrads, SubjectOutput
 from kernels.contract.tunables import Config
@@ -98,18 +98,21 @@ class RaggedPaged:
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         explicit = dict(self.config).get("num_kv_pages_per_block")
-        packed = pack(inputs, None if explicit is None else int(explicit), seed=inputs.k.shape[2])
+        block = None if explicit is None else int(explicit)
+        *packed, token_index = ragged_layout(
+            inputs.q, inputs.k, inputs.v, inputs.q_lengths, inputs.kv_lengths, block, inputs.k.shape[2]
+        )
         _, _, sq, d = inputs.q.shape
         offset = inputs.k.shape[2] - sq if self.BUG == "diagonal_at_tensor_lengths" else None
         out = _ragged(
-            *(jnp.asarray(a) for a in packed.arrays),
+            *(jnp.asarray(a) for a in packed),
             scale=spec.resolved_scale(d),
             window=sliding_window(spec),
             softcap=spec.softcap,
             tensor_offset=offset,
         )
         return SubjectOutput(
-            out=unpack(core.host(out, inputs.q.dtype), packed, inputs.q),
+            out=core.host(canonical_rows(out, token_index), inputs.q.dtype),
             ran=f"{self.name}, pages of {PAGE_SIZE}",
         )
 

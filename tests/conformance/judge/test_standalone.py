@@ -30,9 +30,10 @@ from conformance.plan.catalogue import classify
 from conformance.plan.profiles import get
 from conformance.plan.subjects import resolve_subjects
 from conformance.suite.check_registry import declaration
-from kernels.adapters import pallas_gpu, splash
+from kernels.adapters import pallas_gpu, ragged_paged_attention, splash
+from kernels.contract.base import CacheWrite
 from kernels.registry import resolve
-from kernels.runtime.jax_runtime import jax_version
+from kernels.runtime.jax_runtime import default_backend, jax_version
 from reference import attention_backward, attention_forward
 from run_records.results_file import CaseResult
 
@@ -395,7 +396,8 @@ def test_splash_in_tpu_interpret_mode_passes_standalone(tmp_path):
 
 # One case per JAX subject whose script is rendered from its call description
 # (kernels/runtime/call_description.py), each with the arrays that description routes: bias and
-# lengths, segment ids, sinks, a boolean mask, pages, a config's blocks.
+# lengths, segment ids, sinks, a boolean mask, pages, a config's blocks, packed sequences (and the
+# cache a call writes back).
 SAME_VALUES = {
     "xla": ("backward", dict(q_heads=4, kv_heads=2, q_len=48, kv_len=64, head_dim=16, causal=True,
                              bias="1h1k", mask="b1qk", kv_lengths=(50,))),
@@ -418,6 +420,18 @@ SAME_VALUES = {
     "tokamax_splash[impl=mosaic_tpu]": ("backward", dict(dtype="bfloat16", batch=2, q_heads=2, kv_heads=1,
                                                          q_len=128, kv_len=128, head_dim=64, causal=True,
                                                          segments=2)),
+    # A decode row, a row with more query tokens than keys (its first 12 rows are not packed) and a
+    # prefill row; out, lse and the written-back cache compared.
+    "tokamax_batched_rpa[impl=reference]": ("lse", dict(batch=3, q_heads=4, kv_heads=2, q_len=24,
+                                                        kv_len=50, head_dim=16, causal=True,
+                                                        alignment="bottom_right_valid", window=(20, None),
+                                                        softcap=3.0, q_lengths=(1, 24, 7),
+                                                        kv_lengths=(37, 12, 50))),
+    # Off a TPU no JAX so far runs it (skipped; test_ragged_paged_attention_script_... below checks
+    # what can be checked there).
+    "ragged_paged_attention": ("forward", dict(batch=3, q_heads=4, kv_heads=2, q_len=24, kv_len=50,
+                                               head_dim=128, causal=True, alignment="bottom_right_valid",
+                                               q_lengths=(1, 24, 7), kv_lengths=(37, 24, 50))),
 }  # fmt: skip
 
 
@@ -433,7 +447,7 @@ def _suites_and_scripts_values(
         names = ("dq", "dk", "dv", "dbias", "dsinks")
     else:
         result = adapter.forward(inputs, case.spec)
-        names = ("out", "lse")
+        names = ("out", "lse", "kv_cache")
     saved = tmp_path / "returned.npz"
     text = edit(standalone.script(case, declaration(check), adapter))
     values = f"{{n: globals()[n] for n in {names!r} if globals().get(n) is not None}}"
@@ -442,7 +456,7 @@ def _suites_and_scripts_values(
     assert text.count(verdict) == 1
     done = run_isolated(text.replace(verdict, "\n" + save + verdict), tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]  # no tolerance recorded: inf
-    expected = {n: getattr(result, n) for n in names if getattr(result, n, None) is not None}
+    expected = {n: _returned(result, n) for n in names if _returned(result, n) is not None}
     returned = {}
     with np.load(saved, allow_pickle=False) as npz:  # arrays only: never unpickled
         for name in npz.files:
@@ -452,6 +466,20 @@ def _suites_and_scripts_values(
                 got = got.view(want.dtype)  # npz keeps ml_dtypes' bfloat16 as raw 2-byte records
             returned[name] = got
     return expected, returned
+
+
+def _returned(result: Any, name: str) -> np.ndarray | None:
+    """What the subject returned as ``name``: an output, or the KV cache it wrote back."""
+    value = getattr(result, name, None)
+    return value.returned if isinstance(value, CacheWrite) else value
+
+
+def _same_values_case(impl: str) -> Case:
+    """``SAME_VALUES``'s case of ``impl``."""
+    _, fields = SAME_VALUES[impl]
+    fields = dict(fields)
+    fields.setdefault("v_head_dim", fields["head_dim"])
+    return Case(impl, fields.pop("dtype", "float32"), **fields)
 
 
 def _assert_bitwise(expected: dict[str, np.ndarray], returned: dict[str, np.ndarray]) -> None:
@@ -469,11 +497,91 @@ def test_the_scripts_call_returns_the_suites_values_bitwise(tmp_path, impl):
     (subject,) = resolve_subjects(impl)
     if not subject.availability.available:
         pytest.skip(subject.availability.reason)
-    check, fields = SAME_VALUES[impl]
-    fields = dict(fields)
-    fields.setdefault("v_head_dim", fields["head_dim"])
-    case = Case(impl, fields.pop("dtype", "float32"), **fields)
-    _assert_bitwise(*_suites_and_scripts_values(case, check, subject.adapter_for(case.config), tmp_path))
+    case = _same_values_case(impl)
+    adapter = subject.adapter_for(case.config)
+    _assert_bitwise(*_suites_and_scripts_values(case, SAME_VALUES[impl][0], adapter, tmp_path))
+
+
+# Fields of tokamax_batched_rpa's script written wrong, and the array that then differs: pages in
+# another order (and other garbage) leave out and lse alike, since both read through the table, but
+# the cache the call returns is another; a dropped softcap changes out.
+BATCHED_RPA_MUTANTS = {
+    "lays the pages out in another order": (
+        "layout_seed(k.shape, SQ))", "layout_seed(k.shape, SQ) + 1)", "kv_cache"
+    ),
+    "drops the softcap": ("\n    softcap=3.0,\n", "\n    softcap=None,\n", "out"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mutant", BATCHED_RPA_MUTANTS)
+def test_a_tokamax_batched_rpa_script_with_a_wrong_field_fails_the_bitwise_check(tmp_path, mutant):
+    impl = "tokamax_batched_rpa[impl=reference]"
+    subject = _tokamax_or_skip(impl)
+    case = _same_values_case(impl)
+    check = SAME_VALUES[impl][0]
+    written, wrong, tensor = BATCHED_RPA_MUTANTS[mutant]
+    assert standalone.script(case, declaration(check), subject.adapter).count(written) == 1
+    edit = lambda text: text.replace(written, wrong)  # noqa: E731
+    expected, returned = _suites_and_scripts_values(case, check, subject.adapter, tmp_path, edit)
+    assert returned[tensor].tobytes() != expected[tensor].tobytes(), f"a script that {mutant} still agrees"
+    with pytest.raises(AssertionError, match="differs from the suite's"):
+        _assert_bitwise(expected, returned)
+
+
+def test_the_batched_rpa_kernel_off_a_tpu_falls_back_to_the_checkout_script_and_says_why():
+    """Off a TPU the kernel runs traced under an abstract TPU and compiled for the CPU: no script."""
+    impl = "tokamax_batched_rpa[impl=mosaic_tpu]"
+    (subject,) = resolve_subjects(impl)
+    if default_backend() == "tpu":
+        pytest.skip("on a TPU the kernel runs natively: it gets a script")
+    case = _same_values_case("tokamax_batched_rpa[impl=reference]")
+    case = dataclasses.replace(case, subject=impl, head_dim=128, v_head_dim=128)
+    with pytest.raises(NotImplementedError, match="compiled for the CPU"):
+        subject.adapter.standalone(case.skeleton(), case.spec)
+    text = script(case, declaration("forward"), impl, adapter=subject.adapter)
+    assert "Not standalone (writing it failed: NotImplementedError" in text
+
+
+def test_ragged_paged_attention_script_packs_the_suites_arrays_and_fails_as_the_probe_does(tmp_path):
+    """Off a TPU no JAX so far runs the kernel (TPU interpret mode cannot follow it: its availability
+    probe fails), so its row of the bitwise test is skipped here. Checked instead, without the
+    checkout: the script's embedded packing builds the very arrays the suite traces (packed tokens,
+    shuffled pages, garbage, token index), bit for bit, and with another layout seed does not; the
+    whole script, calling the kernel, fails with the probe's error."""
+    impl = "ragged_paged_attention"
+    (subject,) = resolve_subjects(impl)
+    if subject.availability.available:
+        pytest.skip("the kernel runs here: its bitwise row in SAME_VALUES runs")
+    case = _same_values_case(impl)
+    adapter = subject.adapter_for(case.config)
+    text = standalone.script(case, declaration(SAME_VALUES[impl][0]), adapter)
+    assert not CHECKOUT_IMPORT.search(text)
+    layout = "layout = ragged_layout(q, k, v, q_lengths, kv_lengths, None, layout_seed(k.shape, SQ), None)"
+    assert layout in text
+    inputs = build_inputs(case)
+    seed = ragged_paged_attention.layout_seed(inputs.k.shape, case.q_len)
+    suites = ragged_paged_attention.ragged_layout(
+        inputs.q, inputs.k, inputs.v, inputs.q_lengths, inputs.kv_lengths, None, seed
+    )
+    saved = tmp_path / "layout.npz"
+    call = text.index("\nwith (contextlib.nullcontext()")
+    for offset, same in (("", True), (" + 1", False)):
+        prefix = text[:call].replace("layout_seed(k.shape, SQ)", f"layout_seed(k.shape, SQ){offset}")
+        done = run_isolated(prefix + f"\nnp.savez({str(saved)!r}, *layout)\n", tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+        with np.load(saved, allow_pickle=False) as npz:
+            scripts = [npz[f"arr_{i}"] for i in range(len(npz.files))]
+        agree = len(scripts) == len(suites) and all(
+            a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+            for a, b in zip(scripts, suites, strict=False)
+        )
+        assert agree == same, f"layout seed{offset or ' as the suite'}: the arrays agree: {agree}"
+    if subject.availability.lowerable and "probe call" in subject.availability.reason:
+        done = run_isolated(text, tmp_path)
+        # the probe's failure line (tpu_interpret.failure_line): the error's last line, then where raised
+        failure = subject.availability.reason.split("failed on this JAX: ", 1)[-1]
+        cause = failure.split(" (raised in the interpreter's callback", 1)[0]
+        assert done.returncode == 1 and cause in done.stderr, done.stdout + done.stderr[-3000:]
 
 
 # --- a non-default config (kernel tunables): the script calls the kernel with the case's blocks ---
