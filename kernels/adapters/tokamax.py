@@ -62,7 +62,7 @@ import dataclasses
 import functools
 import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -98,19 +98,18 @@ from kernels.runtime.call_description import (
     Module,
     Name,
     Star,
+    cache_key,
     constructed,
     standalone,
 )
+from kernels.runtime.call_description import jax_call as described_call
 from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
     TracedPrimitives,
-    array_key,
     default_backend,
     installed_version,
-    jit_observed,
     to_jax,
-    to_numpy,
     unavailable_because,
 )
 from kernels.runtime.kv_storage import quantize
@@ -1194,13 +1193,18 @@ class TokamaxAdapter(Configurable):
         q, k, v = (jax.ShapeDtypeStruct(tuple(a.shape[i] for i in (0, 2, 1, 3)), a.dtype) for a in args[:3])
         return op.bind(q, k, v, logits_scale=static.scale, logits_soft_cap=static.softcap).default_config
 
-    def _ops_here(
-        self, api: _Api, execution: Execution, static: _Static, args: tuple
-    ) -> tuple[Any, Any, Any]:
-        """``_ops`` in the context the call runs in (the default config as the call picks it: the
-        interpreter's device)."""
+    def _passed_configs(
+        self, api: _Api, inputs: AttentionInputs, spec: AttentionSpec, direction: str
+    ) -> tuple[Any, Any]:
+        """(forward Config, VJP Config) this direction's call passes: ``_ops`` on its own arguments
+        (``_structured``), in the context the call runs in (the default config as the call picks it:
+        the interpreter's device)."""
+        execution = _execution(self._kind)
         with interpreter_context(execution):
-            return self._ops(api, execution != "native", static, args)
+            _, forward_config, vjp_config = self._ops(
+                api, execution != "native", _static(inputs.shape, spec), _structured(inputs, spec, direction)
+            )
+        return forward_config, vjp_config
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -1211,39 +1215,6 @@ class TokamaxAdapter(Configurable):
         forward_config = self._forward_config(api, probe, args, static)
         return self._op(api, any_device, forward_config, vjp_config), forward_config, vjp_config
 
-    def _call_fn(
-        self,
-        direction: str,
-        api: _Api,
-        op: Any,
-        static: _Static,
-        loop: bool,
-        with_lse: bool,
-        q_sharding: Any = None,
-    ) -> tuple[Callable[..., Any], bool]:
-        """The forward (``(q, k, v, bias, mask, q_lengths, kv_lengths)`` -> (out, lse)) or gradients
-        (those and dout -> (dq, dk, dv, dbias)) function of JAX arrays; ``loop``: one call per batch
-        row (the TPU interpreter's limit); ``q_sharding``: the public function's own. Returns it and
-        whether it takes dout."""
-        options = dict(
-            scale=static.scale,
-            causal=static.causal,
-            window=static.window,
-            softcap=static.softcap,
-            batch_dims=static.batch_dims,
-        )
-        if q_sharding is not None:
-            options["q_sharding"] = q_sharding
-        if direction == "forward":
-            with_lse = with_lse and self._kind.residuals
-            return (
-                functools.partial(
-                    tokamax_forward, api.attention, op, loop=loop, with_lse=with_lse, **options
-                ),
-                False,
-            )
-        return functools.partial(tokamax_gradients, api.attention, op, loop=loop, **options), True
-
     def jax_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
     ) -> JaxCall:
@@ -1252,52 +1223,58 @@ class TokamaxAdapter(Configurable):
         on JAX arrays in the canonical layout, inside the implementation's interpreter context off
         its hardware. Every array is batch-first (q, k, v, their QArray weights and scales, bias,
         mask, lengths, dout); a broadcast axis of 1 stays one, as one request's would."""
-        return self._call(inputs, spec, dout)[0]
+        return self._call(inputs, spec, dout)[1]
 
     def _call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None
-    ) -> tuple[JaxCall, Callable[[TracedPrimitives], str]]:
-        """``jax_call``'s call, and the ``ran`` sentence's writer for the primitives it traces to."""
+    ) -> tuple[Hashable, JaxCall, Callable[[TracedPrimitives], str]]:
+        """``jax_call``'s call, run from this direction's ``_description`` (a QArray passed as its
+        weights and scale, which a transformation takes as users' arrays: ``with_quantized_leaves``);
+        the description's key (``cache_key``); and the ``ran`` sentence's writer for the primitives
+        it traces to."""
         kind = self._kind
         api = _load_api(kind)
         execution = _execution(kind)
-        context = functools.partial(interpreter_context, execution)
-        static = _static(inputs.shape, spec)
         direction = "forward" if dout is None else "backward"
-        structured = _structured(inputs, spec, direction)
-        op, forward_config, vjp_config = self._ops_here(api, execution, static, structured)
-        fn, takes_dout = self._call_fn(direction, api, op, static, execution == "tpu", kind.residuals)
-        # each array's head axis where every one is a canonical input (none quantized)
-        names = (*_CALL_ARRAYS, "dout") if takes_dout else _CALL_ARRAYS
-        heads: tuple[int | None, ...] | None = tuple(HEAD_AXES.get(n) for n in names)
-        if takes_dout:
-            args = (*structured, to_jax(np.asarray(dout, dtype=inputs.q.dtype)))
-        else:
-            fn, args = with_quantized_leaves(fn, structured)
-            heads = heads if len(args) == len(_CALL_ARRAYS) else None  # QArray leaves: undeclared
+        configs = self._passed_configs(api, inputs, spec, direction)
+        described = self._description(api, inputs, spec, direction, configs)
+        # the same limit makes the call loop over the batch rows (per_batch_row)
+        no_vmap = TPU_INTERPRET_NO_VMAP if execution == "tpu" else ""
+        call = described_call(described, inputs, dout, no_vmap=no_vmap)
+        fn, args, heads = call.fn, call.args, call.heads
+        if dout is None:
+            fn, args = with_quantized_leaves(fn, args)
+            heads = heads if len(args) == len(call.args) else None  # QArray leaves: undeclared
+        own = None
+        if execution != "tpu" and spec.batch_dims is None:  # [B, T, N, H] and one call for the batch
+            own = functools.partial(self._own_sharding, described, inputs, dout, call.args)
         describe = functools.partial(
             self._ran,
             execution=execution,
-            forward_config=forward_config,
-            vjp_config=vjp_config,
+            forward_config=configs[0],
+            vjp_config=configs[1],
             direction=direction,
         )
-        # the same limit makes the adapter call once per batch row (per_batch_row)
-        no_vmap = TPU_INTERPRET_NO_VMAP if execution == "tpu" else ""
-        own = None
-        if execution != "tpu" and static.batch_dims is None:  # [B, T, N, H] and one call for the batch
+        jitted = JaxCall(fn, args, (True,) * len(args), call.context, no_vmap, heads, own)
+        return cache_key(described, inputs, dout), jitted, describe
 
-            def own(mesh: Any) -> Callable[..., Any]:
-                """The same call with the public function's ``q_sharding`` over ``mesh``: q's batch,
-                sequence and heads on the mesh axes of those names (``MESH_AXES``)."""
-                from jax.sharding import NamedSharding, PartitionSpec
+    def _own_sharding(
+        self,
+        described: CallDescription,
+        inputs: AttentionInputs,
+        dout: np.ndarray | None,
+        args: tuple[Any, ...],
+        mesh: Any,
+    ) -> Callable[..., Any]:
+        """The described call with the public function's ``q_sharding`` over ``mesh``: q's batch,
+        sequence and heads on the mesh axes of those names (``MESH_AXES``); taking what
+        ``jax_call``'s call takes (``args``: its arguments before their QArray leaves)."""
+        from jax.sharding import NamedSharding, PartitionSpec
 
-                q_sharding = NamedSharding(mesh, PartitionSpec("batch", "sequence", "heads", None))
-                sharded, _ = self._call_fn(direction, api, op, static, False, kind.residuals, q_sharding)
-                return sharded if takes_dout else with_quantized_leaves(sharded, structured)[0]
-
-        call = JaxCall(fn, args, (True,) * len(args), context, no_vmap, heads, own)
-        return call, describe
+        q_sharding = NamedSharding(mesh, PartitionSpec("batch", "sequence", "heads", None))
+        keywords = (*described.keywords, ("q_sharding", q_sharding))
+        sharded = dataclasses.replace(described, keywords=keywords).static_function(inputs, dout)
+        return sharded if dout is not None else with_quantized_leaves(sharded, args)[0]
 
     def dropout(
         self,
@@ -1311,26 +1288,15 @@ class TokamaxAdapter(Configurable):
         directions. The mask is one more argument of the jitted call."""
         if request.keep is None:
             raise ValueError(f"{self.name} takes a dropout mask (Capabilities.dropout 'mask'), not a seed")
-        call, describe = self._call(inputs, spec, dout)
+        key, call, describe = self._call(inputs, spec, dout)
         fn = functools.partial(with_dropout_mask, call.fn, request.rate)
         args = (*call.args, to_jax(np.asarray(request.keep, dtype=bool)))
-        direction = "forward" if dout is None else "backward"
-        key = (
-            "dropout",
-            direction,
-            request.rate,
-            _static(inputs.shape, spec),
-            spec.q_storage,
-            spec.kv_storage,
-        )
-        key += array_key(*_arrays(inputs), request.keep)
-        with call.context():
-            compiled = self._cache.get(key, lambda: jit_observed(fn, args, describe))
-            result = compiled.fn(*args)
-            if dout is None:
-                out, lse = result
-                return SubjectOutput(to_numpy(out), None if lse is None else to_numpy(lse), compiled.ran)
-            dq, dk, dv, dbias = (None if g is None else to_numpy(g) for g in result)
+        masked = JaxCall(fn, args, (True,) * len(args), call.context)
+        result, ran = self._cache.run(("dropout", request.rate, key), masked, describe)
+        if dout is None:
+            out, lse = result
+            return SubjectOutput(out, lse, ran)
+        dq, dk, dv, dbias = result
         return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
 
     def contract_call(
@@ -1367,12 +1333,9 @@ class TokamaxAdapter(Configurable):
             vjp_config=vjp_config,
             direction="forward",
         )
-        key = ("contract", request, static, spec.q_storage, spec.kv_storage, array_key(*_arrays(inputs)))
-        with context():
-            compiled = self._cache.get(key, lambda: jit_observed(fn, args, describe))
-            out, _ = compiled.fn(*args)
-            out = to_numpy(out)
-        ran = compiled.ran if not default else "tokamax.dot_product_attention(implementation=None)"
+        key = ("contract", request, static, spec.q_storage, spec.kv_storage)
+        (out, _), ran = self._cache.run(key, JaxCall(fn, args, (True,) * len(args), context), describe)
+        ran = ran if not default else "tokamax.dot_product_attention(implementation=None)"
         return SubjectOutput(out=out, ran=ran)
 
     def _split_kv_call(self, api: _Api, op: Any, inputs: AttentionInputs, spec: AttentionSpec) -> Any:
@@ -1394,41 +1357,41 @@ class TokamaxAdapter(Configurable):
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call as it runs on the kernel's own hardware, for its compiler
-        (``kernels/hardware/lowering.py``): the same op and configs as the interpreted call, with no
-        interpreter and none of its shims (no per-batch loop, remat optimisation on, ``pl.program_id``
-        as tokamax reads it); only ``supported_on`` answers True here, where the chip is absent.
-        Mosaic TPU is lowered under an abstract TPU (``DEFAULT_DEVICE_KIND``): splash reads the chip's
-        generation (``pltpu.get_tpu_info``) while building its kernels. Triton for platform cuda."""
+        (``kernels/hardware/lowering.py``): this direction's ``_description`` with the same op and
+        configs as the interpreted call, with no interpreter and none of its shims (no per-batch
+        loop, remat optimisation on, ``pl.program_id`` as tokamax reads it); only ``supported_on``
+        answers True here, where the chip is absent. Mosaic TPU is lowered under an abstract TPU
+        (``DEFAULT_DEVICE_KIND``): splash reads the chip's generation (``pltpu.get_tpu_info``) while
+        building its kernels. Triton for platform cuda."""
         import jax
 
         kind = self._kind
         if kind.name not in LOWERS_FOR:
             raise NotImplementedError(f"{self.name} has no Pallas call to lower (Capabilities.lowers_for)")
         api = _load_api(kind)
-        static = _static(inputs.shape, spec)
-        # the interpreted call's own arguments, QArrays included (a quantized q must meet the lowered
-        # op as it meets the interpreted one), with shapes and dtypes only
-        concrete = call_inputs(_arrays(inputs), spec.q_storage, spec.kv_storage)
-        args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), concrete)
-        with interpreter_context(_execution(kind)):  # the default config as the call picks it
-            op, _, _ = self._ops(api, True, static, args)
-        fn, takes_dout = self._call_fn(direction, api, op, static, False, kind.residuals)
-        if takes_dout:
+        configs = self._passed_configs(api, inputs, spec, direction)
+        call = self._description(api, inputs, spec, direction, configs, lowered=True)
+        # the call's own arguments, QArrays included (a quantized q must meet the lowered op as it
+        # meets the interpreted one), with shapes and dtypes only
+        args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), call.traced_arguments(inputs))
+        if direction == "backward":  # dout, the description's last array, is none here
             q, v = inputs.q, inputs.v
-            args = (*args, jax.ShapeDtypeStruct((*q.shape[:-1], v.shape[-1]), q.dtype))
+            args = (*args[:-1], jax.ShapeDtypeStruct((*q.shape[:-1], v.shape[-1]), q.dtype))
         platform = LOWERS_FOR[kind.name]
-        return LoweringCall(platform, fn, args, DEFAULT_DEVICE_KIND if platform == "tpu" else None)
+        device_kind = DEFAULT_DEVICE_KIND if platform == "tpu" else None
+        return LoweringCall(platform, call.static_function(inputs), args, device_kind)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
-        """The forward and gradients calls as standalone script text (``kernels.runtime.standalone``): the
-        same translation functions, op, explicit Configs and QArray inputs, the absl-flags workaround
-        and, off the kernel's hardware, the interpreter's context and shims
-        (``kernels/runtime/tokamax_runtime.py``, embedded), with jax, numpy and tokamax (and qwix,
-        tokamax's own dependency, for quantized inputs) only. Each Config is the one the suite passes
-        for this case (the case's tunables, else the op's ``bind(...).default_config`` for the
-        inputs' shapes and dtype: ``inputs`` is a skeleton in the case's dtype), written as its
-        constructor call (``call_description.constructed``), so the script passes it rather than
-        recomputing it where it runs (the autotuning cache differs by device kind).
+        """The forward and gradients calls as standalone script text (``kernels.runtime.standalone``),
+        rendered from the descriptions the suite runs (``_description``): the same translation
+        functions, op, explicit Configs and QArray inputs, the absl-flags workaround and, off the
+        kernel's hardware, the interpreter's context and shims (``kernels/runtime/tokamax_runtime.py``,
+        embedded), with jax, numpy and tokamax (and qwix, tokamax's own dependency, for quantized
+        inputs) only. Each Config is the one the suite passes for this case (the case's tunables, else
+        the op's ``bind(...).default_config`` for the inputs' shapes and dtype: ``inputs`` is a skeleton
+        in the case's dtype), written as its constructor call (``call_description.constructed``), so
+        the script passes it rather than recomputing it where it runs (the autotuning cache differs by
+        device kind).
 
         Not mosaic_gpu or cudnn (NotImplementedError, so their repros fall back to the checkout
         script, ``conformance.judge.repro``): they run on an NVIDIA GPU only, where no script of
@@ -1440,28 +1403,36 @@ class TokamaxAdapter(Configurable):
                 "script of its call has been checked against the suite's)"
             )
         api = _load_api(kind)
-        return standalone(
-            self._description(api, inputs, spec, "forward"), self._description(api, inputs, spec, "backward")
+        forward, backward = (
+            self._description(api, inputs, spec, d, self._passed_configs(api, inputs, spec, d))
+            for d in ("forward", "backward")
         )
+        return standalone(forward, backward)
 
     def _description(
-        self, api: _Api, inputs: AttentionInputs, spec: AttentionSpec, direction: str
+        self,
+        api: _Api,
+        inputs: AttentionInputs,
+        spec: AttentionSpec,
+        direction: str,
+        configs: tuple[Any, Any],
+        lowered: bool = False,
     ) -> CallDescription:
-        """One direction's call as ``standalone`` writes it: ``tokamax_forward`` (out and lse) or
-        ``tokamax_gradients`` bound to the public function and the op, built from its classes and
-        the explicit Configs this direction's call passes (``_ops_here`` on ``_structured``)."""
+        """One direction's call, as the suite runs it and ``standalone`` writes it: ``tokamax_forward``
+        (out and lse) or ``tokamax_gradients`` bound to the public function and the op, built from
+        its classes and the explicit Configs this direction's call passes (``_passed_configs``).
+        ``lowered``: as the kernel's own hardware runs it (``lowering``): no interpreter context, no
+        per-batch loop, the op's ``supported_on`` answering True where the chip is absent."""
         kind = self._kind
         execution = _execution(kind)
         static = _static(inputs.shape, spec)
-        _, forward_config, vjp_config = self._ops_here(
-            api, execution, static, _structured(inputs, spec, direction)
-        )
+        forward_config, vjp_config = configs
         vjp = api.vjp_class
         classes = (
             Module("op_class", f"{ATTENTION}.{kind.module}", api.op_class, attribute=kind.op_class),
             None if vjp is None else Module("vjp_class", vjp.__module__, vjp, attribute=vjp.__qualname__),
         )
-        configs = (
+        config_nodes = (
             None
             if forward_config is None
             else constructed("forward_config", forward_config, "ForwardConfig"),
@@ -1473,8 +1444,8 @@ class TokamaxAdapter(Configurable):
         op = Built(
             "op",
             tokamax_op,
-            (*classes, *configs, self._op_kwargs()),
-            (("any_device", off_hardware),) if interpreted else (),
+            (*classes, *config_nodes, self._op_kwargs()),
+            (("any_device", True if lowered else off_hardware),) if interpreted else (),
             comment="the suite's explicit Configs" if interpreted else "no Config (NullConfig), no VJP op",
         )
         attention = Module(
@@ -1484,16 +1455,18 @@ class TokamaxAdapter(Configurable):
             (name, getattr(static, name)) for name in ("scale", "causal", "window", "softcap", "batch_dims")
         )
         loop: Any = False
-        if kind.execution == "tpu":  # the TPU interpreter cannot vmap the kernel: one call per batch row
+        # the TPU interpreter cannot vmap the kernel: one call per batch row
+        if kind.execution == "tpu" and not lowered:
             loop = dataclasses.replace(off_hardware, value=execution == "tpu")
         context = NO_CONTEXT
-        if interpreted:
+        if interpreted and not lowered:
             choice = f"{kind.execution!r} if {off_hardware.expression} else 'native'"
             context = Context(
                 functools.partial(interpreter_context, execution),
                 f"interpreter_context({choice})",
                 functions=(interpreter_context,),
             )
+        heads = tuple(HEAD_AXES.get(n) for n in _CALL_ARRAYS)
         arrays = Built("", call_arrays, tuple(Name(n) for n in _CALL_ARRAYS))
         flags = Built("", absl_flags_parsed, comment="tokamax >= 0.0.10 parses sys.argv with absl otherwise")
         note = f"{self.description}, {_EXECUTION_WORDS[execution]}; {self._config_note(forward_config)}"
@@ -1502,7 +1475,7 @@ class TokamaxAdapter(Configurable):
             quantized = Built("", call_inputs, (arrays, spec.q_storage, spec.kv_storage))
             return CallDescription(
                 tokamax_forward,
-                (Star(quantized),),
+                (Star(quantized, heads),),
                 (attention, op),
                 (("loop", loop), *options, ("with_lse", kind.residuals)),
                 context=context,
@@ -1511,7 +1484,7 @@ class TokamaxAdapter(Configurable):
             )
         return CallDescription(
             tokamax_gradients,
-            (Star(arrays), Name("dout")),
+            (Star(arrays, heads), Name("dout")),
             (attention, op),
             (*options, ("loop", loop)),
             GRADIENT_OUTPUTS,
@@ -1528,23 +1501,14 @@ class TokamaxAdapter(Configurable):
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32 where exposed."""
-        call, describe = self._call(inputs, spec, None)
-        static, arrays = _static(inputs.shape, spec), _arrays(inputs)
-        key = ("forward", static, spec.q_storage, spec.kv_storage, array_key(*arrays))
-        with call.context():
-            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, describe))
-            out, lse = compiled.fn(*call.args)
-            out, lse = to_numpy(out), None if lse is None else to_numpy(lse)
-        return SubjectOutput(out=out, lse=lse, ran=compiled.ran)
+        key, call, describe = self._call(inputs, spec, None)
+        (out, lse), ran = self._cache.run(key, call, describe)
+        return SubjectOutput(out=out, lse=lse, ran=ran)
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` through tokamax's VJP; dbias in the bias's own shape."""
-        call, describe = self._call(inputs, spec, dout)
-        key = ("backward", _static(inputs.shape, spec), array_key(*_arrays(inputs)))
-        with call.context():
-            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, describe))
-            grads = compiled.fn(*call.args)
-            dq, dk, dv, dbias = (None if g is None else to_numpy(g) for g in grads)
+        key, call, describe = self._call(inputs, spec, dout)
+        (dq, dk, dv, dbias), _ = self._cache.run(key, call, describe)
         return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
 
     def _ran(

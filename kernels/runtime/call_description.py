@@ -6,7 +6,8 @@ values built from the case such as a page layout or a list of kernels), its stat
 arrays it is traced on, what it returns, and the context it runs in (TPU interpret mode). From it:
 
 * ``static_function`` and ``traced_arguments`` give the function the adapter jits and the arrays
-  it jits it on (``kernels.runtime.jax_runtime.JaxCall``);
+  it jits it on (``kernels.runtime.jax_runtime.JaxCall``), and ``cache_key`` what that function
+  depends on, by value: one compile serves every equal call (``CompiledCache.run``);
 * ``standalone`` writes the same call as script text (``kernels.runtime.standalone.StandaloneCall``):
   the import lines, the embedded functions (the call's own and every module-level function,
   constant and import they reach), the statements that make the bound values, and one call per
@@ -26,7 +27,7 @@ import enum
 import functools
 import inspect
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -140,9 +141,11 @@ class Built:
 
 @dataclasses.dataclass(frozen=True)
 class Star:
-    """``*node`` among the traced arrays: a Built that returns several arrays (a page layout)."""
+    """``*node`` among the traced arrays: a Built that returns several arrays (a page layout).
+    ``head_axes``: where each of them keeps its heads (``head_axes``), where the builder says so."""
 
     node: Any
+    head_axes: tuple[int | None, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,9 +282,40 @@ def head_axes(call: CallDescription) -> tuple[int | None, ...] | None:
             axes.append(HEAD_AXES.get(node.name))
         elif isinstance(node, Built) and node.head_axis != UNDECLARED:
             axes.append(node.head_axis)  # type: ignore[arg-type]
+        elif isinstance(node, Star) and node.head_axes is not None:
+            axes.extend(node.head_axes)
         else:
             return None
     return tuple(axes)
+
+
+def cache_key(call: CallDescription, inputs: AttentionInputs, dout: np.ndarray | None = None) -> Hashable:
+    """What ``static_function`` and the form of ``traced_arguments`` depend on, by value: every node
+    of the call (a ``functools.partial`` by its function and arguments, a dict by its items), and a
+    ``Name`` among its bound values, keywords or prepare steps by the value it names (a shape
+    constant, an array's dtype, shape and bytes). With the traced arrays' shapes and dtypes, one
+    jitted function serves every call of an equal key (``CompiledCache.run``)."""
+    scope = _Scope(inputs, dout)
+    static = _value_key((call.prepare, call.bound, call.keywords), scope)
+    return (call.function, static, _value_key((call.arrays, call.outputs, call.context), None))
+
+
+def _value_key(value: Any, scope: _Scope | None) -> Hashable:
+    """``value`` as a hashable key; with ``scope``, a Name by what it names."""
+    if isinstance(value, Name):
+        return value if scope is None else (value, _value_key(scope.value(value), None))
+    if isinstance(value, np.ndarray):
+        return (value.shape, str(value.dtype), value.tobytes())
+    if isinstance(value, functools.partial):
+        return (value.func, _value_key(value.args, scope), _value_key(value.keywords, scope))
+    if isinstance(value, dict):
+        return tuple((key, _value_key(item, scope)) for key, item in sorted(value.items()))
+    if isinstance(value, tuple | list):
+        return tuple(_value_key(item, scope) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return (type(value), *(_value_key(getattr(value, f.name), scope) for f in fields))
+    return value
 
 
 # --- the suite's side: values of the nodes ----------------------------------------------------

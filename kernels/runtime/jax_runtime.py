@@ -219,6 +219,18 @@ class CompiledCache:
             self.entries[key] = build()
         return self.entries[key]
 
+    def run(
+        self, key: Hashable, call: JaxCall, describe: Callable[[TracedPrimitives], str]
+    ) -> tuple[tuple[np.ndarray | None, ...], str]:
+        """``call`` inside its context, jitted once per ``key`` and its arguments' shapes and dtypes
+        (``jit_observed``): its outputs as NumPy arrays (None stays None) and what ran."""
+        with call.context():
+            compiled = self.get(
+                (key, *array_key(*call.args)), lambda: jit_observed(call.fn, call.args, describe)
+            )
+            result = compiled.fn(*call.args)
+            return tuple(None if r is None else to_numpy(r) for r in result), compiled.ran
+
     def __len__(self) -> int:
         return len(self.entries)
 

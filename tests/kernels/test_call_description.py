@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from kernels.runtime.call_description import (
     Module,
     Name,
     Star,
+    cache_key,
     constructed,
     head_axes,
     jax_call,
@@ -143,6 +145,37 @@ def test_head_axes_come_from_the_canonical_names_and_a_built_array_leaves_them_u
     assert head_axes(CallDescription(np.add, (Built("x", np.asarray, (Name("q"),)),))) is None
     call = jax_call(CallDescription(lambda q, k: (q, k), (Name("q"), Name("k"))), _inputs())
     assert call.heads == (1, 1)
+    # arrays a builder spreads, saying where each keeps its heads (tokamax's q, k, v ... lengths)
+    spread = Star(Built("", lambda q, k: (q, k), (Name("q"), Name("k"))), (1, 1))
+    assert head_axes(CallDescription(np.add, (spread, Name("kv_lengths")))) == (1, 1, None)
+
+
+def _keyed(scale=0.5, chunk=(16, 32), cores=1, length="SK"):
+    """A description built afresh, as an adapter builds one per call: new partials and dicts."""
+    op = Built("op", dict, (Module("np", "numpy", np), {"chunk_size": chunk}, Name(length)))
+    enter = functools.partial(contextlib.nullcontext, cores)
+    return CallDescription(
+        np.add,
+        (Name("q"), Star(Built("", tuple, (Name("k"),)))),
+        (op,),
+        (("scale", scale), ("interpret", Decided(True, "jax.default_backend() != 'tpu'"))),
+        context=Context(enter, "interpreting()"),
+    )
+
+
+def test_the_cache_key_is_the_calls_static_part_by_value():
+    """Equal for two descriptions built alike; another keyword, bound value, context argument or
+    value named among the bound values is another key; the traced arrays' values are not in it."""
+    inputs = _inputs()
+    key = cache_key(_keyed(), inputs)
+    assert hash(key) == hash(cache_key(_keyed(), inputs)) and key == cache_key(_keyed(), inputs)
+    others = (_keyed(scale=0.25), _keyed(chunk=(16, 16)), _keyed(cores=2), _keyed(length="SQ"))
+    assert all(cache_key(other, inputs) != key for other in others)
+    changed = dataclasses.replace(inputs, q=inputs.q + 1, k=inputs.k * 2)
+    assert cache_key(_keyed(), changed) == key
+    by_values = dataclasses.replace(_keyed(), bound=(Built("lengths", np.asarray, (Name("kv_lengths"),)),))
+    lengths = dataclasses.replace(inputs, kv_lengths=np.array([12, 6]))
+    assert cache_key(by_values, lengths) != cache_key(by_values, inputs)
 
 
 class Layout(enum.Enum):

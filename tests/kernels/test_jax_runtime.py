@@ -47,3 +47,33 @@ def test_counts_reach_nested_jaxprs():
     assert seen == "2"  # one in the custom_vjp's primal, one in the scan body
     assert count_primitives(outer, (x,), "sin") == 2
     assert TracedPrimitives(("pallas_call", "pallas_call_x", "sin")).count("pallas_call") == 2
+
+
+def test_a_cached_call_compiles_once_per_key_and_shapes_and_runs_in_its_context():
+    import contextlib
+
+    from kernels.runtime.jax_runtime import CompiledCache, JaxCall
+
+    traced, entered = [], []
+
+    @contextlib.contextmanager
+    def context():
+        entered.append(True)
+        yield
+
+    def call(q, k):
+        traced.append(q.shape)
+        return q @ k.T, None
+
+    cache = CompiledCache()
+    q, k = jnp.ones((4, 8)), jnp.ones((6, 8))
+    ran = lambda p: f"dot_general x{p.count('dot_general')}"  # noqa: E731
+    (out, lse), words = cache.run("key", JaxCall(call, (q, k), (True, True), context), ran)
+    assert out.shape == (4, 6) and lse is None and words == "dot_general x1" and entered == [True]
+    assert type(out).__module__ == "numpy"
+    cache.run("key", JaxCall(call, (q, k), (True, True), context), ran)
+    assert len(traced) == 1 and len(cache) == 1
+    cache.run("key", JaxCall(call, (jnp.ones((2, 8)), k), (True, True)), ran)  # another shape
+    assert len(traced) == 2 and len(cache) == 2
+    cache.run("other", JaxCall(call, (q, k), (True, True)), ran)  # another key: another entry
+    assert len(cache) == 3
