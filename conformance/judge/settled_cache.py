@@ -12,6 +12,9 @@ or the other xdist worker loads them instead of computing them again:
 * every installed distribution and its version, the Python, and the environment variables JAX
   and XLA read, so another JAX, jaxlib, tokamax or NumPy is a new key.
 
+The last two make the fingerprint, which also names the entries' folder: the folders of older
+fingerprints beyond the newest few are removed.
+
 A stale entry can therefore never change a verdict: nothing the result depends on is left out
 of its key. A file that cannot be read back (half-written, corrupt, from another Python) is
 computed again and replaced; an argument the key cannot describe is computed and not stored.
@@ -26,6 +29,7 @@ import hashlib
 import importlib.metadata
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
@@ -40,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCE_PACKAGES = ("versions", "reference", "kernels", "run_records", "conformance")
 ENVIRONMENT_PREFIXES = ("XLA_", "JAX_", "TPU_", "LIBTPU_")
 FOLDER_NAME = "settled"  # under the run's --jax-cache-dir
+FINGERPRINT_CHARS = 16  # a fingerprint's folder name
+KEEP_FINGERPRINTS = 3  # the suite revisions and environments whose entries stay on disk
 
 
 class Unkeyable(TypeError):
@@ -131,11 +137,23 @@ class SettledCache:
     fingerprint: str = ""
 
     @classmethod
-    def under(cls, jax_cache_dir: str | Path | None) -> SettledCache:
-        """The run's cache: ``settled/`` inside ``--jax-cache-dir``, or none without one."""
+    def under(cls, jax_cache_dir: str | Path | None, fingerprint: str | None = None) -> SettledCache:
+        """The run's cache: ``settled/<fingerprint>/`` inside ``--jax-cache-dir``, or none without one.
+        The folders of all but the ``KEEP_FINGERPRINTS`` newest fingerprints are removed: an edit to
+        the suite or an upgrade makes their entries unreachable, and an ``--impl all`` run at ci
+        leaves about 220 MB."""
         if not jax_cache_dir:
             return cls(None)
-        return cls(Path(jax_cache_dir).expanduser().resolve() / FOLDER_NAME, suite_fingerprint())
+        fingerprint = fingerprint or suite_fingerprint()
+        root = Path(jax_cache_dir).expanduser().resolve() / FOLDER_NAME
+        folder = root / fingerprint[:FINGERPRINT_CHARS]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            os.utime(folder)  # the newest in use, whether made now or by an earlier run
+            prune(root, keep=folder)
+        except OSError:  # a read-only or full disk: entries are then computed, not kept
+            pass
+        return cls(folder, fingerprint)
 
     def path(self, kind: str, *parts: Any) -> Path | None:
         """Where the result of ``kind`` on ``parts`` is kept; None when nothing is kept."""
@@ -160,6 +178,16 @@ class SettledCache:
         value = compute()
         _write_atomically(path, value)
         return value
+
+
+def prune(root: Path, keep: Path) -> None:
+    """Remove the fingerprint folders under ``root`` beyond the ``KEEP_FINGERPRINTS`` newest,
+    ``keep`` always among those kept. Another run still using one only computes its entries again."""
+    others = sorted(
+        (p for p in root.iterdir() if p.is_dir() and p != keep), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    for stale in others[KEEP_FINGERPRINTS - 1 :]:
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 NOTHING_KEPT = SettledCache(None)  # the default: a run without a cache folder computes everything

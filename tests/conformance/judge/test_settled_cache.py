@@ -4,6 +4,7 @@ first computed, and changing any one thing the result depends on computes it aga
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 
 import numpy as np
@@ -13,6 +14,8 @@ from conformance.judge import artifacts
 from conformance.judge.artifacts import Oracle, SubjectRun
 from conformance.judge.baseline import Numerics
 from conformance.judge.settled_cache import (
+    FINGERPRINT_CHARS,
+    KEEP_FINGERPRINTS,
     SettledCache,
     Unkeyable,
     built_in,
@@ -117,11 +120,25 @@ def test_a_half_written_or_corrupt_entry_is_computed_again_and_replaced(tmp_path
 
 def test_without_a_folder_nothing_is_kept(tmp_path):
     assert SettledCache.under(None).folder is None
-    assert SettledCache.under(tmp_path).folder == tmp_path.resolve() / "settled"
+    cache = SettledCache.under(tmp_path, "f" * 64)
+    assert cache.folder == tmp_path.resolve() / "settled" / ("f" * FINGERPRINT_CHARS)
     computed = []
     for _ in range(2):
         SettledCache(None).get_or_compute("k", (1,), lambda: computed.append(1))
     assert len(computed) == 2
+
+
+def test_only_the_newest_fingerprints_keep_their_folders(tmp_path):
+    root = tmp_path / "settled"
+    for age, name in enumerate("abcde"):  # a newest, e oldest
+        folder = root / (name * FINGERPRINT_CHARS)
+        folder.mkdir(parents=True)
+        (folder / "entry").write_text(name)
+        os.utime(folder, (1000 - age, 1000 - age))
+    current = SettledCache.under(tmp_path, "e" * 64)  # an old revision checked out again
+    kept = sorted(p.name[0] for p in root.iterdir())
+    assert current.folder.name == "e" * FINGERPRINT_CHARS and (current.folder / "entry").exists()
+    assert kept == sorted({"e", *"abcd"[: KEEP_FINGERPRINTS - 1]})
 
 
 # --- what the suite keeps -----------------------------------------------------------------
