@@ -32,11 +32,31 @@ from conformance.plan import subject_warnings
 from conformance.plan.cases import Case
 from kernels.contract import features
 from kernels.contract.base import Adapter, SubjectGrads, SubjectOutput
-from kernels.hardware.lowering import Lowering, LoweringCall, lower
+from kernels.hardware.lowering import (
+    LoweredKernel,
+    Lowering,
+    LoweringCall,
+    TracedBlock,
+    TracedKernel,
+    VmemFootprint,
+    lower,
+)
+from kernels.hardware.shared_memory import SharedMemoryFootprint, StagedTile
 from reference import ReferenceGrads, ReferenceOutput, attention_backward, attention_forward
 from reference.spec import AttentionInputs
 
 INPUT_FIELDS = ("q", "k", "v", *features.input_fields())  # every array a call receives
+# What a settled entry may be read back as (settled_cache.py): the dataclasses each result is made of.
+ORACLE_TYPES = (ReferenceOutput, ReferenceGrads, BaselineOutput, BaselineGrads)
+LOWERING_TYPES = (
+    Lowering,
+    LoweredKernel,
+    VmemFootprint,
+    TracedKernel,
+    TracedBlock,
+    SharedMemoryFootprint,
+    StagedTile,
+)
 
 
 class SubjectError(Exception):
@@ -132,7 +152,7 @@ class Oracle:
     def _timed(self, name: str, parts: tuple[Any, ...], fn: Callable[[], Any]) -> Any:
         """``fn()``, or its settled value under ``name`` and ``parts`` (what it is a function of)."""
         start = time.perf_counter()
-        value = self.settled.get_or_compute(name.removesuffix("_s"), parts, fn)
+        value = self.settled.get_or_compute(name.removesuffix("_s"), parts, fn, ORACLE_TYPES)
         self.timings[name] = time.perf_counter() - start
         return value
 
@@ -208,7 +228,7 @@ class SubjectRun:
             return lower(call)
         start = time.perf_counter()
         parts = (self.case, direction, type(self.adapter).__qualname__, call.platform, call.device_kind)
-        lowering = self.oracle.settled.get_or_compute("lowering", parts, lambda: lower(call))
+        lowering = self.oracle.settled.get_or_compute("lowering", parts, lambda: lower(call), LOWERING_TYPES)
         return dataclasses.replace(lowering, seconds=time.perf_counter() - start)
 
     def lowering(self, direction: str) -> Lowering:

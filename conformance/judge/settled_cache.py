@@ -18,6 +18,10 @@ fingerprints beyond the newest few are removed.
 A stale entry can therefore never change a verdict: nothing the result depends on is left out
 of its key. A file that cannot be read back (half-written, corrupt, from another Python) is
 computed again and replaced; an argument the key cannot describe is computed and not stored.
+
+An entry is JSON and raw array bytes, never a pickle (nothing is ever unpickled: docs/reliability.md):
+a value is rebuilt only from the dataclasses its caller names, numbers, strings, tuples, dicts and
+arrays of a known dtype.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import enum
 import functools
 import hashlib
 import importlib.metadata
+import json
 import os
-import pickle
 import shutil
 import sys
 import tempfile
@@ -36,6 +40,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import ml_dtypes  # noqa: F401 - registers bfloat16 and the fp8 dtypes by name with NumPy
 import numpy as np
 
 T = TypeVar("T")
@@ -50,6 +55,13 @@ KEEP_FINGERPRINTS = 3  # the suite revisions and environments whose entries stay
 
 class Unkeyable(TypeError):
     """An argument whose value the key cannot describe (its result is computed, not stored)."""
+
+
+class Unstorable(TypeError):
+    """A value an entry cannot hold: a dataclass its caller did not name, or another object."""
+
+
+MAGIC = b"settled-entry-1\n"
 
 
 def _feed(digest: Any, value: Any) -> None:
@@ -163,21 +175,98 @@ class SettledCache:
             key = value_digest(kind, self.fingerprint, *parts)
         except Unkeyable:
             return None
-        return self.folder / kind / f"{key}.pickle"
+        return self.folder / kind / f"{key}.entry"
 
-    def get_or_compute(self, kind: str, parts: tuple[Any, ...], compute: Callable[[], T]) -> T:
-        """The stored result of ``kind`` on ``parts``, or ``compute()``, stored for the next run."""
+    def get_or_compute(
+        self, kind: str, parts: tuple[Any, ...], compute: Callable[[], T], types: tuple[type, ...] = ()
+    ) -> T:
+        """The stored result of ``kind`` on ``parts``, or ``compute()``, stored for the next run.
+        ``types``: the dataclasses the result is made of (the only ones an entry is read back as)."""
         path = self.path(kind, *parts)
         if path is None:
             return compute()
         try:
-            with path.open("rb") as stored:
-                return pickle.load(stored)
+            return decode_entry(path.read_bytes(), types)
         except Exception:  # noqa: BLE001 - absent, half-written or unreadable: computed and replaced
             pass
         value = compute()
-        _write_atomically(path, value)
+        try:
+            data = encode_entry(value, types)
+        except Unstorable:
+            return value
+        _write_atomically(path, data)
         return value
+
+
+def encode_entry(value: Any, types: tuple[type, ...]) -> bytes:
+    """``value`` as an entry: ``MAGIC``, the length of a JSON header, the header, the arrays' bytes."""
+    arrays: list[np.ndarray] = []
+    tree = _encode(value, {t.__qualname__ for t in types}, arrays)
+    layout, offset = [], 0
+    for array in arrays:
+        layout.append({"dtype": array.dtype.name, "shape": list(array.shape), "offset": offset})
+        offset += array.nbytes
+    header = json.dumps({"value": tree, "arrays": layout}).encode()
+    return b"".join([MAGIC, len(header).to_bytes(8, "little"), header, *(a.tobytes() for a in arrays)])
+
+
+def decode_entry(data: bytes, types: tuple[type, ...]) -> Any:
+    """The value ``encode_entry`` wrote; ValueError for anything else."""
+    if not data.startswith(MAGIC):
+        raise ValueError("not a settled entry")
+    start = len(MAGIC) + 8
+    size = int.from_bytes(data[len(MAGIC) : start], "little")
+    header = json.loads(data[start : start + size])
+    body = memoryview(data)[start + size :]
+    arrays = []
+    for spec in header["arrays"]:
+        dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
+        count = int(np.prod(shape, dtype=np.int64))
+        array = np.frombuffer(body, dtype=dtype, count=count, offset=spec["offset"])
+        arrays.append(array.reshape(shape).copy())  # writable, and not a view of the file's bytes
+    return _decode(header["value"], {t.__qualname__: t for t in types}, arrays)
+
+
+def _encode(value: Any, names: set[str], arrays: list[np.ndarray]) -> Any:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return {"float": repr(value)}  # exact, inf and nan included
+    if isinstance(value, np.ndarray):
+        arrays.append(np.ascontiguousarray(value))
+        return {"array": len(arrays) - 1}
+    if isinstance(value, np.generic):  # a NumPy scalar keeps its type: its dtype and exact bytes
+        return {"scalar": [value.dtype.name, value.tobytes().hex()]}
+    if isinstance(value, tuple | list):
+        return {type(value).__name__: [_encode(v, names, arrays) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[_encode(k, names, arrays), _encode(v, names, arrays)] for k, v in value.items()]}
+    if dataclasses.is_dataclass(value) and type(value).__qualname__ in names:
+        fields = {f.name: _encode(getattr(value, f.name), names, arrays) for f in dataclasses.fields(value)}
+        return {"dataclass": type(value).__qualname__, "fields": fields}
+    raise Unstorable(f"a settled entry cannot hold a {type(value).__qualname__}")
+
+
+def _decode(tree: Any, types: dict[str, type], arrays: list[np.ndarray]) -> Any:
+    if tree is None or isinstance(tree, bool | int | str):
+        return tree
+    if "dataclass" in tree:
+        fields = {name: _decode(v, types, arrays) for name, v in tree["fields"].items()}
+        return types[tree["dataclass"]](**fields)  # KeyError for a type the caller did not name
+    ((tag, content),) = tree.items()
+    if tag == "float":
+        return float(content)
+    if tag == "array":
+        return arrays[content]
+    if tag in ("tuple", "list"):
+        items = [_decode(v, types, arrays) for v in content]
+        return tuple(items) if tag == "tuple" else items
+    if tag == "dict":
+        return {_decode(k, types, arrays): _decode(v, types, arrays) for k, v in content}
+    if tag == "scalar":
+        name, data = content
+        return np.frombuffer(bytes.fromhex(data), dtype=np.dtype(name))[0]
+    raise ValueError(f"unknown tag {tag!r} in a settled entry")
 
 
 def prune(root: Path, keep: Path) -> None:
@@ -193,17 +282,16 @@ def prune(root: Path, keep: Path) -> None:
 NOTHING_KEPT = SettledCache(None)  # the default: a run without a cache folder computes everything
 
 
-def _write_atomically(path: Path, value: Any) -> None:
-    """Write ``value`` beside ``path`` and rename it into place: a reader (the other worker, a
-    later run) sees the whole file or none. A full disk, a read-only folder or a value pickle cannot
-    write loses only the entry."""
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` beside ``path`` and rename it into place: a reader (the other worker, a
+    later run) sees the whole file or none. A full disk or a read-only folder loses only the entry."""
     part: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".part", delete=False) as handle:
             part = Path(handle.name)
-            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            handle.write(data)
         os.replace(part, path)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):  # unwritable, or not picklable
+    except OSError:
         if part is not None:
             part.unlink(missing_ok=True)

@@ -5,27 +5,29 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 
 import numpy as np
 import pytest
 
 from conformance.judge import artifacts
-from conformance.judge.artifacts import Oracle, SubjectRun
+from conformance.judge.artifacts import LOWERING_TYPES, Oracle, SubjectRun
 from conformance.judge.baseline import Numerics
 from conformance.judge.settled_cache import (
     FINGERPRINT_CHARS,
     KEEP_FINGERPRINTS,
     SettledCache,
     Unkeyable,
+    Unstorable,
     built_in,
+    decode_entry,
+    encode_entry,
     installed_digest,
     source_digest,
     value_digest,
 )
 from conformance.plan.cases import Case
 from kernels.adapters.tpu_flash import TpuFlashAdapter
-from kernels.hardware.lowering import Lowering
+from kernels.hardware.lowering import Lowering, TracedKernel
 
 CASE = Case("tpu_flash", "float32", batch=1, q_heads=2, kv_heads=1, q_len=16, kv_len=16, causal=True)
 
@@ -75,7 +77,7 @@ def test_an_object_the_key_cannot_describe_is_refused_and_its_result_never_store
     computed = []
     for _ in range(2):
         assert cache.get_or_compute("kind", (object(),), lambda: computed.append(1) or 7) == 7
-    assert len(computed) == 2 and not any(tmp_path.rglob("*.pickle"))
+    assert len(computed) == 2 and not any(tmp_path.rglob("*.entry"))
 
 
 def test_the_fingerprint_follows_the_sources_and_the_environment(tmp_path):
@@ -107,14 +109,31 @@ def test_a_second_run_loads_and_any_key_change_computes_again(tmp_path):
     assert computed == ["first", "new fingerprint", "new part", "new kind"]
 
 
+def test_an_entry_is_data_read_back_only_as_the_types_its_caller_names(tmp_path):
+    value = Lowering("tpu", None, (), (), 1.5, (TracedKernel("k", (2,), (), ((8, 128), 4), None),))
+    data = encode_entry(value, LOWERING_TYPES)
+    assert b"pickle" not in data and decode_entry(data, LOWERING_TYPES) == value
+    with pytest.raises(KeyError):  # a dataclass its caller did not name is never built
+        decode_entry(data, (Lowering,))
+    scalars = {"a": np.float32(0.1), "b": np.int64(3), "nan": float("nan"), "bf16": np.ones(2, "bfloat16")}
+    back = decode_entry(encode_entry(scalars, ()), ())
+    assert type(back["a"]) is np.float32 and back["a"] == np.float32(0.1) and type(back["b"]) is np.int64
+    assert np.isnan(back["nan"]) and back["bf16"].dtype.name == "bfloat16"
+    with pytest.raises(Unstorable):
+        encode_entry(object(), ())
+    cache = SettledCache(tmp_path, "fp")
+    assert cache.get_or_compute("k", (1,), lambda: {1, 2}) == {1, 2}  # a set: computed, not stored
+    assert not any(tmp_path.rglob("*.entry"))
+
+
 def test_a_half_written_or_corrupt_entry_is_computed_again_and_replaced(tmp_path):
     cache = SettledCache(tmp_path, "fp")
     cache.get_or_compute("k", (1,), lambda: list(range(1000)))
     path = cache.path("k", 1)
     path.write_bytes(path.read_bytes()[:100])  # a run killed while writing, before the rename
     assert cache.get_or_compute("k", (1,), lambda: "recomputed") == "recomputed"
-    assert pickle.loads(path.read_bytes()) == "recomputed"
-    path.write_bytes(b"not a pickle")
+    assert decode_entry(path.read_bytes(), ()) == "recomputed"
+    path.write_bytes(b"not an entry")
     assert cache.get_or_compute("k", (1,), lambda: "again") == "again"
 
 

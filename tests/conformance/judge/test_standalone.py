@@ -569,7 +569,7 @@ def test_ragged_paged_attention_script_packs_the_suites_arrays_and_fails_as_the_
         prefix = text[:call].replace("layout_seed(k.shape, SQ)", f"layout_seed(k.shape, SQ){offset}")
         done = run_isolated(prefix + f"\nnp.savez({str(saved)!r}, *layout)\n", tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-        with np.load(saved, allow_pickle=False) as npz:
+        with np.load(saved, allow_pickle=False) as npz:  # never unpickled: plain arrays
             scripts = [npz[f"arr_{i}"] for i in range(len(npz.files))]
         agree = len(scripts) == len(suites) and all(
             a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
