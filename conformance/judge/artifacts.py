@@ -27,7 +27,7 @@ import numpy as np
 from conformance.judge import baseline as plain
 from conformance.judge import inputs as case_inputs
 from conformance.judge.baseline import BaselineGrads, BaselineOutput, Numerics
-from conformance.judge.settled_cache import NOTHING_KEPT, SettledCache, built_in
+from conformance.judge.settled_cache import NOTHING_KEPT, SettledCache, Unkeyable, built_in, value_digest
 from conformance.plan import subject_warnings
 from conformance.plan.cases import Case
 from kernels.contract import features
@@ -161,16 +161,31 @@ class Oracle:
         return case_inputs.build_inputs(self.case)
 
     @functools.cached_property
+    def _data(self) -> tuple[Any, ...]:
+        """The case's inputs and spec by value, hashed once: every settled result of the case is
+        keyed by them (``settled_cache.value_digest``; as themselves where they cannot be hashed,
+        which the cache then refuses to store)."""
+        try:
+            return (value_digest(self.inputs, self.case.spec),)
+        except Unkeyable:
+            return (self.inputs, self.case.spec)
+
+    @functools.cached_property
+    def _gradient_data(self) -> tuple[Any, ...]:
+        """``_data`` and the output gradient the backward results are taken against."""
+        return (*self._data, value_digest(self.dout))
+
+    @functools.cached_property
     def reference(self) -> ReferenceOutput:
         inputs, spec = self.inputs, self.case.spec
-        return self._timed("reference_forward_s", (inputs, spec), lambda: attention_forward(inputs, spec))
+        return self._timed("reference_forward_s", self._data, lambda: attention_forward(inputs, spec))
 
     def baseline_for(self, model: Numerics) -> BaselineOutput:
         """The baseline of a subject whose arithmetic is ``model`` (``baseline.numerics``)."""
         if model not in self._baselines:
             inputs, spec = self.inputs, self.case.spec
             self._baselines[model] = self._timed(
-                "baseline_forward_s", (inputs, spec, model), lambda: plain.forward(inputs, spec, model)
+                "baseline_forward_s", (*self._data, model), lambda: plain.forward(inputs, spec, model)
             )
         return self._baselines[model]
 
@@ -180,7 +195,7 @@ class Oracle:
             inputs, spec, dout = self.inputs, self.case.spec, self.dout
             self._baseline_grads[model] = self._timed(
                 "baseline_backward_s",
-                (inputs, spec, dout, model),
+                (*self._gradient_data, model),
                 lambda: plain.gradients(inputs, spec, dout, model),
             )
         return self._baseline_grads[model]
@@ -199,7 +214,7 @@ class Oracle:
         inputs, dout, spec = self.inputs, self.dout, self.case.spec
         return self._timed(
             "reference_backward_s",
-            (inputs, dout, spec),
+            self._gradient_data,
             lambda: attention_backward(inputs, dout, spec, self.reference),
         )
 
