@@ -766,7 +766,12 @@ class Bound:
             pytest.skip(f"{result.verdict}: {result.reason}")
         if result.verdict == "known":
             issue = result.known_issue
-            pytest.xfail(f"known issue {issue['id']} ({issue['link']}): {issue['summary']}")
+            # pytrace=False: pytest formats an xfail's traceback like a failure's before it reads
+            # the outcome, parsing each frame's source file: 60 ms a known result, 2.8% of a
+            # worker's time at --impl all. The reason shown is the same message.
+            raise pytest.xfail.Exception(
+                f"known issue {issue['id']} ({issue['link']}): {issue['summary']}", pytrace=False
+            )
         if result.verdict != "pass":
             message = [f"{planned.check} {result.verdict.upper()}: {planned.case.summary()}", result.reason]
             if result.repro:

@@ -599,14 +599,21 @@ def _globals_used(obj: Any) -> Iterator[tuple[str, Any]]:
     functions = [obj] if inspect.isfunction(obj) else [m for m in vars(obj).values() if inspect.isfunction(m)]
     for function in functions:
         namespace = function.__globals__
-        codes = [function.__code__]
-        while codes:
-            code = codes.pop()
-            codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-            for instruction in dis.get_instructions(code):
-                name = instruction.argval
-                if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and name in namespace:
-                    yield name, namespace[name]
+        for name in _global_names(function.__code__):
+            if name in namespace:  # read now: a module's value may differ from the last script's
+                yield name, namespace[name]
+
+
+@functools.lru_cache(maxsize=1024)  # every repro of a run disassembles the same few dozen functions
+def _global_names(code: types.CodeType) -> tuple[str, ...]:
+    """The global names ``code`` and the functions nested in it load, in order of appearance."""
+    names: list[str] = []
+    codes = [code]
+    while codes:
+        code = codes.pop()
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        names += (i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
+    return tuple(names)
 
 
 def _import_line(name: str, module: types.ModuleType) -> str:

@@ -11,6 +11,7 @@ suite ran, and the two cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import textwrap
 from collections.abc import Callable
@@ -59,4 +60,9 @@ class StandaloneCall:
 
 def source_of(*objects: Callable[..., Any] | type) -> tuple[str, ...]:
     """The dedented source of each function or class, as the script embeds it."""
-    return tuple(textwrap.dedent(inspect.getsource(obj)).rstrip() + "\n" for obj in objects)
+    return tuple(_source(obj) for obj in objects)
+
+
+@functools.lru_cache(maxsize=1024)  # every repro of a run embeds the same few dozen functions
+def _source(obj: Callable[..., Any] | type) -> str:
+    return textwrap.dedent(inspect.getsource(obj)).rstrip() + "\n"
