@@ -387,13 +387,14 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode("utf-8"))
+def write_text_atomic(path: Path, text: str, *, sync: bool = True) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"), sync=sync)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Write via a temporary file in the same folder and rename; on any failure the
-    old file (if any) stays as it was and the temporary file is removed."""
+    old file (if any) stays as it was and the temporary file is removed. ``sync=False`` skips the
+    fsync, for files rendered again from the records (a crash may leave one empty, never torn)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -401,7 +402,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         with tmp.open("wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -573,7 +573,7 @@ class ConformancePlugin:
         summary["ledger_files"] = [_display(Path(f), self.config.rootpath) for f in self.ledger.files]
         # Checks that never ran (xdist out of worker restarts) leave the file incomplete, for --resume.
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or isolation.unfinished(self.config) > 0
-        self.recorder.finish(summary, interrupted=interrupted)
+        self.recorder.finish(summary, interrupted=interrupted, results=results)
         self.recorder = None
         _render_report(self.report_dir, self.config)
         collect_only = bool(self.config.getoption("collectonly", False))  # listed, not run: judge nothing
