@@ -364,8 +364,9 @@ class ConformancePlugin:
         order = self._case_order()
         check_rank = {c: i for i, c in enumerate(CHECKS)}
         compile_order: dict[str, int] = {}
+        group_of: dict[str, int] = {}  # case id -> its compile group: a key is a case rebuilt, once a case
         for case in sorted(self._cases().values(), key=lambda case: order[case.case_id]):
-            compile_order.setdefault(case.compile_key, len(compile_order))
+            group_of[case.case_id] = compile_order.setdefault(case.compile_key, len(compile_order))
 
         def key(item: pytest.Item) -> tuple:
             # Cases that share a compiled kernel run side by side, each case's checks together:
@@ -374,7 +375,9 @@ class ConformancePlugin:
             planned = _planned_of(item)
             if planned is None:
                 return (1, 0, 0, 0, item.nodeid)
-            group = compile_order.get(planned.case.compile_key, len(compile_order))
+            group = group_of.get(planned.case.case_id)
+            if group is None:
+                group = compile_order.get(planned.case.compile_key, len(compile_order))
             return (0, group, order.get(planned.case.case_id, len(order)), check_rank[planned.check], "")
 
         items.sort(key=key)
