@@ -17,6 +17,7 @@ catalogue to name the case of a test whose worker died.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Literal
 
@@ -78,6 +79,7 @@ def unavailable_case(subject: str) -> Case:
     return Case(subject=subject, dtype="unavailable")
 
 
+@functools.lru_cache(maxsize=4096)  # asked per check of a case and again to rank them, in every process
 def has_fully_masked_rows(case: Case) -> bool:
     """Whether some query row may attend to no key (computed from the masks, no values).
     Never with a feature that keeps every row alive (``Feature.keeps_rows``: a sink stays in
