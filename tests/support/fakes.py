@@ -5,6 +5,11 @@ from __future__ import annotations
 from conformance.plan.subjects import Subject
 from kernels.contract.base import Availability, Capabilities, ShapeConstraint
 
+# Not every feature, despite the name: a fixed declaration whose draws tests pin (a seed's cases,
+# test_reproducible_draws.py). Features added to the table since (sinks, q/K/V storages, leading batch
+# dims) stay off here, and a test that needs one adds it (``dataclasses.replace(FULL, sinks=True)``) and
+# compares with FULL's draws. The correct control's declaration of every feature is
+# ``tests/mutants/correct.py::FULL``.
 FULL = Capabilities(
     dtypes=("float32", "bfloat16", "float16"),
     causal_alignments=("top_left", "bottom_right"),
