@@ -168,7 +168,7 @@ def draw_dout(seed: int, stream: int, shape: tuple[int, ...], fully_masked):
     return dout
 
 
-def valid_lengths(lengths: tuple[int, ...]):
+def int32_lengths(lengths: tuple[int, ...]):
     """[B] int32 valid lengths: the case's own numbers (nothing is drawn)."""
     return np.asarray(lengths, dtype=np.int32)
 
@@ -207,7 +207,7 @@ MASK_RECIPES: tuple[Recipe, ...] = (
         Recipe(
             (name,),
             "int",
-            Call(valid_lengths, (Of(lambda case, name=name: getattr(case, name)),)),
+            Call(int32_lengths, (Of(lambda case, name=name: getattr(case, name)),)),
             when=lambda case, name=name: getattr(case, name) is not None,
         )
         for name in ("q_lengths", "kv_lengths")
