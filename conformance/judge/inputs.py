@@ -32,25 +32,14 @@ from typing import Any
 import numpy as np
 
 from conformance.judge import dtypes
-from conformance.plan import draws
+from conformance.plan import draws, recipes
 from conformance.plan.cases import Case
-from conformance.plan.draws import (
-    STREAMS,
-    MaskArrays,
-    dead_positions,
-    draw_dout,
-    draw_sinks,
-    draw_values,
-    mask_arrays,
-)
+from conformance.plan.draws import STREAMS, MaskArrays, dead_positions, draw_dout, draw_sinks, draw_values
+from conformance.plan.recipes import DV, HKV, HQ, SALT, SEED, SK, SQ, B, Call, D, Fill, Name, Of, Recipe
 from kernels.contract import features
 from kernels.runtime import kv_storage
 from reference.masks import full_visibility
 from reference.spec import AttentionInputs
-
-
-def _values(case: Case, stream: int, shape: tuple[int, ...], std: float, salt: int) -> np.ndarray:
-    return draw_values(case.seed, stream, salt, shape, std, case.input_kind == "integers")
 
 
 def q_std(case: Case) -> float:
@@ -101,6 +90,68 @@ def padding_sentinel(case: Case) -> float:
     return float(min(math.sqrt(top), top / (4 * case.kv_len)))
 
 
+# Every input array of a case, in the order a script draws them: the draw and its arguments, read
+# by both ``build_inputs`` and ``script_draws``. Rounding to the dtype and storages, and the NaN
+# of ``nan_padding``, come after (``build_inputs``; ``standalone._padding_lines``).
+INTEGERS = Of(lambda case: case.input_kind == "integers")
+RECIPES: tuple[Recipe, ...] = (
+    Recipe(
+        ("q",), "float", Call(draw_values, (SEED, STREAMS["q"], SALT, (B, HQ, SQ, D), Of(q_std), INTEGERS))
+    ),
+    Recipe(("k",), "float", Call(draw_values, (SEED, STREAMS["k"], SALT, (B, HKV, SK, D), 1.0, INTEGERS))),
+    Recipe(("v",), "float", Call(draw_values, (SEED, STREAMS["v"], SALT, (B, HKV, SK, DV), 1.0, INTEGERS))),
+    Recipe(
+        ("bias",),
+        "float",
+        Call(draw_values, (SEED, STREAMS["bias"], SALT, Of(lambda case: case.bias_shape), 1.0, INTEGERS)),
+        when=lambda case: case.bias is not None,
+        fill=Fill(
+            draws.BIAS_FILL_AT, Of(bias_fill_value), lambda case: case.bias_fill is not None, "the bias fill"
+        ),
+        note="[B, Hq, Sq, Sk]",
+    ),
+    Recipe(
+        ("sinks",),
+        "float",
+        Call(
+            draw_sinks,
+            (
+                SEED,
+                STREAMS["sinks"],
+                SALT,
+                HQ,
+                SK,
+                Of(lambda case: case.sinks == "extreme"),
+                Of(lambda case: vanishing_sink(case.dtype)),
+            ),
+        ),
+        when=lambda case: case.sinks is not None,
+        note=lambda case: f"[Hq] one logit per query head ({case.sinks})",
+    ),
+    *draws.MASK_RECIPES,
+)
+# The backward cotangent, zero on fully masked rows (a script passes ``~valid``).
+DOUT = Recipe(
+    ("dout",),
+    "float",
+    Call(draw_dout, (SEED, STREAMS["dout"], (B, HQ, SQ, DV), Name("fully_masked", "~valid"))),
+)
+# The float input arrays, cast to the subject's dtype; a repro script digests them, as the suite
+# built them (the others are ids, lengths and booleans).
+FLOAT_INPUTS = tuple(name for r in RECIPES if r.kind == "float" for name in r.names)
+
+
+def _check_recipes() -> None:
+    """Fail at import, naming the gap, unless the recipes draw each array of a call exactly once."""
+    drawn = [name for r in RECIPES for name in r.names]
+    wanted = [f.name for f in dataclasses.fields(AttentionInputs)]
+    if sorted(drawn) != sorted(wanted):
+        raise ValueError(f"the input recipes draw {drawn}, but a call's arrays are {wanted}")
+
+
+_check_recipes()
+
+
 def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
     """The case's inputs, every float array already in the subject's dtype (q and K/V also in
     their storages, ``case.q_storage`` and ``case.kv_storage``: the values the quantized form holds).
@@ -110,38 +161,21 @@ def build_inputs(case: Case, salt: int = 0) -> AttentionInputs:
     q: [B, Hq, Sq, D]; k: [B, Hkv, Sk, D]; v: [B, Hkv, Sk, Dv]; bias: case.bias_shape;
     sinks: [Hq].
     """
-    b = case.batch
-    q = _values(case, STREAMS["q"], (b, case.q_heads, case.q_len, case.head_dim), q_std(case), salt)
-    k = _values(case, STREAMS["k"], (b, case.kv_heads, case.kv_len, case.head_dim), 1.0, salt)
-    v = _values(case, STREAMS["v"], (b, case.kv_heads, case.kv_len, case.v_head_dim), 1.0, salt)
-    bias = None if case.bias is None else _values(case, STREAMS["bias"], case.bias_shape, 1.0, salt)
-    fill = draws.bias_fill_positions(case)
-    if fill is not None:
-        bias[fill] = bias_fill_value(case)
-    sinks = None
-    if case.sinks is not None:
-        extreme, vanishing = case.sinks == "extreme", vanishing_sink(case.dtype)
-        sinks = draw_sinks(case.seed, STREAMS["sinks"], salt, case.q_heads, case.kv_len, extreme, vanishing)
-    masks = mask_arrays(case)
+    values = recipes.case_values(case, salt)
+    arrays = {name: a for r in RECIPES for name, a in recipes.build(r, case, values).items()}
     if case.input_kind == "nan_padding":
+        masks = MaskArrays(**{f.name: arrays[f.name] for f in dataclasses.fields(MaskArrays)})
         dead_rows, dead_keys = padding(case, masks)
-        q[dead_rows] = np.nan
-        k[dead_keys] = np.nan
-        v[dead_keys] = padding_sentinel(case)
-    cast = lambda x: None if x is None else dtypes.cast(x, case.dtype)  # noqa: E731
-    stored = lambda x: kv_storage.represent(cast(x), case.kv_storage)  # noqa: E731
-    return AttentionInputs(
-        q=kv_storage.represent(cast(q), case.q_storage),
-        k=stored(k),
-        v=stored(v),
-        bias=cast(bias),
-        sinks=cast(sinks),
-        q_segment_ids=masks.q_segment_ids,
-        kv_segment_ids=masks.kv_segment_ids,
-        q_lengths=masks.q_lengths,
-        kv_lengths=masks.kv_lengths,
-        mask=masks.mask,
-    )
+        arrays["q"][dead_rows] = np.nan
+        arrays["k"][dead_keys] = np.nan
+        arrays["v"][dead_keys] = padding_sentinel(case)
+    for name in FLOAT_INPUTS:
+        if arrays[name] is not None:
+            arrays[name] = dtypes.cast(arrays[name], case.dtype)
+    arrays["q"] = kv_storage.represent(arrays["q"], case.q_storage)
+    for name in ("k", "v"):
+        arrays[name] = kv_storage.represent(arrays[name], case.kv_storage)
+    return AttentionInputs(**arrays)
 
 
 # The arrays of every case with a leading batch axis; the features add theirs (``batch_inputs``).
@@ -168,68 +202,14 @@ def build_dout(case: Case, fully_masked: np.ndarray) -> np.ndarray:
     """The cotangent ``dout: [B, Hq, Sq, Dv]`` in the subject's dtype, N(0, 1), and zero on
     fully masked rows: their forward value is each subject's own convention
     (docs/semantics.md), so a gradient through them would compare conventions, not math."""
-    shape = (case.batch, case.q_heads, case.q_len, case.v_head_dim)
-    return dtypes.cast(draw_dout(case.seed, STREAMS["dout"], shape, fully_masked), case.dtype)
-
-
-# The float input arrays a repro script casts to the subject's dtype and digests, as the suite
-# built them (the others are ids, lengths and booleans).
-FLOAT_INPUTS = ("q", "k", "v", "bias", "sinks")
+    values = recipes.case_values(case) | {"fully_masked": fully_masked}
+    return dtypes.cast(recipes.run(DOUT.call, case, values), case.dtype)
 
 
 def script_draws(case: Case, backward: bool) -> tuple[list[Callable[..., Any]], str]:
     """For a standalone repro (``conformance/judge/standalone.py``): the draw functions to embed
-    and the statements that draw every input array of the case, as ``build_inputs`` does."""
-    stream, integers = draws.STREAMS, case.input_kind == "integers"
-    functions: list[Callable[..., Any]] = [draws.draw_values]
-    lines = [
-        f"q = draw_values(SEED, {stream['q']}, 0, (B, HQ, SQ, D), {q_std(case)!r}, {integers})",
-        f"k = draw_values(SEED, {stream['k']}, 0, (B, HKV, SK, D), 1.0, {integers})",
-        f"v = draw_values(SEED, {stream['v']}, 0, (B, HKV, SK, DV), 1.0, {integers})",
-    ]
-    if case.bias is not None:
-        shape = case.bias_shape
-        lines.append(
-            f"bias = draw_values(SEED, {stream['bias']}, 0, {shape}, 1.0, {integers})  # [B, Hq, Sq, Sk]"
-        )
-        if case.bias_fill is not None:
-            functions.append(draws.draw_bias_fill)
-            lines.append(
-                f"bias[draw_bias_fill(SEED, {stream['bias_fill']}, {shape}, {case.bias_fill!r}, "
-                f"{case.bias_fill_block}, SK)] = float('{bias_fill_value(case)!r}')  # the bias fill"
-            )
-    else:
-        lines.append("bias = None")
-    if case.sinks is not None:
-        functions.append(draws.draw_sinks)
-        vanishing = vanishing_sink(case.dtype)  # passed where not the default (-1e4): e4m3fn
-        extra = "" if vanishing == -1e4 else f", {vanishing!r}"
-        lines.append(
-            f"sinks = draw_sinks(SEED, {stream['sinks']}, 0, HQ, SK, {case.sinks == 'extreme'}{extra})"
-            f"  # [Hq] one logit per query head ({case.sinks})"
-        )
-    else:
-        lines.append("sinks = None")
-    if case.segments:
-        functions += [draws.segment_runs, draws.draw_segment_ids]
-        kv_first = 1 if case.orphan_segment else 0
-        note = "  # q's first run has an id no key has" if case.orphan_segment else ""
-        lines.append(
-            f"q_segment_ids, kv_segment_ids = draw_segment_ids(SEED, {stream['segment_ids']}, B, SQ, SK, "
-            f"{case.segments}, {kv_first}){note}"
-        )
-    else:
-        lines.append("q_segment_ids = kv_segment_ids = None")
-    if case.mask is not None:
-        functions.append(draws.draw_mask)
-        lines.append(f"mask = draw_mask(SEED, {stream['mask']}, {case.mask_shape})  # True = may attend")
-    else:
-        lines.append("mask = None")
-    for name in ("q_lengths", "kv_lengths"):
-        value = getattr(case, name)
-        lines.append(
-            f"{name} = None" if value is None else f"{name} = np.array({list(value)}, dtype=np.int32)"
-        )
-    if backward:
-        functions.append(draws.draw_dout)
-    return functions, "\n".join(lines) + "\n"
+    and the statements that draw every input array of the case: ``RECIPES``, as ``build_inputs``
+    evaluates them (``backward``: the cotangent's draw too; its statement is the script's)."""
+    functions = [f for r in (*RECIPES, *((DOUT,) if backward else ())) for f in recipes.functions(r, case)]
+    lines = [line for r in RECIPES for line in recipes.statements(r, case)]
+    return list(dict.fromkeys(functions)), "\n".join(lines) + "\n"

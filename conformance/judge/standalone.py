@@ -3,9 +3,10 @@ JAX and the subject's own module, never this checkout.
 
 The script is assembled from the code the suite ran, so the two cannot drift apart:
 
-* inputs: the pure draws of ``conformance/plan/draws.py`` (source embedded), called with
-  the case's seed and streams (``conformance.judge.inputs.script_draws``); a SHA-256 of the float
-  inputs (``inputs.FLOAT_INPUTS``) proves they are bit-identical;
+* inputs: the pure draws of ``conformance/plan/draws.py`` (source embedded), called as the
+  suite's own recipes call them (``conformance.judge.inputs.RECIPES``, rendered by
+  ``script_draws``); a SHA-256 of the float inputs (``inputs.FLOAT_INPUTS``) proves they are
+  bit-identical;
 * the subject's call: ``adapter.standalone(inputs, spec)`` (``kernels/runtime/standalone.py``), the
   adapter's own translation functions, interpret shim included;
 * the float64 answer: ``reference/dense.py``, only the features the case uses, in the
@@ -36,7 +37,7 @@ import numpy as np
 
 from conformance.judge import dtypes, inputs, metrics
 from conformance.judge.metrics import abs_error
-from conformance.plan import draws
+from conformance.plan import draws, recipes
 from conformance.plan.cases import Case
 from conformance.suite.check_registry import CheckDeclaration
 from kernels.contract import features
@@ -353,10 +354,7 @@ def script(
     if padding:
         draw_functions.append(draws.dead_positions)
     observed = _observed_gradients(case, adapter.capabilities())
-    dout = (
-        f"dout = draw_dout(SEED, {draws.STREAMS['dout']}, (B, HQ, SQ, DV), ~valid).astype(DTYPE)"
-        "  # zero on rows that see no key"
-    )
+    dout = f"dout = {recipes.call_text(inputs.DOUT.call, case)}.astype(DTYPE)  # zero on rows that see no key"
     ref_functions, reference, reference_grads = answer_script.answer(
         case, backward, tuple(g.tensor for g in observed), dout
     )

@@ -3,9 +3,11 @@ boolean mask and the backward cotangent, each in float64 (or int/bool) from
 ``np.random.default_rng([case.seed, stream, salt])``, one stream per tensor, so adding a
 bias never changes q.
 
-The planner needs a case's masks to find rows that see no key (``mask_arrays``); the judge
+Which draw makes which array, with which arguments, is a recipe (``conformance/plan/recipes.py``):
+the masks' here (``MASK_RECIPES``), the float inputs' in ``conformance/judge/inputs.py``. The
+planner needs a case's masks to find rows that see no key (``mask_arrays``); the judge
 rounds the values to the subject's dtype (``conformance/judge/inputs.py``); a standalone
-repro script embeds the draws' source (``conformance/judge/standalone.py``).
+repro script embeds the draws' source and renders the same recipes (``conformance/judge/standalone.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import numpy as np
 
 from conformance.plan.cases import Case
+from conformance.plan.recipes import SEED, SK, SQ, B, Call, Of, Recipe, build, case_values, run
 
 # Stream tags for np.random.default_rng([seed, tag]): fixed forever, or old repros change.
 _Q, _K, _V, _BIAS, _SEG, _MASK, _DOUT, _FRESH, _SINKS, _BIAS_FILL = range(10)
@@ -115,18 +118,34 @@ def draw_bias_fill(seed: int, stream: int, shape: tuple[int, ...], place: str, b
     return fill
 
 
-def bias_fill_positions(case: Case):
-    """The case's bias fill positions (``draw_bias_fill``), or None without a fill."""
-    if case.bias_fill is None:
-        return None
+def _fill_block(case: Case) -> int:
     if case.bias_fill.endswith("_block") and case.bias_fill_block < 1:
         raise ValueError(
             f"{case.case_id}: bias_fill_block is 0, never set to a subject's kv block "
             "(features.for_subject resolves a template's)"
         )
-    return draw_bias_fill(
-        case.seed, _BIAS_FILL, case.bias_shape, case.bias_fill, case.bias_fill_block, case.kv_len
-    )
+    return case.bias_fill_block
+
+
+# Where a case's bias fill goes: the judge's bias recipe writes its value there.
+BIAS_FILL_AT = Call(
+    draw_bias_fill,
+    (
+        SEED,
+        _BIAS_FILL,
+        Of(lambda case: case.bias_shape),
+        Of(lambda case: case.bias_fill),
+        Of(_fill_block),
+        SK,
+    ),
+)
+
+
+def bias_fill_positions(case: Case):
+    """The case's bias fill positions (``draw_bias_fill``), or None without a fill."""
+    if case.bias_fill is None:
+        return None
+    return run(BIAS_FILL_AT, case, case_values(case))
 
 
 def neg_inf_bias(case: Case):
@@ -149,25 +168,54 @@ def draw_dout(seed: int, stream: int, shape: tuple[int, ...], fully_masked):
     return dout
 
 
+def int32_lengths(lengths: tuple[int, ...]):
+    """[B] int32 valid lengths: the case's own numbers (nothing is drawn)."""
+    return np.asarray(lengths, dtype=np.int32)
+
+
 # --------------------------------------------------------------------------------------
+
+# The masks' recipes. An orphan segment: q ids run 0..n-1 and kv ids 1..n, so q's first run sees no key.
+MASK_RECIPES: tuple[Recipe, ...] = (
+    Recipe(
+        ("q_segment_ids", "kv_segment_ids"),
+        "int",
+        Call(
+            draw_segment_ids,
+            (
+                SEED,
+                _SEG,
+                B,
+                SQ,
+                SK,
+                Of(lambda case: case.segments),
+                Of(lambda case: 1 if case.orphan_segment else 0),
+            ),
+        ),
+        when=lambda case: case.segments > 0,
+        helpers=(segment_runs,),
+        note=lambda case: "q's first run has an id no key has" if case.orphan_segment else "",
+    ),
+    Recipe(
+        ("mask",),
+        "bool",
+        Call(draw_mask, (SEED, _MASK, Of(lambda case: case.mask_shape))),
+        when=lambda case: case.mask is not None,
+        note="True = may attend",
+    ),
+    *(
+        Recipe(
+            (name,),
+            "int",
+            Call(int32_lengths, (Of(lambda case, name=name: getattr(case, name)),)),
+            when=lambda case, name=name: getattr(case, name) is not None,
+        )
+        for name in ("q_lengths", "kv_lengths")
+    ),
+)
 
 
 def mask_arrays(case: Case) -> MaskArrays:
     """The case's masks. Cheap (no float data), so case generation can use it too."""
-    q_seg = kv_seg = None
-    if case.segments:
-        # An orphan segment: q ids run 0..n-1 and kv ids 1..n, so q's first run sees no key.
-        kv_first = 1 if case.orphan_segment else 0
-        q_seg, kv_seg = draw_segment_ids(
-            case.seed, _SEG, case.batch, case.q_len, case.kv_len, case.segments, kv_first
-        )
-    mask = None
-    if case.mask is not None:
-        mask = draw_mask(case.seed, _MASK, case.mask_shape)
-    return MaskArrays(
-        q_segment_ids=q_seg,
-        kv_segment_ids=kv_seg,
-        q_lengths=None if case.q_lengths is None else np.asarray(case.q_lengths, dtype=np.int32),
-        kv_lengths=None if case.kv_lengths is None else np.asarray(case.kv_lengths, dtype=np.int32),
-        mask=mask,
-    )
+    values = case_values(case)
+    return MaskArrays(**{name: a for r in MASK_RECIPES for name, a in build(r, case, values).items()})

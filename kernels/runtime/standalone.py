@@ -17,21 +17,13 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from reference.spec import AttentionInputs
+
 # The names a StandaloneCall's statements read (NumPy arrays, None when the case has none; sinks
-# [Hq] in the case dtype) and must set (dsinks: only a subject that returns d(sinks), whose
-# Capabilities.sinks_grad makes the script judge it).
-INPUT_NAMES = (
-    "q",
-    "k",
-    "v",
-    "bias",
-    "mask",
-    "q_segment_ids",
-    "kv_segment_ids",
-    "q_lengths",
-    "kv_lengths",
-    "sinks",
-)
+# [Hq] in the case dtype): a call's arrays, which the script draws under their own names
+# (``conformance/judge/inputs.py::RECIPES``). It must set the outputs (dsinks: only a subject that
+# returns d(sinks), whose Capabilities.sinks_grad makes the script judge it).
+INPUT_NAMES = tuple(f.name for f in dataclasses.fields(AttentionInputs))
 FORWARD_SETS = ("out", "lse")
 GRADIENT_SETS = ("dq", "dk", "dv", "dbias", "dsinks")
 

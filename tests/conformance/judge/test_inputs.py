@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import numpy as np
 import pytest
 
 from conformance.judge import dtypes
-from conformance.judge.inputs import build_dout, build_inputs, padding
+from conformance.judge.inputs import DOUT, FLOAT_INPUTS, build_dout, build_inputs, padding, script_draws
+from conformance.plan import recipes
 from conformance.plan.cases import Case
 from conformance.plan.draws import mask_arrays
 from reference import attention_forward
@@ -83,3 +87,63 @@ def test_dout_is_zero_on_fully_masked_rows():
     ref = attention_forward(build_inputs(case), case.spec)
     dout = build_dout(case, ref.fully_masked)
     assert (dout[0, :, 10:] == 0).all() and (dout[0, :, :10] != 0).any()
+
+
+# Cases that between them take every recipe and post-step: a bias with a -inf and a finite fill,
+# extreme sinks with e4m3fn's own vanishing sink (an argument a script writes only off its
+# default), orphan segments, a mask, both lengths, integers and the backward cotangent.
+SCRIPTED = {
+    "every_array": Case(
+        "x",
+        "float32",
+        batch=2,
+        q_heads=4,
+        kv_heads=2,
+        q_len=24,
+        kv_len=40,
+        head_dim=8,
+        v_head_dim=4,
+        bias="1h1k",
+        bias_fill="first_block",
+        bias_fill_block=16,
+        sinks="extreme",
+        segments=3,
+        orphan_segment=True,
+        mask="b1qk",
+        q_lengths=(20, 3),
+        kv_lengths=(40, 5),
+    ),
+    "finite_fill_integers": Case(
+        "x", "bfloat16", bias="bhqk", bias_fill="scattered", bias_fill_value="min", input_kind="integers"
+    ),
+    "e4m3fn_sinks": Case("x", "float8_e4m3fn", sinks="extreme", q_heads=3, kv_heads=1),
+    "plain": Case("x", "float16"),
+}
+
+
+@pytest.mark.parametrize("case", SCRIPTED.values(), ids=list(SCRIPTED))
+def test_a_script_draws_what_build_inputs_draws(case):
+    """The statements a repro script runs (``script_draws``: the recipes rendered) give the arrays
+    ``build_inputs`` builds (the recipes evaluated), array by array, and the same cotangent."""
+    functions, text = script_draws(case, backward=True)
+    namespace = {"np": np, **recipes.case_values(case)}
+    exec("".join(inspect.getsource(f) + "\n" for f in functions), namespace)
+    exec(text, namespace)
+    built = build_inputs(case)
+    for name in (f.name for f in dataclasses.fields(built)):
+        want, got = getattr(built, name), namespace[name]
+        if name in FLOAT_INPUTS and got is not None:
+            got = dtypes.cast(got, case.dtype)
+        assert (got is None) == (want is None), name
+        if want is not None:
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), name
+    fully_masked = np.zeros((case.batch, case.q_heads, case.q_len), dtype=bool)
+    fully_masked[..., ::3] = True
+    namespace["valid"] = ~fully_masked
+    dout = eval(recipes.call_text(DOUT.call, case), namespace)
+    assert dtypes.cast(dout, case.dtype).tobytes() == build_dout(case, fully_masked).tobytes()
+
+
+def test_a_script_leaves_out_only_arguments_at_their_defaults():
+    assert "draw_sinks(SEED, 8, 0, HQ, SK, True)" in script_draws(SCRIPTED["every_array"], False)[1]
+    assert "draw_sinks(SEED, 8, 0, HQ, SK, True, -448.0)" in script_draws(SCRIPTED["e4m3fn_sinks"], False)[1]

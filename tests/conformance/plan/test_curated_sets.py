@@ -9,13 +9,8 @@ from conformance.plan import catalogue, curated_sets, edge_matrix, profiles
 from conformance.plan.cases import Case
 from conformance.plan.curated_sets import CURATED_SETS, CuratedSet
 from kernels.contract import features
-from kernels.contract.kv_storage_names import STORAGES
-from tests.support.fakes import FULL, subject
+from tests.support.fakes import EVERY_FEATURE, FULL, subject
 
-# A subject that declares every feature a curated set is gated on.
-EVERYTHING = dataclasses.replace(
-    FULL, leading_batch_dims=True, q_storages=STORAGES, kv_storages=STORAGES, q_lengths=True
-)
 # FULL's dtypes and an fp8 one, which level 0 runs on edge_matrix.FP8_CORE's templates only.
 WITH_FP8 = dataclasses.replace(FULL, dtypes=(*FULL.dtypes, "float8_e4m3fn"))
 
@@ -31,7 +26,7 @@ def test_each_set_of_a_feature_holds_only_cases_that_use_it():
     featured = [s for s in CURATED_SETS if s.features]
     assert {f for s in featured for f in s.features} >= {"chunked_causal", "lengths", "leading_batch_dims"}
     for curated_set in featured:
-        templates = curated_set.templates(EVERYTHING, 1)
+        templates = curated_set.templates(EVERY_FEATURE, 1)
         assert templates, curated_set.name
         owners = [features.BY_NAME[f] for f in curated_set.features]
         strays = [t for t in templates if not any(f.present(t) for f in owners)]

@@ -15,7 +15,6 @@ from conformance.plan import catalogue, edge_matrix, profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.user_cases import CaseSyntaxError, parse_case
 from kernels.adapters.function_adapter import FunctionAdapter, call_arguments
-from kernels.contract import features
 from kernels.contract.base import Capabilities
 from kernels.runtime.leading_batch import with_leading, without_leading
 from reference.attention import attention_forward
@@ -24,14 +23,6 @@ from tests.support.fakes import FULL, subject
 
 LEAD = Case("a", "float32", batch=6, batch_dims=(2, 3), kv_lengths=(1, 2, 3, 4, 5, 6), q_len=8, kv_len=8)
 DECLARED = dataclasses.replace(FULL, leading_batch_dims=True)
-
-
-def test_the_case_id_words_grid_and_spec_name_the_leading_dims():
-    assert LEAD.case_id == "a-float32-lenkv1.2.3.4.5.6-lead2x3-B6-Hq1-Hkv1-Sq8-Sk8-D64"
-    assert "leading_batch_dims" in LEAD.features and "lengths" in LEAD.features
-    assert "2 leading batch dims (2x3)" in LEAD.words()
-    assert LEAD.spec.batch_dims == (2, 3)
-    assert features.labels()["leading_batch_dims"] == "leading batch dims"
 
 
 def test_the_reference_ignores_them_the_inputs_stay_batch_first():
@@ -60,12 +51,6 @@ def test_user_cases_take_them():
         parse_case("B=6,batch_dims=6", ("float32",))
     with pytest.raises(CaseSyntaxError, match=r"set B=6"):
         parse_case("batch_dims=2x3", ("float32",))
-
-
-def test_a_subject_that_does_not_declare_them_gets_them_unsupported_with_the_reason():
-    planned = catalogue.classify("forward", LEAD, FULL)
-    assert planned.status == "unsupported" and "leading batch dims not supported" in planned.reason
-    assert catalogue.classify("forward", LEAD, DECLARED).status == "run"
 
 
 def test_with_leading_reshapes_batch_first_arrays_and_keeps_a_broadcast_axis_broadcast():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from conformance.plan import catalogue, pairwise, profiles
@@ -11,7 +9,7 @@ from conformance.plan.cases import Case
 from conformance.plan.subjects import resolve_subjects
 from kernels.contract.base import Capabilities
 from reports.run_report.pairwise_table import pairwise_section
-from tests.support.fakes import FULL
+from tests.support.fakes import EVERY_FEATURE
 
 THREE = Capabilities(dtypes=("float32",), bias=True, gqa=True, window=True)
 # A bias brings its fill (-inf and large negatives in it), which exists only with a bias.
@@ -61,13 +59,8 @@ def test_a_combination_no_case_holds_is_reported_uncovered():
     assert result.covered == 6  # the plain case holds "no x + no y" for each of the six pairs
 
 
-def test_every_feature_the_suite_knows_is_declared_by_the_full_fake():
-    names = {
-        f.name
-        for f in pairwise.declared_features(
-            dataclasses.replace(FULL, sinks=True, q_lengths=True, q_storages=("int8",), kv_storages=("int8",))
-        )
-    }
+def test_every_optional_input_is_declared_by_a_subject_declaring_every_feature():
+    names = {f.name for f in pairwise.declared_features(EVERY_FEATURE)}
     assert names == {f.name for f in pairwise.FEATURES} - {"config"}
 
 

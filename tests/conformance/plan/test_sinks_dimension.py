@@ -17,9 +17,7 @@ from conformance.plan import edge_matrix, profiles, strategies
 from conformance.plan.cases import Case
 from conformance.plan.catalogue import has_fully_masked_rows
 from conformance.plan.user_cases import CaseSyntaxError, parse_case
-from kernels.adapters.function_adapter import canonical_keywords, required_keywords
 from kernels.contract.base import Capabilities, SubjectGrads
-from reference.spec import AttentionSpec
 from tests.support.fakes import FULL
 
 EXTREME = Case("a", "float32", q_heads=3, kv_heads=3, sinks="extreme")
@@ -73,19 +71,6 @@ def test_draws_carry_sinks_only_where_declared():
     declared = dataclasses.replace(FULL, sinks=True)
     drawn = strategies.draw_cases(strategies.cases("s", declared, profile), 30, 0)
     assert {c.sinks for c in drawn} >= {"normal", "extreme"}
-
-
-def test_a_subject_without_sinks_is_told_so():
-    caps = Capabilities(dtypes=("float32",))
-    reasons = [e.text for e in caps.admits(EXTREME.skeleton(), AttentionSpec(), "float32", "forward")]
-    assert reasons == ["attention sinks not supported"]
-
-
-def test_plain_functions_get_sinks_as_a_keyword():
-    assert "sinks" in required_keywords(Capabilities(dtypes=("float32",), sinks=True))
-    assert "sinks" not in required_keywords(Capabilities(dtypes=("float32",)))
-    inputs = build_inputs(EXTREME)
-    assert canonical_keywords(inputs, EXTREME.spec)["sinks"] is inputs.sinks
 
 
 def _backward(case: Case, caps: Capabilities, dsinks_sign: float) -> numeric.Outcome:
