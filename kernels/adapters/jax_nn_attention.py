@@ -20,7 +20,6 @@ Translation from canonical semantics (``docs/semantics.md``):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 from typing import Any, Literal
 
@@ -33,6 +32,7 @@ from kernels.runtime.call_description import (
     Built,
     CallDescription,
     Name,
+    cache_key,
     jax_call,
     standalone,
 )
@@ -41,10 +41,7 @@ from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
     TracedPrimitives,
-    array_key,
     installed_jax_versions,
-    jit_observed,
-    to_numpy,
     unavailable_because,
 )
 from kernels.runtime.standalone import StandaloneCall
@@ -126,16 +123,10 @@ def _static(implementation: Implementation, shape: AttentionShape, spec: Attenti
     return _Static(implementation, spec.resolved_scale(shape.head_dim), spec.causal, window)
 
 
-def _key(call: JaxCall) -> tuple:
-    """A compiled call's cache key: its static options and its arrays' shapes and dtypes."""
-    return (tuple(sorted(call.fn.keywords.items())), array_key(*call.args))
-
-
-def _arrays(inputs: AttentionInputs) -> tuple[np.ndarray | None, ...]:
-    lengths = (
-        None if x is None else np.asarray(x, dtype=np.int32) for x in (inputs.q_lengths, inputs.kv_lengths)
-    )
-    return (inputs.q, inputs.k, inputs.v, inputs.bias, inputs.mask, *lengths)
+def _with_keyword(described: CallDescription, name: str, value: Any) -> CallDescription:
+    """``described`` with its static keyword ``name`` set to ``value``."""
+    keywords = tuple((key, value if key == name else given) for key, given in described.keywords)
+    return dataclasses.replace(described, keywords=keywords)
 
 
 # --- the translation: pure functions of JAX arrays, embedded verbatim in standalone repros --
@@ -244,25 +235,13 @@ class JaxNnRunner:
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec, lse: bool) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype; ``lse: [B, Hq, Sq]`` (dtype of k) or None."""
-        call = self.jax_call(inputs, spec, lse)
-        compiled = self._cache.get(
-            ("forward", _key(call)),
-            lambda: jit_observed(call.fn, call.args, self._ran),
-        )
-        out, lse_out = compiled.fn(*call.args)
-        return SubjectOutput(
-            out=to_numpy(out), lse=None if lse_out is None else to_numpy(lse_out), ran=compiled.ran
-        )
+        (out, lse_out), ran = self._run(self.description(inputs, spec, lse), inputs, None)
+        return SubjectOutput(out=out, lse=lse_out, ran=ran)
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` by JAX autodiff; ``dbias`` has the bias's own shape."""
-        call = self.jax_call(inputs, spec, False, dout)
-        compiled = self._cache.get(
-            ("backward", _key(call)), lambda: jit_observed(call.fn, call.args, self._ran)
-        )
-        dq, dk, dv, dbias = compiled.fn(*call.args)
-        dbias = None if dbias is None else to_numpy(dbias)
-        return SubjectGrads(to_numpy(dq), to_numpy(dk), to_numpy(dv), dbias)
+        (dq, dk, dv, dbias), _ = self._run(self.description(inputs, spec, False, True), inputs, dout)
+        return SubjectGrads(dq, dk, dv, dbias)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec, lse: bool) -> StandaloneCall:
         """Both calls as standalone script text, rendered from their descriptions."""
@@ -277,13 +256,17 @@ class JaxNnRunner:
         if request.implementation not in ("own", "default") or request.precision or request.logits_dtype:
             raise NotImplementedError(f"jax.nn.dot_product_attention cannot express {request}")
         implementation = None if request.implementation == "default" else self.implementation
-        call = self.jax_call(inputs, spec, False)
-        fn = functools.partial(call.fn.func, **dict(call.fn.keywords, implementation=implementation))
-        compiled = self._cache.get(
-            ("contract", implementation, _key(call)), lambda: jit_observed(fn, call.args, self._ran)
+        described = _with_keyword(self.description(inputs, spec, False), "implementation", implementation)
+        (out, _), ran = self._run(described, inputs, None)
+        return SubjectOutput(out=out, ran=ran)
+
+    def _run(
+        self, described: CallDescription, inputs: AttentionInputs, dout: np.ndarray | None
+    ) -> tuple[tuple[np.ndarray | None, ...], str]:
+        """The described call's outputs and what ran, compiled once per its key (``cache_key``)."""
+        return self._cache.run(
+            cache_key(described, inputs, dout), jax_call(described, inputs, dout), self._ran
         )
-        out, _ = compiled.fn(*call.args)
-        return SubjectOutput(out=to_numpy(out), ran=compiled.ran)
 
     def _ran(self, primitives: TracedPrimitives) -> str:
         if self.implementation == "cudnn":

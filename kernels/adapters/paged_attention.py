@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,18 +61,12 @@ from kernels.runtime.call_description import (
     Module,
     Name,
     Star,
+    cache_key,
     standalone,
     tpu_interpret_context,
 )
 from kernels.runtime.call_description import jax_call as described_call
-from kernels.runtime.jax_runtime import (
-    CompiledCache,
-    JaxCall,
-    TracedPrimitives,
-    array_key,
-    jit_observed,
-    to_numpy,
-)
+from kernels.runtime.jax_runtime import CompiledCache, JaxCall, TracedPrimitives
 from kernels.runtime.kv_storage import int8_quantize
 from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tpu_interpret import (
@@ -238,24 +232,11 @@ class PagedAttentionAdapter(Configurable):
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, 1, D]`` in the input dtype; no lse. The call ``jax_call`` states, jitted once
-        per shapes and options."""
-        execution = choose_execution("tpu")
+        per its description's key (``cache_key``: scale, softcap, pages and megacore mode, execution)."""
         _, megacore = self._settings()
-        kv = self._kv(spec)
-        call = self.jax_call(inputs, spec)
-        key = (
-            execution.mode,
-            array_key(*call.args),
-            spec.resolved_scale(inputs.q.shape[-1]),
-            spec.softcap,
-            kv,
-        )
-        with call.context():
-            compiled = self._cache.get(
-                key, lambda: jit_observed(call.fn, call.args, _ran(execution, megacore, kv))
-            )
-            out, _ = compiled.fn(*call.args)
-        return SubjectOutput(out=to_numpy(out), lse=None, ran=compiled.ran)
+        key, call = self._call(inputs, spec)
+        (out, _), ran = self._cache.run(key, call, _ran(choose_execution("tpu"), megacore, self._kv(spec)))
+        return SubjectOutput(out=out, lse=None, ran=ran)
 
     def jax_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
@@ -267,10 +248,16 @@ class PagedAttentionAdapter(Configurable):
         kernel has no backward (NotImplementedError for ``dout``)."""
         if dout is not None:
             raise NotImplementedError("paged_attention is an inference kernel: it has no backward pass")
+        return self._call(inputs, spec)[1]
+
+    def _call(self, inputs: AttentionInputs, spec: AttentionSpec) -> tuple[Hashable, JaxCall]:
+        """``jax_call``'s call and its compile-cache key, both from the description (the pages' form
+        and layout, the config's block and megacore mode, the interpreter's context are in it)."""
+        described = self._description(inputs, spec)
         pages = 4 if self._kv(spec) == "int8" else 2  # k and v pages, with their scales for int8
         batched = (True, *(False,) * pages, True, True)  # q, the pages, lengths, page table
         no_vmap = TPU_INTERPRET_NO_VMAP if choose_execution("tpu").mode == "tpu" else ""
-        return described_call(self._description(inputs, spec), inputs, None, batched, no_vmap)
+        return cache_key(described, inputs), described_call(described, inputs, None, batched, no_vmap)
 
     def _description(
         self, inputs: AttentionInputs, spec: AttentionSpec, lowering: bool = False

@@ -22,6 +22,7 @@ import dataclasses
 import importlib
 import inspect
 import math
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ from kernels.runtime.call_description import (
     Decided,
     Module,
     Name,
+    cache_key,
     jax_call,
     off_chip,
     standalone,
@@ -51,12 +53,9 @@ from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
     TracedPrimitives,
-    array_key,
     default_backend,
     installed_jax_versions,
     jax_version,
-    jit_observed,
-    to_numpy,
     unavailable_because,
 )
 from kernels.runtime.standalone import StandaloneCall
@@ -320,7 +319,15 @@ class PallasGpuAdapter(Configurable):
     ) -> JaxCall:
         """The forward call (``dout`` None) or the gradients call through the kernel's custom VJP,
         interpreted off GPU, on JAX arrays in the canonical layout (q, k, v and dout batch-first)."""
-        return jax_call(self._description(inputs, spec, dout is not None), inputs, dout)
+        return self._call(inputs, spec, dout)[1]
+
+    def _call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None
+    ) -> tuple[Hashable, JaxCall]:
+        """``jax_call``'s call and its compile-cache key, both from this direction's description (the
+        execution is in it: ``interpret=``, decided for this machine)."""
+        described = self._description(inputs, spec, dout is not None)
+        return cache_key(described, inputs, dout), jax_call(described, inputs, dout)
 
     def _description(
         self, inputs: AttentionInputs, spec: AttentionSpec, backward: bool, lowering: bool = False
@@ -352,19 +359,15 @@ class PallasGpuAdapter(Configurable):
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32 where exposed."""
-        call = self.jax_call(inputs, spec)
-        key = ("forward", array_key(*call.args), spec.resolved_scale(inputs.q.shape[-1]), spec.causal)
-        compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, self._ran))
-        out, lse = compiled.fn(*call.args)
-        return SubjectOutput(out=to_numpy(out), lse=None if lse is None else to_numpy(lse), ran=compiled.ran)
+        key, call = self._call(inputs, spec, None)
+        (out, lse), ran = self._cache.run(key, call, self._ran)
+        return SubjectOutput(out=out, lse=lse, ran=ran)
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` through the kernel's custom VJP (Triton backward)."""
-        call = self.jax_call(inputs, spec, dout)
-        key = ("backward", array_key(*call.args), spec.resolved_scale(inputs.q.shape[-1]), spec.causal)
-        compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, self._ran))
-        dq, dk, dv = compiled.fn(*call.args)
-        return SubjectGrads(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv))
+        key, call = self._call(inputs, spec, dout)
+        (dq, dk, dv), _ = self._cache.run(key, call, self._ran)
+        return SubjectGrads(dq=dq, dk=dk, dv=dv)
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call with ``interpret=False``, for Pallas's Triton lowering."""

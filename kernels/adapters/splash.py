@@ -39,8 +39,6 @@ repro script, so script and suite build the same kernels.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import inspect
 from collections.abc import Hashable
 from typing import Any, ClassVar
@@ -65,20 +63,13 @@ from kernels.runtime.call_description import (
     Decided,
     Module,
     Name,
+    cache_key,
     off_chip,
     standalone,
     tpu_interpret_context,
 )
-from kernels.runtime.jax_runtime import (
-    Compiled,
-    CompiledCache,
-    JaxCall,
-    array_key,
-    jax_version,
-    jit_observed,
-    to_jax,
-    to_numpy,
-)
+from kernels.runtime.call_description import jax_call as described_call
+from kernels.runtime.jax_runtime import CompiledCache, JaxCall, TracedPrimitives, jax_version
 from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tpu_interpret import (
     INTERPRETERS,
@@ -316,37 +307,6 @@ def _head_dim_constraints() -> tuple[tuple[ShapeConstraint, ...], bool]:
 # --------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class _MaskPlan:
-    """Which splash mask a case needs: ``layout`` from ``mask_layout``, ``planes`` from
-    ``mask_planes``, and ``key``, what the compile cache tells them apart by."""
-
-    key: Hashable
-    layout: tuple[str, int, tuple[int | None, int | None] | None]
-    planes: tuple[np.ndarray, ...] | None
-
-
-def _plan(inputs: AttentionInputs, spec: AttentionSpec) -> _MaskPlan:
-    _, hq, sq, _ = inputs.q.shape
-    sk = inputs.k.shape[2]
-    layout = mask_layout(spec.causal, spec.alignment, spec.window, sq, sk, spec.chunk)
-    kind, offset, window, chunk = layout
-    planes = mask_planes(inputs.mask, hq, sq, sk)
-    digest = None
-    if inputs.mask is not None:
-        full = np.broadcast_to(inputs.mask, (inputs.mask.shape[0], hq, sq, sk))
-        digest = hashlib.sha1(np.ascontiguousarray(full).tobytes()).hexdigest()
-    key = (
-        kind,
-        offset if kind != "full" else 0,
-        window,
-        chunk,
-        digest,
-        None if planes is None else len(planes),
-    )
-    return _MaskPlan(key, layout, planes)
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class SplashAdapter(Configurable):
     """Splash attention at its default block sizes or a config's. Canonical ``[B, H, S, D]`` in and out.
@@ -416,60 +376,44 @@ class SplashAdapter(Configurable):
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32."""
-        compiled, args = self._compiled("forward", inputs, spec)
-        out, lse = compiled.fn(*args)
-        return SubjectOutput(out=to_numpy(out), lse=to_numpy(lse), ran=compiled.ran)
+        key, call = self._call(inputs, spec, None)
+        (out, lse), ran = self._cache.run(key, call, self._ran)
+        return SubjectOutput(out=out, lse=lse, ran=ran)
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` through splash's custom VJP; q's includes the scale;
         ``dsinks: [Hq]`` with sinks."""
-        dout = np.asarray(dout, dtype=inputs.q.dtype)
-        compiled, args = self._compiled("backward", inputs, spec, dout)
-        dq, dk, dv, dsinks = compiled.fn(*args)
-        return SubjectGrads(
-            dq=to_numpy(dq),
-            dk=to_numpy(dk),
-            dv=to_numpy(dv),
-            dsinks=None if dsinks is None else to_numpy(dsinks),
-        )
+        key, call = self._call(inputs, spec, dout)
+        (dq, dk, dv, dsinks), _ = self._cache.run(key, call, self._ran)
+        return SubjectGrads(dq=dq, dk=dk, dv=dv, dsinks=dsinks)
 
     def jax_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
     ) -> JaxCall:
-        """The forward call (``dout`` None) or the gradients call: the jitted function over this
-        case's kernels that ``forward``/``gradients`` run, on JAX arrays in the canonical layout,
-        in this subject's interpreter context. q, k, v, segment ids and dout are batch-first; sinks
-        (``[Hq]``) are shared by every request. The mask is a static object built into the kernels:
-        one kernel for every row is independent of the batch order; a mask that differs across the
-        batch (one kernel per row) is not, so ``no_vmap`` says so (``PER_ROW_MASK_NO_VMAP``); placed
-        on a mesh the call is still the same function, so ``sharded`` runs it."""
-        if dout is not None:
-            dout = np.asarray(dout, dtype=inputs.q.dtype)
-        plan = _plan(inputs, spec)
-        per_row = plan.planes is not None and len(plan.planes) > 1
-        compiled, args = self._compiled("forward" if dout is None else "backward", inputs, spec, dout)
+        """The forward call (``dout`` None) or the gradients call over this case's kernels that
+        ``forward``/``gradients`` run, on JAX arrays in the canonical layout, in this subject's
+        interpreter context. q, k, v, segment ids and dout are batch-first; sinks (``[Hq]``) are
+        shared by every request. The mask is a static object built into the kernels: one kernel for
+        every row is independent of the batch order; a mask that differs across the batch (one
+        kernel per row) is not, so ``no_vmap`` says so (``PER_ROW_MASK_NO_VMAP``); placed on a mesh
+        the call is still the same function, so ``sharded`` runs it."""
+        return self._call(inputs, spec, dout)[1]
+
+    def _call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None
+    ) -> tuple[Hashable, JaxCall]:
+        """``jax_call``'s call and its compile-cache key, both from this direction's description (the
+        mask, blocks and interpreter are in it). No head axes: the kernels are built for the case's
+        Hq heads (one mask each), so a call vmapped along heads would meet kernels of the wrong width."""
+        described = self._description(inputs, spec, dout is not None)
         batched = (True, True, True, True, True, False) + ((True,) if dout is not None else ())
-        no_vmap = PER_ROW_MASK_NO_VMAP if per_row else ""
-        return JaxCall(compiled.compiled.fn, args, batched, compiled.execution.context, no_vmap)
+        planes = mask_planes(inputs.mask, inputs.shape.q_heads, inputs.shape.q_len, inputs.shape.kv_len)
+        no_vmap = PER_ROW_MASK_NO_VMAP if planes is not None and len(planes) > 1 else ""
+        call = described_call(described, inputs, dout, batched, no_vmap)
+        return cache_key(described, inputs, dout), dataclasses.replace(call, heads=None)
 
-    def _compiled(
-        self, direction: str, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
-    ) -> tuple[_Contextual, tuple]:
-        execution = choose_execution(self.interpreter)
-        plan = _plan(inputs, spec)
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        call = self._description(inputs, spec, direction == "backward")
-        arrays = call.traced_arguments(inputs, dout)
-        key = (direction, execution.mode, plan.key, array_key(*arrays), scale, spec.softcap)
-        with execution.context():
-            args = tuple(to_jax(a) for a in arrays)
-
-            def build() -> Compiled:
-                describe = functools.partial(pallas_ran, execution=execution, fallback="fell back")
-                return jit_observed(call.static_function(inputs, dout), args, describe)
-
-            compiled = self._cache.get(key, build)
-        return _Contextual(compiled, execution), args
+    def _ran(self, primitives: TracedPrimitives) -> str:
+        return pallas_ran(primitives, choose_execution(self.interpreter), fallback="fell back")
 
     def _description(
         self, inputs: AttentionInputs, spec: AttentionSpec, backward: bool, lowering: bool = False
@@ -743,20 +687,3 @@ def splash_gradients(
         return (*vjp(dout), None)
     _, vjp = jax.vjp(attention, q, k, v, sinks)
     return vjp(dout)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Contextual:
-    """A compiled function that re-enters the interpreter context on every call
-    (TPU interpret mode is part of jit's cache key, so calls outside it would recompile)."""
-
-    compiled: Compiled
-    execution: TpuExecution
-
-    @property
-    def ran(self) -> str:
-        return self.compiled.ran
-
-    def fn(self, *args: Any) -> Any:
-        with self.execution.context():
-            return self.compiled.fn(*args)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Hashable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,18 +47,12 @@ from kernels.runtime.call_description import (
     CallDescription,
     Module,
     Name,
+    cache_key,
     jax_call,
     standalone,
     tpu_interpret_context,
 )
-from kernels.runtime.jax_runtime import (
-    CompiledCache,
-    JaxCall,
-    TracedPrimitives,
-    array_key,
-    jit_observed,
-    to_numpy,
-)
+from kernels.runtime.jax_runtime import CompiledCache, JaxCall, TracedPrimitives
 from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tpu_interpret import (
     INTERPRETERS,
@@ -286,24 +281,26 @@ class TpuFlashAdapter(Configurable):
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, H, Sq, D]`` in the input dtype; ``lse: [B, H, Sq]`` float32."""
-        call = self.jax_call(inputs, spec)
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        key = ("forward", choose_execution(self.interpreter).mode, array_key(*call.args), scale, spec.causal)
-        with call.context():
-            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, self._ran))
-            out, lse = compiled.fn(*call.args)
-            out, lse = to_numpy(out), None if lse is None else to_numpy(lse)
-        return SubjectOutput(out=out, lse=lse, ran=compiled.ran)
+        key, call = self._call(inputs, spec, None)
+        (out, lse), ran = self._cache.run(key, call, self._ran)
+        return SubjectOutput(out=out, lse=lse, ran=ran)
 
     def jax_call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None = None
     ) -> JaxCall:
         """The forward call (``dout`` None) or the gradients call on the kernel module as this
         adapter runs it (interpreted off TPU), on JAX arrays in the canonical layout."""
-        execution = choose_execution(self.interpreter)
+        return self._call(inputs, spec, dout)[1]
+
+    def _call(
+        self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None
+    ) -> tuple[Hashable, JaxCall]:
+        """``jax_call``'s call and its compile-cache key, both from this direction's description (the
+        execution is in it: the module's interpreting copy and the interpreter's context)."""
+        described = self._description(inputs, spec, dout is not None)
         # Every array is batch-first; a broadcast bias's batch axis is 1, as one row's would be.
-        no_vmap = TPU_INTERPRET_NO_VMAP if execution.mode == "tpu" else ""
-        return jax_call(self._description(inputs, spec, dout is not None), inputs, dout, no_vmap=no_vmap)
+        no_vmap = TPU_INTERPRET_NO_VMAP if choose_execution(self.interpreter).mode == "tpu" else ""
+        return cache_key(described, inputs, dout), jax_call(described, inputs, dout, no_vmap=no_vmap)
 
     def _description(
         self, inputs: AttentionInputs, spec: AttentionSpec, backward: bool, lowering: bool = False
@@ -346,13 +343,8 @@ class TpuFlashAdapter(Configurable):
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         """Gradients of ``sum(out * dout)`` through the kernel's custom VJP, canonical layout."""
-        call = self.jax_call(inputs, spec, dout)
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        key = ("backward", choose_execution(self.interpreter).mode, array_key(*call.args), scale, spec.causal)
-        with call.context():
-            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, self._ran))
-            grads = compiled.fn(*call.args)
-            dq, dk, dv, dbias = (None if g is None else to_numpy(g) for g in grads)
+        key, call = self._call(inputs, spec, dout)
+        (dq, dk, dv, dbias), _ = self._cache.run(key, call, self._ran)
         return SubjectGrads(dq=dq, dk=dk, dv=dv, dbias=dbias)
 
     # -- standalone repro ------------------------------------------------------------

@@ -28,6 +28,7 @@ from kernels.runtime.call_description import (
     head_axes,
     jax_call,
     standalone,
+    tpu_interpret_context,
 )
 from reference.spec import AttentionInputs
 
@@ -176,6 +177,20 @@ def test_the_cache_key_is_the_calls_static_part_by_value():
     by_values = dataclasses.replace(_keyed(), bound=(Built("lengths", np.asarray, (Name("kv_lengths"),)),))
     lengths = dataclasses.replace(inputs, kv_lengths=np.array([12, 6]))
     assert cache_key(by_values, lengths) != cache_key(by_values, inputs)
+
+
+def test_a_tpu_interpret_context_is_keyed_by_its_interpreter_and_cores_not_by_identity():
+    """Each call builds its context afresh: equal ones must key alike, or every call compiles again
+    (a bound method's ``TpuExecution.context`` compares its execution by identity)."""
+    inputs = _inputs()
+
+    def keyed(interpreter, cores=1):
+        return cache_key(
+            dataclasses.replace(_keyed(), context=tpu_interpret_context(interpreter, cores)), inputs
+        )
+
+    assert keyed("generic") == keyed("generic") and keyed("tpu", 2) == keyed("tpu", 2)
+    assert len({keyed("generic"), keyed("tpu"), keyed("tpu", 2)}) == 3
 
 
 class Layout(enum.Enum):

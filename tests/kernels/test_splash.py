@@ -65,8 +65,8 @@ def test_boolean_mask_that_differs_per_batch(adapter):
     assert ran.startswith("pallas_call x2 "), "one kernel per batch element"
 
 
-def test_its_jax_call_is_the_compiled_forward_and_a_per_row_mask_declares_no_vmap(adapter):
-    """The call the vmap and sharded checks transform is the jitted function forward runs; a mask
+def test_its_jax_call_is_the_call_forward_runs_and_a_per_row_mask_declares_no_vmap(adapter):
+    """The call the vmap and sharded checks transform is the one forward jits and runs; a mask
     that differs across the batch is built into one kernel per row, which vmap cannot reverse."""
     from kernels.adapters.splash import PER_ROW_MASK_NO_VMAP
 
