@@ -21,6 +21,9 @@ tokamax_ring = pytest.importorskip("kernels.adapters.tokamax_ring")
 pytest.importorskip(tokamax_ring.RING_MODULE, reason="this tokamax has no ring attention")
 
 from kernels.adapters.splash import mask_layout  # noqa: E402
+from reference.spec import AttentionSpec  # noqa: E402
+from tests.kernels.cases import make_inputs  # noqa: E402
+from tests.support.stand_in_compile import stand_in_compile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
@@ -159,3 +162,26 @@ def test_the_repro_script_sets_up_its_own_ring_and_shows_the_defect(tmp_path):
 def test_shards_shorter_than_a_block_are_rejected_by_the_kernel():
     verdict, reason, _ = _verdict("tokamax_ring[config=natural_exp]", "raises", q_len=128, causal=False)
     assert verdict == "pass", reason
+
+
+def test_a_compile_serves_calls_equal_but_for_values_and_one_static_option_is_another(monkeypatch):
+    """The cache key is the description's (``cache_key``): new values of the same shapes share one
+    entry, another softcap is another. The mask's planes are compiled into the call, so the same
+    bits in another broadcast shape ([1, 2, ...]: one per head; [2, 1, ...]: one per row) are
+    another entry: the hand key held the bits packed without their shape, and the second call ran
+    the first one's planes."""
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # simulated_devices sets it
+    stand_in_compile(monkeypatch, outputs=2)
+    adapter = tokamax_ring.TokamaxRingAdapter(config="natural_exp")
+    bits = np.random.default_rng(0).random((2, 16, 16)) > 0.3
+    per_head, per_row = bits.reshape(1, 2, 16, 16), bits.reshape(2, 1, 16, 16)
+    spec = AttentionSpec(causal=True)
+    adapter.forward(make_inputs(0, 2, 2, 2, 16, 16, 8, mask=per_head), spec)
+    adapter.forward(make_inputs(1, 2, 2, 2, 16, 16, 8, mask=per_head), spec)
+    assert len(adapter._cache) == 1
+    adapter.forward(make_inputs(0, 2, 2, 2, 16, 16, 8, mask=per_row), spec)
+    assert len(adapter._cache) == 2
+    adapter.forward(
+        make_inputs(0, 2, 2, 2, 16, 16, 8, mask=per_head), AttentionSpec(causal=True, softcap=5.0)
+    )
+    assert len(adapter._cache) == 3
