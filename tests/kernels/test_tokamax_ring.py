@@ -185,3 +185,34 @@ def test_a_compile_serves_calls_equal_but_for_values_and_one_static_option_is_an
         make_inputs(0, 2, 2, 2, 16, 16, 8, mask=per_head), AttentionSpec(causal=True, softcap=5.0)
     )
     assert len(adapter._cache) == 3
+
+
+SAME_BITS = """
+import json
+import numpy as np
+from kernels.adapters.tokamax_ring import TokamaxRingAdapter
+from reference.attention import attention_forward
+from reference.spec import AttentionInputs, AttentionSpec
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((2, 2, 256, 64)).astype(np.float32) for _ in range(3))
+bits = rng.random((2, 256, 256)) > 0.3
+bits[:, :, 0] = True
+adapter, errors = TokamaxRingAdapter(config="natural_exp"), []
+for shape in ((1, 2, 256, 256), (2, 1, 256, 256)):
+    inputs = AttentionInputs(q=q, k=k, v=v, mask=bits.reshape(shape))
+    got, want = adapter.forward(inputs, AttentionSpec()).out, attention_forward(inputs, AttentionSpec()).out
+    errors.append(float(np.abs(got - want).max()))
+print(json.dumps(errors))
+"""
+
+
+def test_the_same_mask_bits_in_another_broadcast_shape_run_their_own_planes():
+    """One adapter, a mask per head ([1, 2, ...]) then the same bits per row ([2, 1, ...]): each
+    call attends with its own planes. Under the hand key (the bits packed, no shape) the second
+    call reused the first's compiled planes and was off by about 0.5."""
+    env = {**os.environ, "XLA_FLAGS": f"{FLAG}=4", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", SAME_BITS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert max(json.loads(done.stdout.splitlines()[-1])) < 1e-5
