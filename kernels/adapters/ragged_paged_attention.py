@@ -61,18 +61,12 @@ from kernels.runtime.call_description import (
     Module,
     Name,
     Star,
+    cache_key,
     standalone,
     tpu_interpret_context,
 )
 from kernels.runtime.call_description import jax_call as described_call
-from kernels.runtime.jax_runtime import (
-    CompiledCache,
-    TracedPrimitives,
-    array_key,
-    installed_jax_versions,
-    jit_observed,
-    to_numpy,
-)
+from kernels.runtime.jax_runtime import CompiledCache, TracedPrimitives, installed_jax_versions
 from kernels.runtime.kv_storage import quantize
 from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tpu_interpret import (
@@ -391,7 +385,8 @@ class RaggedPagedAttentionAdapter(Configurable):
         arrays = (Name("q"), Name("k"), Name("v"), Name("q_lengths"), Name("kv_lengths"), block, seed)
         layout = Built("layout", ragged_layout, (*arrays, spec.kv_storage), comment="packed, paged, shuffled")
         stored = (Name("k"), Name("v"), spec.kv_storage)
-        scales = Built("scales", kv_scales, stored, comment="(k_scale, v_scale)")
+        # compiled in as Python floats: keyed by their values, not by K's and V's bytes
+        scales = Built("scales", kv_scales, stored, comment="(k_scale, v_scale)", keyed_by_value=True)
         native = Decided(choose_execution("tpu").mode == "native", "jax.default_backend() == 'tpu'")
         bound = (
             Module("ragged_paged_attention", MODULE, _load(), attribute="ragged_paged_attention"),
@@ -418,18 +413,12 @@ class RaggedPagedAttentionAdapter(Configurable):
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype (NaN on rows past q_lengths); no lse. The
-        described call, jitted once per shapes and options."""
-        execution = choose_execution("tpu")
-        call = described_call(self._description(inputs, spec), inputs)
-        # the bound values the call is compiled with (the quantized pages' scales depend on K and V)
-        options = (spec.resolved_scale(inputs.shape.head_dim), sliding_window(spec), spec.softcap)
-        scales = kv_scales(inputs.k, inputs.v, spec.kv_storage)
-        key = (execution.mode, array_key(*call.args), options, tuple(self.config), scales)
-        describe = _ran(execution, inputs.shape.batch)
-        with call.context():
-            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, describe))
-            out, _ = compiled.fn(*call.args)
-        return SubjectOutput(out=to_numpy(out), lse=None, ran=compiled.ran)
+        described call, jitted once per its key (``cache_key``) and the packed arrays' shapes."""
+        described = self._description(inputs, spec)
+        describe = _ran(choose_execution("tpu"), inputs.shape.batch)
+        call = described_call(described, inputs)
+        (out, _), ran = self._cache.run(cache_key(described, inputs), call, describe)
+        return SubjectOutput(out=out, lse=None, ran=ran)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """The call as standalone script text, rendered from its description: natively on a TPU, in

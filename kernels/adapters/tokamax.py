@@ -785,6 +785,18 @@ def tokamax_forward(attention, op, *arrays, loop, **options):
     return (functools.partial(per_batch_row, call) if loop else call)(*arrays, **options)
 
 
+def tokamax_as_asked(attention, asked, rejecting, combine, op, *arrays, loop, **options):
+    """``tokamax_forward`` as the api_contract check's request ``asked`` says: the public function
+    behind ``attention_as_asked`` (``rejecting``: ``rejecting_name``'s entry), or for ``split_kv``
+    ``split_kv_attention`` with tokamax's ``combine``; ``op`` None for the API's default."""
+    if asked.implementation == "split_kv":
+        call = functools.partial(split_kv_attention, attention, combine, op)
+    else:
+        asked_attention = functools.partial(attention_as_asked, attention, asked, rejecting)
+        call = functools.partial(tokamax_attention, asked_attention, op)
+    return (functools.partial(per_batch_row, call) if loop else call)(*arrays, **options)
+
+
 def rejecting_name(backend, cross_compiling):
     """An ``implementation=`` entry that raises NotImplementedError for every input on ``backend``: the
     name of an op whose ``supported_on`` fails there ("Not supported on cpu."), cuDNN off an NVIDIA GPU
@@ -1305,42 +1317,59 @@ class TokamaxAdapter(Configurable):
         """The forward call of ``jax_call`` as the api_contract check asks (``attention_as_asked``): the
         own op (its explicit Configs, in its interpreter context off its hardware) behind a rejecting
         or failing entry, with ``precision`` or ``logits_dtype``; or ``implementation=None``, the API's
-        own choice, natively (as a user on this platform calls it). No lse."""
+        own choice, natively (as a user on this platform calls it). No lse. Run from its description
+        (``_contract_description``), keyed by it as ``forward`` is."""
         kind = self._kind
         api = _load_api(kind)
         default = request.implementation == "default"
         execution: Execution = "native" if default else _execution(kind)
-        context = functools.partial(interpreter_context, execution)
-        static = _static(inputs.shape, spec)
-        arrays = call_inputs(_arrays(inputs), spec.q_storage, spec.kv_storage)
-        op, forward_config, vjp_config = None, None, None
-        if not default:
-            with context():
-                op, forward_config, vjp_config = self._ops(api, execution != "native", static, arrays)
-        rejecting = rejecting_name(default_backend(), execution == "generic")
-        asked = functools.partial(attention_as_asked, api.attention, request, rejecting)
-        call = functools.partial(tokamax_attention, asked, op)
-        if request.implementation == "split_kv":
-            call = self._split_kv_call(api, op, inputs, spec)
-        if execution == "tpu":
-            call = functools.partial(per_batch_row, call)
-        options = dataclasses.asdict(static)
-        fn, args = with_quantized_leaves(functools.partial(call, with_lse=False, **options), arrays)
+        configs = (None, None) if default else self._passed_configs(api, inputs, spec, "forward")
+        described = self._contract_description(api, inputs, spec, request, configs)
+        call = described_call(described, inputs)
+        fn, args = with_quantized_leaves(call.fn, call.args)
         describe = functools.partial(
             self._ran,
             execution=execution,
-            forward_config=forward_config,
-            vjp_config=vjp_config,
+            forward_config=configs[0],
+            vjp_config=configs[1],
             direction="forward",
         )
-        key = ("contract", request, static, spec.q_storage, spec.kv_storage)
-        (out, _), ran = self._cache.run(key, JaxCall(fn, args, (True,) * len(args), context), describe)
+        jitted = JaxCall(fn, args, (True,) * len(args), call.context)
+        (out, _), ran = self._cache.run(cache_key(described, inputs), jitted, describe)
         ran = ran if not default else "tokamax.dot_product_attention(implementation=None)"
         return SubjectOutput(out=out, ran=ran)
 
-    def _split_kv_call(self, api: _Api, op: Any, inputs: AttentionInputs, spec: AttentionSpec) -> Any:
-        """``split_kv_attention`` with tokamax's combine function; NotExpressible where it cannot be
-        stated (no residuals, a bottom-right causal mask with Sq != Sk, chunk, an odd key count,
+    def _contract_description(
+        self,
+        api: _Api,
+        inputs: AttentionInputs,
+        spec: AttentionSpec,
+        request: ContractCall,
+        configs: tuple[Any, Any],
+    ) -> CallDescription:
+        """The forward ``_description`` as ``tokamax_as_asked``, bound to the public function, the
+        request, its rejecting entry (``rejecting_name``), tokamax's combine function for ``split_kv``
+        (``_split_kv_combine``) and the op: no op, no interpreter and no per-batch loop for the API's
+        default (natively). No script renders it: the request is bound as the suite's own value."""
+        default = request.implementation == "default"
+        execution = "native" if default else _execution(self._kind)
+        described = self._description(api, inputs, spec, "forward", configs)
+        attention, op = described.bound
+        combine = self._split_kv_combine(inputs, spec) if request.implementation == "split_kv" else None
+        rejecting = rejecting_name(default_backend(), execution == "generic")
+        unset = ("with_lse", "loop") if default else ("with_lse",)
+        keywords = tuple((k, False if k in unset else v) for k, v in described.keywords)
+        return dataclasses.replace(
+            described,
+            function=tokamax_as_asked,
+            bound=(attention, request, rejecting, combine, None if default else op),
+            keywords=keywords,
+            context=NO_CONTEXT if default else described.context,
+        )
+
+    def _split_kv_combine(self, inputs: AttentionInputs, spec: AttentionSpec) -> Module:
+        """tokamax's combine function for ``split_kv_attention``; NotExpressible where the split cannot
+        be stated (no residuals, a bottom-right causal mask with Sq != Sk, chunk, an odd key count,
         leading batch dims)."""
         if not self._kind.residuals:
             raise NotExpressible(f"{self.name} returns no residuals (return_residuals=True raises)")
@@ -1352,8 +1381,8 @@ class TokamaxAdapter(Configurable):
             )
         if inputs.k.shape[2] % 2:
             raise NotExpressible("an odd key count: the halves are not equal key ranges")
-        combine = importlib.import_module(f"{ATTENTION}.base").combine_partial_results
-        return functools.partial(split_kv_attention, api.attention, combine, op)
+        base = importlib.import_module(f"{ATTENTION}.base")
+        return Module("combine", f"{ATTENTION}.base", base.combine_partial_results, "combine_partial_results")
 
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The forward or gradients call as it runs on the kernel's own hardware, for its compiler

@@ -63,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+from collections.abc import Hashable
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -85,15 +86,24 @@ from kernels.contract.base import (
     SubjectOutput,
 )
 from kernels.hardware.lowering import DEFAULT_DEVICE_KIND, LoweringCall, abstract_arrays, abstract_tpu
-from kernels.runtime.call_description import Built, CallDescription, Decided, Module, Name, Star, standalone
+from kernels.runtime.call_description import (
+    Built,
+    CallDescription,
+    Decided,
+    Module,
+    Name,
+    Star,
+    cache_key,
+    standalone,
+)
 from kernels.runtime.jax_runtime import (
     Compiled,
     CompiledCache,
+    JaxCall,
     TracedPrimitives,
     array_key,
     default_backend,
     installed_version,
-    jit_observed,
     to_jax,
     to_numpy,
 )
@@ -535,21 +545,25 @@ class TokamaxBatchedRpaAdapter:
         packed); ``kv_cache``: the returned cache beside the expected one. The described call on
         ``pack_batched``'s arrays (``batched_layout``'s), jitted once per shapes and options."""
         execution = _execution(self.impl)
-        call = self._description(inputs, spec, execution)
+        described = self._description(inputs, spec, execution)
         pack = pack_batched(inputs, layout_seed(inputs.k.shape, inputs.shape.q_len))
         args = tuple(to_jax(a) for a in pack.arrays)
-        key = (execution, array_key(*pack.arrays), self._options(inputs, spec))
-
-        def build() -> Compiled:
-            fn = call.static_function(inputs)
-            if execution == "interpret":
-                return _interpreted(fn, args, self._ran)
-            return jit_observed(fn, args, self._ran)
-
-        compiled = self._cache.get(key, build)
-        out, lse, cache = (None if a is None else to_numpy(a) for a in compiled.fn(*args))
+        call = JaxCall(described.static_function(inputs), args, (False,) * len(args))
+        key = cache_key(described, inputs)
+        if execution == "interpret":
+            out, lse, cache, ran = self._run_interpreted(key, call)
+        else:
+            (out, lse, cache), ran = self._cache.run(key, call, self._ran)
         written = CacheWrite(returned=cache, expected=pack.expected_cache)
-        return SubjectOutput(out=out, lse=lse, ran=compiled.ran, kv_cache=written)
+        return SubjectOutput(out=out, lse=lse, ran=ran, kv_cache=written)
+
+    def _run_interpreted(self, key: Hashable, call: JaxCall) -> tuple[Any, ...]:
+        """``CompiledCache.run`` for the kernel off a TPU, which ``jit`` cannot compile as it runs
+        (``_interpreted``): (out, lse, cache) as NumPy arrays, then ``ran``."""
+        compiled = self._cache.get(
+            (key, *array_key(*call.args)), lambda: _interpreted(call.fn, call.args, self._ran)
+        )
+        return (*(None if a is None else to_numpy(a) for a in compiled.fn(*call.args)), compiled.ran)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """The call as standalone script text (jax, numpy, tokamax), rendered from its description:

@@ -59,6 +59,7 @@ from kernels.runtime.call_description import (
     CallDescription,
     Module,
     Name,
+    cache_key,
     standalone,
     tpu_interpret_context,
 )
@@ -66,11 +67,8 @@ from kernels.runtime.call_description import jax_call as described_call
 from kernels.runtime.jax_runtime import (
     CompiledCache,
     TracedPrimitives,
-    array_key,
     default_backend,
     installed_version,
-    jit_observed,
-    to_numpy,
 )
 from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tokamax_runtime import DISTRIBUTION, absl_flags_parsed, availability_versions
@@ -449,16 +447,11 @@ class TokamaxRingAdapter:
     def _run(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: Any = None
     ) -> tuple[tuple[Any, ...], str]:
-        """The described call jitted (once per shapes and options) and run: its outputs and ``ran``."""
-        call = described_call(self._description(inputs, spec, dout is not None), inputs, dout)
-        direction = "forward" if dout is None else "backward"
-        mask = None if inputs.mask is None else np.packbits(np.asarray(inputs.mask, dtype=bool)).tobytes()
-        key = (direction, spec.causal, spec.alignment, spec.window, spec.chunk, spec.softcap, mask)
-        key += (spec.resolved_scale(inputs.shape.head_dim),) + array_key(*call.args)
-        with call.context():
-            compiled = self._cache.get(key, lambda: jit_observed(call.fn, call.args, self._ran))
-            result = compiled.fn(*call.args)
-            return tuple(None if r is None else to_numpy(r) for r in result), compiled.ran
+        """The described call jitted (once per its key and shapes) and run: its outputs and ``ran``.
+        The key holds the mask by its shape and bytes: its planes are compiled into the call."""
+        described = self._description(inputs, spec, dout is not None)
+        call = described_call(described, inputs, dout)
+        return self._cache.run(cache_key(described, inputs, dout), call, self._ran)
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; no lse (the ring's primal returns none)."""

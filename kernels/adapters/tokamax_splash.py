@@ -58,7 +58,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -82,6 +82,7 @@ from kernels.runtime.call_description import (
     Decided,
     Module,
     Name,
+    cache_key,
     constructed,
     standalone,
 )
@@ -90,11 +91,8 @@ from kernels.runtime.jax_runtime import (
     CompiledCache,
     JaxCall,
     TracedPrimitives,
-    array_key,
     default_backend,
     installed_version,
-    jit_observed,
-    to_numpy,
 )
 from kernels.runtime.standalone import StandaloneCall
 from kernels.runtime.tokamax_runtime import (
@@ -725,9 +723,10 @@ class TokamaxSplashAdapter:
 
     def _call(
         self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray | None, rate: float = 0.0
-    ) -> tuple[JaxCall, Callable[[TracedPrimitives], str]]:
+    ) -> tuple[JaxCall, Hashable, Callable[[TracedPrimitives], str]]:
         """``jax_call``'s call, from ``_description`` (Mosaic TPU's op and Config bound for dropout
-        ``rate``: ``_op``), and the ``ran`` sentence's writer for the primitives it traces to."""
+        ``rate``: ``_op``), the description's key (``cache_key``), and the ``ran`` sentence's writer
+        for the primitives it traces to."""
         kind = self._kind
         execution = _execution(kind)
         with interpreter_context(execution):
@@ -738,7 +737,7 @@ class TokamaxSplashAdapter:
         batched = (True, True, True, True, True, True, False) + ((True,) if dout is not None else ())
         no_vmap = TPU_INTERPRET_NO_VMAP if loop else ""
         describe = functools.partial(self._ran, execution=execution, config=config)
-        return described_call(call, inputs, dout, batched, no_vmap), describe
+        return described_call(call, inputs, dout, batched, no_vmap), cache_key(call, inputs, dout), describe
 
     def _run(
         self,
@@ -747,24 +746,25 @@ class TokamaxSplashAdapter:
         dout: Any = None,
         dropout: DropoutRequest | None = None,
     ) -> tuple[tuple[Any, ...], str]:
-        """``_call``'s call jitted (once per shapes and options) and run: its outputs and ``ran``.
+        """``_call``'s call jitted (once per its key and shapes) and run: its outputs and ``ran``.
         With ``dropout``, the call takes ``dropout_rate`` and ``prng_key = jax.random.key(seed)``,
         the key as one more argument."""
         rate = 0.0 if dropout is None else dropout.rate
-        call, describe = self._call(inputs, spec, dout, rate)
-        direction = "forward" if dout is None else "backward"
-        key = (direction, spec.causal, spec.alignment, spec.window, spec.chunk, spec.softcap, rate)
-        key += (spec.resolved_scale(inputs.shape.head_dim),) + array_key(*call.args)
-        fn, args = call.fn, call.args
-        with call.context():
-            if dropout is not None:
-                import jax
+        call, key, describe = self._call(inputs, spec, dout, rate)
+        if dropout is not None:
+            call, key = self._with_prng_key(call, rate, dropout.seed), ("dropout", rate, key)
+        return self._cache.run(key, call, describe)
 
-                fn = functools.partial(with_prng_key, fn, rate)
-                args += (jax.random.key(dropout.seed),)
-            compiled = self._cache.get(key, lambda: jit_observed(fn, args, describe))
-            result = compiled.fn(*args)
-            return tuple(None if r is None else to_numpy(r) for r in result), compiled.ran
+    @staticmethod
+    def _with_prng_key(call: JaxCall, rate: float, seed: int) -> JaxCall:
+        """``call`` with ``dropout_rate=rate`` and ``prng_key = jax.random.key(seed)``, the key one
+        more argument (made in the call's context, where its arrays are)."""
+        import jax
+
+        with call.context():
+            args = (*call.args, jax.random.key(seed))
+        fn = functools.partial(with_prng_key, call.fn, rate)
+        return JaxCall(fn, args, (*call.batched, False), call.context)
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, Dv]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32."""

@@ -138,6 +138,10 @@ class Built:
     # Where the array it makes keeps its heads, for ``jax.vmap`` along heads (``head_axes``): an
     # axis, None for an array without heads, or UNDECLARED (a page layout: the builder's own).
     head_axis: int | None | str = UNDECLARED
+    # ``cache_key`` reads it by the value it makes, not by its arguments: a small hashable value
+    # the call compiles in but reads from the arrays (quantized pages' scales), so that equal
+    # values share one compile and the arrays' bytes stay out of the key.
+    keyed_by_value: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,8 +300,9 @@ def cache_key(call: CallDescription, inputs: AttentionInputs, dout: np.ndarray |
     """What ``static_function`` and the form of ``traced_arguments`` depend on, by value: every node
     of the call (a ``functools.partial`` by its function and arguments, a dict by its items), and a
     ``Name`` among its bound values, keywords or prepare steps by the value it names (a shape
-    constant, an array's dtype, shape and bytes). With the traced arrays' shapes and dtypes, one
-    jitted function serves every call of an equal key (``CompiledCache.run``)."""
+    constant, an array's dtype, shape and bytes), and a ``Built`` marked ``keyed_by_value`` by the
+    value it makes. With the traced arrays' shapes and dtypes, one jitted function serves every
+    call of an equal key (``CompiledCache.run``)."""
     scope = _Scope(inputs, dout)
     static = _value_key((call.prepare, call.bound, call.keywords), scope)
     return (call.function, static, _value_key((call.arrays, call.outputs, call.context), None))
@@ -307,10 +312,18 @@ def _value_key(value: Any, scope: _Scope | None) -> Hashable:
     """``value`` as a hashable key; with ``scope``, a Name by what it names."""
     if isinstance(value, Name):
         return value if scope is None else (value, _value_key(scope.value(value), None))
+    if isinstance(value, Built) and value.keyed_by_value and scope is not None:
+        return (value.name, _value_key(scope.value(value), None))
     if isinstance(value, np.ndarray):
         return (value.shape, str(value.dtype), value.tobytes())
     if isinstance(value, functools.partial):
-        return (value.func, _value_key(value.args, scope), _value_key(value.keywords, scope))
+        return (
+            _value_key(value.func, scope),
+            _value_key(value.args, scope),
+            _value_key(value.keywords, scope),
+        )
+    if isinstance(value, types.MethodType):  # equal only for the same instance: key it by value
+        return (value.__func__, _value_key(value.__self__, scope))
     if isinstance(value, dict):
         return tuple((key, _value_key(item, scope)) for key, item in sorted(value.items()))
     if isinstance(value, tuple | list):

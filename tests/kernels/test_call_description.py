@@ -193,6 +193,35 @@ def test_a_tpu_interpret_context_is_keyed_by_its_interpreter_and_cores_not_by_id
     assert len({keyed("generic"), keyed("tpu"), keyed("tpu", 2)}) == 3
 
 
+def test_a_context_entered_through_a_fresh_instances_method_keys_by_the_instances_value():
+    """``tpu_interpret_context`` enters through ``choose_execution(...).context``, a method of an
+    instance made per call: Python compares bound methods by their instance's identity, which would
+    make every call another key (a compile per call)."""
+    keys = {cache_key(dataclasses.replace(_keyed(), context=tpu_interpret_context("tpu")), _inputs())}
+    keys.add(cache_key(dataclasses.replace(_keyed(), context=tpu_interpret_context("tpu")), _inputs()))
+    assert len(keys) == 1
+    two_cores = dataclasses.replace(_keyed(), context=tpu_interpret_context("tpu", cores=2))
+    assert cache_key(two_cores, _inputs()) not in keys
+
+
+def test_a_built_keyed_by_value_is_one_key_for_every_input_that_makes_its_value():
+    """A value read from the arrays but compiled in (quantized pages' scales): keyed by what it
+    makes, so inputs that make it alike share a key, and the arrays' bytes are not in it."""
+
+    def step(k):
+        return float(np.abs(k).max() >= 1)
+
+    def described(by_value):
+        scale = Built("scale", step, (Name("k"),), keyed_by_value=by_value)
+        return CallDescription(np.add, (Name("q"),), (scale,))
+
+    inputs = _inputs()
+    alike, other = dataclasses.replace(inputs, k=inputs.k * 1.5), dataclasses.replace(inputs, k=inputs.k / 2)
+    assert cache_key(described(True), alike) == cache_key(described(True), inputs)
+    assert cache_key(described(True), other) != cache_key(described(True), inputs)
+    assert cache_key(described(False), alike) != cache_key(described(False), inputs)  # by K's bytes
+
+
 class Layout(enum.Enum):
     HEAD_DIM_MINOR = 1
     SEQ_MINOR = 2

@@ -28,6 +28,7 @@ from kernels.runtime.jax_runtime import default_backend, jax_version
 from kernels.runtime.tpu_interpret import TPU_INTERPRET_MODE_SINCE
 from reference.attention import attention_forward
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
+from tests.support.stand_in_compile import stand_in_compile
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -245,3 +246,25 @@ def test_the_agreement_check_fails_when_the_adapters_probe_saw_otherwise(monkeyp
         assert_agrees(RaggedPagedAttentionAdapter().availability(), observed)
     monkeypatch.setattr(ragged_paged_attention, "interpreter_failure", lambda: observed)
     assert_agrees(RaggedPagedAttentionAdapter().availability(), observed)
+
+
+def test_a_compile_serves_calls_equal_but_for_values_and_one_static_option_is_another(monkeypatch):
+    """The cache key is the description's (``cache_key``): new values of the same shapes share one
+    entry; another softcap or window is another. Quantized pages' scales are compiled in as Python
+    floats: K scaled by 1.01 keeps its power-of-two scale and its entry, K doubled does not."""
+    pytest.importorskip(MODULE)
+    stand_in_compile(monkeypatch, outputs=2)
+    adapter = RaggedPagedAttentionAdapter()
+    inputs, causal = _inputs(), AttentionSpec(causal=True, alignment="bottom_right_valid")
+    adapter.forward(inputs, causal)
+    adapter.forward(dataclasses.replace(inputs, q=inputs.q + 1, k=inputs.k * 1.01), causal)
+    assert len(adapter._cache) == 1
+    adapter.forward(inputs, dataclasses.replace(causal, softcap=5.0))
+    adapter.forward(inputs, dataclasses.replace(causal, window=(7, 0)))
+    assert len(adapter._cache) == 3
+    quantized = dataclasses.replace(causal, kv_storage="int8_per_tensor")
+    adapter.forward(inputs, quantized)
+    adapter.forward(dataclasses.replace(inputs, k=inputs.k * 1.01), quantized)
+    assert len(adapter._cache) == 4
+    adapter.forward(dataclasses.replace(inputs, k=inputs.k * 2), quantized)
+    assert len(adapter._cache) == 5

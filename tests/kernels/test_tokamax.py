@@ -22,6 +22,7 @@ from kernels.contract.base import Capabilities, ShapeConstraint
 from kernels.registry import UnknownSubjectError, expand_family, resolve, resolve_many
 from reference.spec import AttentionShape, AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
+from tests.support.stand_in_compile import stand_in_compile
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -556,3 +557,24 @@ def test_its_contract_call_raises_where_the_list_must(implementation, raises):
     with pytest.raises(Exception) as raised:
         adapter.contract_call(inputs, AttentionSpec(), ContractCall(implementation))
     assert type(raised.value).__name__ == raises
+
+
+def test_a_contract_call_is_keyed_by_its_description_apart_from_forward(monkeypatch):
+    """The contract call runs from a description (``_contract_description``) keyed as ``forward``'s
+    is: the same request on new values shares one entry; another request, and forward, are others."""
+    from kernels.contract.api_contract import ContractCall
+
+    stand_in_compile(monkeypatch, outputs=2)
+    adapter, spec = TokamaxAdapter(impl="xla"), AttentionSpec(causal=True)
+    for seed in (0, 1):
+        adapter.contract_call(make_inputs(seed, 2, 2, 1, 32, 32, 16), spec, ContractCall("own"))
+    assert len(adapter._cache) == 1
+    inputs = make_inputs(0, 2, 2, 1, 32, 32, 16)
+    for request in (
+        ContractCall("own", precision="highest"),
+        ContractCall("default"),
+        ContractCall("split_kv"),
+    ):
+        adapter.contract_call(inputs, spec, request)
+    adapter.forward(inputs, spec)
+    assert len(adapter._cache) == 5

@@ -25,6 +25,7 @@ from kernels.contract.base import Availability
 from kernels.runtime.jax_runtime import default_backend
 from reference.attention import attention_forward
 from reference.spec import AttentionInputs, AttentionShape, AttentionSpec
+from tests.support.stand_in_compile import stand_in_compile
 
 pytestmark = pytest.mark.timeout(300)
 CAUSAL = AttentionSpec(causal=True, alignment="bottom_right_valid")
@@ -227,3 +228,17 @@ def test_the_default_is_observed_where_the_api_refuses_it():
         assert availability.execution == "native"
     else:
         assert "NotImplementedError" in availability.reason and not availability.lowerable
+
+
+def test_a_compile_serves_calls_equal_but_for_values_and_one_static_option_is_another(monkeypatch):
+    """The cache key is the description's (``cache_key``): new values of the same shapes share one
+    entry; another softcap, window or scale is another."""
+    _tokamax_ops()
+    stand_in_compile(monkeypatch, outputs=3)
+    adapter = TokamaxBatchedRpaAdapter()
+    adapter.forward(_inputs(), CAUSAL)
+    adapter.forward(_inputs(seed=1), CAUSAL)
+    assert len(adapter._cache) == 1
+    for changed in ({"softcap": 2.0}, {"window": (5, 0)}, {"scale": 0.2}):
+        adapter.forward(_inputs(), dataclasses.replace(CAUSAL, **changed))
+    assert len(adapter._cache) == 4

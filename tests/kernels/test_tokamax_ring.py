@@ -21,6 +21,9 @@ tokamax_ring = pytest.importorskip("kernels.adapters.tokamax_ring")
 pytest.importorskip(tokamax_ring.RING_MODULE, reason="this tokamax has no ring attention")
 
 from kernels.adapters.splash import mask_layout  # noqa: E402
+from reference.spec import AttentionSpec  # noqa: E402
+from tests.kernels.cases import make_inputs  # noqa: E402
+from tests.support.stand_in_compile import stand_in_compile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
@@ -159,3 +162,57 @@ def test_the_repro_script_sets_up_its_own_ring_and_shows_the_defect(tmp_path):
 def test_shards_shorter_than_a_block_are_rejected_by_the_kernel():
     verdict, reason, _ = _verdict("tokamax_ring[config=natural_exp]", "raises", q_len=128, causal=False)
     assert verdict == "pass", reason
+
+
+def test_a_compile_serves_calls_equal_but_for_values_and_one_static_option_is_another(monkeypatch):
+    """The cache key is the description's (``cache_key``): new values of the same shapes share one
+    entry, another softcap is another. The mask's planes are compiled into the call, so the same
+    bits in another broadcast shape ([1, 2, ...]: one per head; [2, 1, ...]: one per row) are
+    another entry: the hand key held the bits packed without their shape, and the second call ran
+    the first one's planes."""
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # simulated_devices sets it
+    stand_in_compile(monkeypatch, outputs=2)
+    adapter = tokamax_ring.TokamaxRingAdapter(config="natural_exp")
+    bits = np.random.default_rng(0).random((2, 16, 16)) > 0.3
+    per_head, per_row = bits.reshape(1, 2, 16, 16), bits.reshape(2, 1, 16, 16)
+    spec = AttentionSpec(causal=True)
+    adapter.forward(make_inputs(0, 2, 2, 2, 16, 16, 8, mask=per_head), spec)
+    adapter.forward(make_inputs(1, 2, 2, 2, 16, 16, 8, mask=per_head), spec)
+    assert len(adapter._cache) == 1
+    adapter.forward(make_inputs(0, 2, 2, 2, 16, 16, 8, mask=per_row), spec)
+    assert len(adapter._cache) == 2
+    adapter.forward(
+        make_inputs(0, 2, 2, 2, 16, 16, 8, mask=per_head), AttentionSpec(causal=True, softcap=5.0)
+    )
+    assert len(adapter._cache) == 3
+
+
+SAME_BITS = """
+import json
+import numpy as np
+from kernels.adapters.tokamax_ring import TokamaxRingAdapter
+from reference.attention import attention_forward
+from reference.spec import AttentionInputs, AttentionSpec
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((2, 2, 256, 64)).astype(np.float32) for _ in range(3))
+bits = rng.random((2, 256, 256)) > 0.3
+bits[:, :, 0] = True
+adapter, errors = TokamaxRingAdapter(config="natural_exp"), []
+for shape in ((1, 2, 256, 256), (2, 1, 256, 256)):
+    inputs = AttentionInputs(q=q, k=k, v=v, mask=bits.reshape(shape))
+    got, want = adapter.forward(inputs, AttentionSpec()).out, attention_forward(inputs, AttentionSpec()).out
+    errors.append(float(np.abs(got - want).max()))
+print(json.dumps(errors))
+"""
+
+
+def test_the_same_mask_bits_in_another_broadcast_shape_run_their_own_planes():
+    """One adapter, a mask per head ([1, 2, ...]) then the same bits per row ([2, 1, ...]): each
+    call attends with its own planes. Under the hand key (the bits packed, no shape) the second
+    call reused the first's compiled planes and was off by about 0.5."""
+    env = {**os.environ, "XLA_FLAGS": f"{FLAG}=4", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", SAME_BITS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert max(json.loads(done.stdout.splitlines()[-1])) < 1e-5

@@ -5,6 +5,7 @@ TPU interpret mode)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import numpy as np
@@ -16,6 +17,7 @@ from kernels.registry import expand_family, resolve
 from kernels.runtime.tokamax_runtime import tokamax_version
 from reference.spec import AttentionShape, AttentionSpec
 from tests.kernels.cases import check_forward, check_gradients, make_inputs
+from tests.support.stand_in_compile import stand_in_compile
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -239,3 +241,28 @@ def test_mosaic_tpu_dropout_in_tpu_interpret_mode_raises_the_declared_type_error
     assert declared.stage == "interpreter" and declared.exceptions == ("TypeError",)
     with pytest.raises(TypeError, match="key<pl>"):
         adapter.dropout(make_inputs(0, 1, 1, 1, 128, 128, 128), AttentionSpec(), DropoutRequest(0.25, seed=0))
+
+
+# --- the compile cache ----------------------------------------------------------------------
+
+
+@needs_public
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_compile_serves_calls_equal_but_for_values_and_one_static_option_is_another(monkeypatch, impl):
+    """The cache key is the description's (``cache_key``): new values of the same shapes share one
+    entry; another softcap, alignment or scale is another, and so is a dropout rate (the key's
+    seed is an argument: one entry for two seeds)."""
+    from kernels.contract.dropout import DropoutRequest
+
+    stand_in_compile(monkeypatch, outputs=2)
+    adapter = TokamaxSplashAdapter(impl=impl)
+    inputs, spec = make_inputs(0, 2, 2, 1, 128, 256, 64), AttentionSpec(causal=True)
+    adapter.forward(inputs, spec)
+    adapter.forward(make_inputs(1, 2, 2, 1, 128, 256, 64), spec)
+    assert len(adapter._cache) == 1
+    for changed in ({"softcap": 5.0}, {"alignment": "bottom_right"}, {"scale": 0.5}):
+        adapter.forward(inputs, dataclasses.replace(spec, **changed))
+    assert len(adapter._cache) == 4
+    for rate, seed in ((0.25, 7), (0.25, 8), (0.5, 7)):
+        adapter.dropout(inputs, spec, DropoutRequest(rate, seed=seed))
+    assert len(adapter._cache) == 6
