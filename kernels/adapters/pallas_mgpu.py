@@ -35,7 +35,6 @@ GPU (warpgroup matrix multiply, TMA copies, warpgroup register reallocation).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import math
 from typing import Any
@@ -43,16 +42,22 @@ from typing import Any
 import numpy as np
 
 from kernels.contract.base import Availability, Capabilities, ShapeConstraint, SubjectGrads, SubjectOutput
+from kernels.runtime.call_description import (
+    CallDescription,
+    Module,
+    Name,
+    cache_key,
+    constructed,
+    jax_call,
+    standalone,
+)
 from kernels.runtime.jax_runtime import (
-    Compiled,
     CompiledCache,
-    array_key,
     default_backend,
     installed_jax_versions,
-    to_jax,
-    to_numpy,
     unavailable_because,
 )
+from kernels.runtime.standalone import StandaloneCall
 from reference.spec import AttentionInputs, AttentionSpec
 
 MODULE = "jax.experimental.pallas.ops.gpu.attention_mgpu"
@@ -204,22 +209,33 @@ class PallasMgpuAdapter:
             block_q=BLOCK_Q, block_kv=BLOCK_KV, max_concurrent_steps=MAX_CONCURRENT_STEPS, causal=causal
         )
 
+    def _description(self, inputs: AttentionInputs, spec: AttentionSpec) -> CallDescription:
+        """``mgpu_forward`` on the module's ``attention`` and its TuningConfig (written in a script as
+        the constructor call that makes it), on q, k and v; natively, as nothing interprets it."""
+        api = _load_api()
+        config = self._config(api, spec.causal)
+        bound = (
+            Module("kernel", MODULE, api.attention, attribute="attention"),
+            constructed("config", config, "TuningConfig"),
+        )
+        scale = (("scale", spec.resolved_scale(inputs.shape.head_dim)),)
+        arrays = tuple(Name(n) for n in ("q", "k", "v"))
+        return CallDescription(
+            mgpu_forward, arrays, bound, scale, note=f"{self.description}; config {config}"
+        )
+
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype; ``lse: [B, Hq, Sq]`` float32."""
-        import jax
+        described = self._description(inputs, spec)
+        ran = f"attention_mgpu (Mosaic GPU, natively); config {self._config(_load_api(), spec.causal)}"
+        (out, lse), ran = self._cache.run(
+            cache_key(described, inputs), jax_call(described, inputs), lambda _: ran
+        )
+        return SubjectOutput(out=out, lse=lse, ran=ran)
 
-        api = _load_api()
-        scale = spec.resolved_scale(inputs.q.shape[-1])
-        arrays = (inputs.q, inputs.k, inputs.v)
-        config = self._config(api, spec.causal)
-
-        def build() -> Compiled:
-            fn = functools.partial(mgpu_forward, api.attention, config, scale=scale)
-            return Compiled(jax.jit(fn), f"attention_mgpu (Mosaic GPU, natively); config {config}")
-
-        compiled = self._cache.get(("forward", array_key(*arrays), scale, spec.causal), build)
-        out, lse = compiled.fn(*(to_jax(a) for a in arrays))
-        return SubjectOutput(out=to_numpy(out), lse=to_numpy(lse), ran=compiled.ran)
+    def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
+        """The forward call as standalone script text, rendered from its description."""
+        return standalone(self._description(inputs, spec))
 
     def gradients(self, inputs: AttentionInputs, spec: AttentionSpec, dout: np.ndarray) -> SubjectGrads:
         raise NotImplementedError("pallas_mgpu declares no backward (capabilities().backward is False)")

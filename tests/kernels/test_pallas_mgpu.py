@@ -93,3 +93,44 @@ def test_the_translation_matches_the_reference_with_the_modules_reference_as_the
     ref = attention_forward(inputs, spec)
     np.testing.assert_allclose(np.asarray(out), ref.out, atol=2e-5)
     np.testing.assert_allclose(np.asarray(lse), ref.lse, atol=2e-5)
+
+
+@pytest.mark.skipif(not has_module, reason=f"{MODULE} is not in this JAX")
+def test_the_adapter_runs_its_description_compiled_once_per_static_call(monkeypatch):
+    """forward runs the description its script is written from; the compile cache is keyed by it:
+    equal calls share a compile, causal (a TuningConfig field) is another. The module's
+    ``attention_reference`` stands in for the kernel, which needs a Hopper GPU."""
+    import importlib
+
+    import kernels.adapters.pallas_mgpu as adapter_module
+
+    module = importlib.import_module(MODULE)
+
+    def kernel_stand_in(q, k, v, config, save_residuals):
+        return module.attention_reference(q, k, v, causal=config.causal, save_residuals=save_residuals)
+
+    monkeypatch.setattr(
+        adapter_module, "_load_api", lambda: adapter_module._Api(kernel_stand_in, module.TuningConfig, None)
+    )
+    adapter = PallasMgpuAdapter()
+    inputs = make_inputs(0, b=1, hq=2, hkv=1, sq=128, sk=128, d=64)
+    for causal in (False, True, False):
+        spec = AttentionSpec(causal=causal)
+        result = adapter.forward(inputs, spec)
+        np.testing.assert_allclose(result.out, attention_forward(inputs, spec).out, atol=2e-5)
+    assert len(adapter._cache) == 2
+    adapter.forward(make_inputs(1, b=1, hq=2, hkv=1, sq=128, sk=128, d=64), AttentionSpec())
+    assert len(adapter._cache) == 2  # new values, same shapes and statics: the same compile
+
+
+@pytest.mark.skipif(not has_module, reason=f"{MODULE} is not in this JAX")
+def test_its_repro_script_imports_the_kernel_and_builds_the_same_tuning_config():
+    inputs = make_inputs(0, b=1, hq=2, hkv=1, sq=128, sk=128, d=64)
+    call = PallasMgpuAdapter().standalone(inputs, AttentionSpec(causal=True))
+    text = "\n".join((*call.imports, *call.definitions, call.setup, call.forward))
+    compile(text, "repro.py", "exec")
+    assert f"kernel = importlib.import_module({MODULE!r}).attention" in text
+    config = text[text.index("config = TuningConfig(") :]
+    assert all(f"{field}," in config for field in ("block_q=64", "block_kv=64", "causal=True"))
+    assert "functools.partial(mgpu_forward, kernel, config, scale=0.125)" in call.forward
+    assert "def mgpu_forward(" in text and call.gradients is None

@@ -403,6 +403,8 @@ SAME_VALUES = {
                              bias="1h1k", mask="b1qk", kv_lengths=(50,))),
     "cudnn": ("forward", dict(dtype="bfloat16", q_heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=64,
                               causal=True)),
+    "pallas_mgpu": ("forward", dict(dtype="bfloat16", q_heads=4, kv_heads=2, q_len=128, kv_len=192,
+                                    head_dim=64, causal=True)),
     "tpu_flash": ("forward", dict(q_len=128, kv_len=128, head_dim=64, causal=True, segments=2, bias="1h1k")),
     "splash": ("backward", dict(batch=2, q_heads=4, kv_heads=2, q_len=128, kv_len=128, head_dim=128,
                                 causal=True, sinks="normal", mask="b1qk")),
