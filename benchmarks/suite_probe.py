@@ -45,6 +45,14 @@ PHASES = ("plan", "records", "report")  # the other timed phases (harness, named
 # (module, attribute, kind): patched on the module object, where the suite looks them up.
 TARGETS: tuple[tuple[str, str, str], ...] = (
     ("conformance.judge.artifacts", "timed_call", "subject"),
+    # The subject's own calls that checks run outside ``timed_call``: its JAX call stated
+    # (``subject_calls``, the adapter's ``jax_call``), then traced, compiled and run under
+    # ``jax.vmap`` or on sharded inputs, and its public API as the api_contract check asks it.
+    ("conformance.judge.checks.vmap", "subject_calls", "subject"),
+    ("conformance.judge.checks.vmap", "_run_vmapped", "subject"),
+    ("conformance.judge.checks.sharded", "subject_calls", "subject"),
+    ("conformance.judge.checks.sharded", "_run_placed", "subject"),
+    ("conformance.judge.checks.api_contract", "_Caller.__call__", "subject"),
     ("conformance.judge.artifacts", "attention_forward", "reference"),
     ("conformance.judge.artifacts", "attention_backward", "reference"),
     ("conformance.judge.baseline", "forward", "baseline"),

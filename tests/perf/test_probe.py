@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks import suite_probe
@@ -95,3 +96,26 @@ def test_reference_passes_while_shrinking_a_failure_are_counted_apart(tmp_path, 
     (probe,) = read_probes(tmp_path / "probe")
     assert reference_calls([probe]) == count_ran(tmp_path / "report")[2]  # the run's own cases, once each
     assert reference_calls([probe], shrinking=True) >= 1  # the smaller cases shrinking tried
+
+
+def test_the_subjects_calls_under_vmap_and_sharding_count_as_subject_not_harness(tmp_path):
+    """The vmap and sharded checks trace, compile and run the subject's own call outside
+    ``timed_call``: that is work on the subject, and the split counts it so."""
+    import contextlib
+    import types
+
+    from conformance.judge.checks import sharded, vmap
+
+    probe = suite_probe.Probe(tmp_path)
+    probe.install()
+    try:
+        call = types.SimpleNamespace(fn=lambda x: (x * 2,), context=contextlib.nullcontext)
+        outputs, problem = vmap._run_vmapped(call, (np.ones((2, 3), np.float32),))
+        assert problem is None and outputs[0].shape == (2, 3)
+        assert callable(sharded._run_placed) and sharded._run_placed.__name__ == "wrapper"
+    finally:
+        probe.patch.undo()
+    assert (
+        probe.seconds["subject"] > 0 and probe.target_calls["conformance.judge.checks.vmap._run_vmapped"] == 1
+    )
+    assert vmap._run_vmapped.__name__ == "_run_vmapped"  # restored
