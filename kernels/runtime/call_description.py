@@ -38,7 +38,6 @@ from kernels.runtime.standalone import StandaloneCall, source_of
 from kernels.runtime.tpu_interpret import (
     INT_INDEXER_SHIM_BEFORE,
     Interpreter,
-    TpuExecution,
     choose_execution,
     interpret_params,
     standalone_shim,
@@ -173,9 +172,7 @@ def tpu_interpret_context(interpreter: Interpreter, cores: int = 1) -> Context:
     here natively on a TPU, else that interpreter (``cores`` simulated TensorCores in TPU interpret
     mode); in the script, for ``"tpu"``, natively on a TPU and TPU interpret mode elsewhere (the
     generic interpreter is the module's or the kernel's ``interpret=``, no context)."""
-    # TpuExecution.context with its execution as an argument, not the bound method: that compares its
-    # self by identity, so no two descriptions' keys (``cache_key``) would be equal and each call compile
-    enter = functools.partial(TpuExecution.context, choose_execution(interpreter), cores=cores)
+    enter = functools.partial(choose_execution(interpreter).context, cores=cores)  # keyed by value
     if interpreter != "tpu":
         return Context(enter)
     params = interpret_params(cores) if tpu_interpret_mode_missing() is None else {}
