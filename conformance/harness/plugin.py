@@ -375,9 +375,7 @@ class ConformancePlugin:
             planned = _planned_of(item)
             if planned is None:
                 return (1, 0, 0, 0, item.nodeid)
-            group = group_of.get(planned.case.case_id)
-            if group is None:
-                group = compile_order.get(planned.case.compile_key, len(compile_order))
+            group = group_of.get(planned.case.case_id, len(compile_order))
             return (0, group, order.get(planned.case.case_id, len(order)), check_rank[planned.check], "")
 
         items.sort(key=key)
