@@ -19,7 +19,8 @@ import collections
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -228,6 +229,27 @@ class Oracle:
         return ~self.reference.fully_masked
 
 
+# Each adapter's lowerings by program (``LoweringCall.program_key``), for the adapter's life, as its
+# compiled calls are kept (``CompiledCache``): cases that differ only in their values (a seed, a
+# fill) lower one program, once. At ci most cases share their program with another case.
+_LOWERED: weakref.WeakKeyDictionary[Any, dict[Hashable, Lowering]] = weakref.WeakKeyDictionary()
+
+
+def lower_shared(adapter: Adapter, call: LoweringCall) -> Lowering:
+    """``lower(call)``, or the lowering ``adapter`` already made of the same program in this process;
+    a call without a key (``LoweringCall.key``) is always lowered."""
+    key = call.program_key()
+    try:
+        lowered = _LOWERED.setdefault(adapter, {}) if key is not None else None
+    except TypeError:  # an adapter that cannot be weakly referenced or hashed keeps nothing
+        lowered = None
+    if lowered is None:
+        return lower(call)
+    if key not in lowered:
+        lowered[key] = lower(call)
+    return lowered[key]
+
+
 class SubjectRun:
     """One subject's first forward and gradients calls on a case, shared by its checks."""
 
@@ -237,13 +259,15 @@ class SubjectRun:
 
     def _lower(self, call: LoweringCall, direction: str) -> Lowering:
         """``lower(call)``, settled across runs for a built-in adapter, whose code the cache's key
-        holds; a plug-in's or a test's adapter lives outside it, so its lowering is always done.
-        ``seconds`` is what this run spent, loading included."""
-        if not built_in(type(self.adapter)):
-            return lower(call)
+        holds; a plug-in's or a test's adapter lives outside it, so its lowering is done in every
+        run. Within a run, one per program (``lower_shared``). ``seconds`` is what this case spent,
+        loading included."""
         start = time.perf_counter()
+        if not built_in(type(self.adapter)):
+            return dataclasses.replace(lower_shared(self.adapter, call), seconds=time.perf_counter() - start)
         parts = (self.case, direction, type(self.adapter).__qualname__, call.platform, call.device_kind)
-        lowering = self.oracle.settled.get_or_compute("lowering", parts, lambda: lower(call), LOWERING_TYPES)
+        compute = functools.partial(lower_shared, self.adapter, call)
+        lowering = self.oracle.settled.get_or_compute("lowering", parts, compute, LOWERING_TYPES)
         return dataclasses.replace(lowering, seconds=time.perf_counter() - start)
 
     def lowering(self, direction: str) -> Lowering:

@@ -288,9 +288,7 @@ class PagedAttentionAdapter(Configurable):
     def lowering(self, inputs: AttentionInputs, spec: AttentionSpec, direction: str) -> LoweringCall:
         """The kernel call on the same paged layout, for Mosaic (a forward-only kernel)."""
         call = self._description(inputs, spec, lowering=True)
-        return LoweringCall(
-            "tpu", call.static_function(inputs), abstract_arrays(*call.traced_arguments(inputs))
-        )
+        return LoweringCall.described("tpu", call, inputs, abstract_arrays(*call.traced_arguments(inputs)))
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """The call as standalone script text, rendered from its description."""

@@ -373,9 +373,8 @@ class PallasGpuAdapter(Configurable):
         """The forward or gradients call with ``interpret=False``, for Pallas's Triton lowering."""
         call = self._description(inputs, spec, direction != "forward", lowering=True)
         args = abstract_arrays(inputs.q, inputs.k, inputs.v)
-        return LoweringCall(
-            "cuda", call.static_function(inputs), args if direction == "forward" else (*args, args[0])
-        )
+        args = args if direction == "forward" else (*args, args[0])  # the gradients call takes dout
+        return LoweringCall.described("cuda", call, inputs, args)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """Both calls as standalone script text, rendered from their descriptions."""

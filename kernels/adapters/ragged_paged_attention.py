@@ -409,7 +409,7 @@ class RaggedPagedAttentionAdapter(Configurable):
         """The described kernel call on the same packed layout, for Mosaic, under an abstract TPU v5e."""
         call = self._description(inputs, spec, lowering=True)
         arrays = abstract_arrays(*call.traced_arguments(inputs))
-        return LoweringCall("tpu", call.static_function(inputs), arrays, DEFAULT_DEVICE_KIND)
+        return LoweringCall.described("tpu", call, inputs, arrays, DEFAULT_DEVICE_KIND)
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype (NaN on rows past q_lengths); no lse. The

@@ -473,7 +473,7 @@ class SplashAdapter(Configurable):
         # A ChunkedCausalMask is computed in the kernel from a 1-D q_sequence, whose block Mosaic
         # tiles by the chip's lanes and sublanes: lowered under an abstract TPU (the default kind).
         device_kind = DEFAULT_DEVICE_KIND if spec.chunk is not None else None
-        return LoweringCall("tpu", call.static_function(inputs), args, device_kind)
+        return LoweringCall.described("tpu", call, inputs, args, device_kind)
 
     # -- standalone repro ------------------------------------------------------------
 

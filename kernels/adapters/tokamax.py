@@ -1408,7 +1408,7 @@ class TokamaxAdapter(Configurable):
             args = (*args[:-1], jax.ShapeDtypeStruct((*q.shape[:-1], v.shape[-1]), q.dtype))
         platform = LOWERS_FOR[kind.name]
         device_kind = DEFAULT_DEVICE_KIND if platform == "tpu" else None
-        return LoweringCall(platform, call.static_function(inputs), args, device_kind)
+        return LoweringCall.described(platform, call, inputs, args, device_kind)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """The forward and gradients calls as standalone script text (``kernels.runtime.standalone``),

@@ -538,7 +538,7 @@ class TokamaxBatchedRpaAdapter:
         packed arguments, for Mosaic under an abstract TPU v5e."""
         call = self._description(inputs, spec, "interpret")
         arrays = abstract_arrays(*call.traced_arguments(inputs))
-        return LoweringCall("tpu", call.static_function(inputs), arrays, DEFAULT_DEVICE_KIND)
+        return LoweringCall.described("tpu", call, inputs, arrays, DEFAULT_DEVICE_KIND)
 
     def forward(self, inputs: AttentionInputs, spec: AttentionSpec) -> SubjectOutput:
         """``out: [B, Hq, Sq, D]`` in the input dtype and ``lse: [B, Hq, Sq]`` (NaN on rows not

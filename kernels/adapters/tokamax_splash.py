@@ -683,7 +683,6 @@ class TokamaxSplashAdapter:
             config = self._config(_load_api(kind), (inputs.q, inputs.k, inputs.v))
         call = dataclasses.replace(self._description(inputs, spec, backward, config), context=NO_CONTEXT)
         arrays = call.traced_arguments(inputs)
-        fn = call.static_function(inputs)
         if backward:  # dout, the description's last array, is none here: its shape and dtype
             b, hq, sq, _ = inputs.q.shape
             args = (
@@ -692,7 +691,7 @@ class TokamaxSplashAdapter:
             )
         else:
             args = abstract_arrays(*arrays)
-        return LoweringCall("tpu", fn, args, DEFAULT_DEVICE_KIND)
+        return LoweringCall.described("tpu", call, inputs, args, DEFAULT_DEVICE_KIND)
 
     def standalone(self, inputs: AttentionInputs, spec: AttentionSpec) -> StandaloneCall:
         """Both calls as standalone script text, rendered from the descriptions the suite runs, with

@@ -335,9 +335,8 @@ class TpuFlashAdapter(Configurable):
         """The forward or gradients call on the kernel module as shipped (no interpreter), for Mosaic."""
         call = self._description(inputs, spec, direction != "forward", lowering=True)
         args = abstract_arrays(*self._description(inputs, spec, False, True).traced_arguments(inputs))
-        return LoweringCall(
-            "tpu", call.static_function(inputs), args if direction == "forward" else (*args, args[0])
-        )
+        args = args if direction == "forward" else (*args, args[0])  # the gradients call takes dout
+        return LoweringCall.described("tpu", call, inputs, args)
 
     # -- backward --------------------------------------------------------------------
 

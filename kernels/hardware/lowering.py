@@ -35,11 +35,13 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from kernels.contract.base import PLATFORMS, Platform
 from kernels.hardware.shared_memory import SharedMemoryFootprint, estimate, itemsize, num_stages
+from kernels.runtime.call_description import CallDescription, cache_key
+from reference.spec import AttentionInputs
 
 # The custom-call targets Pallas lowers to, per platform.
 _TARGETS = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
@@ -67,16 +69,44 @@ class LoweringCall:
     args: its arguments (arrays or ``jax.ShapeDtypeStruct``: only shapes and dtypes matter).
     device_kind: lower under an abstract TPU device of this kind (kernels that query the chip
     at lowering time); None for none.
+    key: what ``fn`` depends on, by value (``described``: its description's ``cache_key``), so that
+    calls of equal ``program_key`` lower alike; None where ``fn`` has no description.
     """
 
     platform: Platform
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     device_kind: str | None = None
+    key: Hashable | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
             raise ValueError(f"unknown lowering platform {self.platform!r}; use one of {PLATFORMS}")
+
+    @classmethod
+    def described(
+        cls,
+        platform: Platform,
+        call: CallDescription,
+        inputs: AttentionInputs,
+        args: tuple[Any, ...],
+        device_kind: str | None = None,
+    ) -> LoweringCall:
+        """``call``'s function for ``inputs`` (``static_function``), keyed by the description it is
+        built from: the key the interpreted call compiles under (``cache_key``), the same by value."""
+        return cls(platform, call.static_function(inputs), args, device_kind, cache_key(call, inputs))
+
+    def program_key(self) -> Hashable | None:
+        """What the lowered program depends on: the function's key, the platform, the abstract
+        device, and the arguments' structure, shapes and dtypes (never their values: lowering reads
+        none). None for a call without a key: its lowering is never shared."""
+        if self.key is None:
+            return None
+        import jax
+
+        leaves, structure = jax.tree.flatten(self.args)
+        shapes = tuple((tuple(a.shape), str(a.dtype)) if hasattr(a, "shape") else a for a in leaves)
+        return (self.key, self.platform, self.device_kind, str(structure), shapes)
 
 
 @dataclasses.dataclass(frozen=True)
