@@ -34,8 +34,9 @@ def _times(
 def test_the_split_adds_the_workers_and_leaves_out_the_controller():
     controller = _times(0.0, 0.0, 0.0, lifetime=100.0, tests=0, worker="")
     split = split_of([controller, _times(50, 10, 5, 80), _times(40, 20, 5, 90, worker="gw1")])
-    assert split == Split(subject=90, reference=30, baseline=10, harness=170 - 130)
+    assert split == Split(subject=90, reference=30, baseline=10, harness=170 - 130, workers=2)
     assert split.total == pytest.approx(170)
+    assert split.floor_s == pytest.approx((90 + 30 + 10) / 2)  # the wall with no harness
     assert split.fraction("harness") == pytest.approx(40 / 170)
     assert sum(split.fraction(k) for k in ("subject", "reference", "baseline", "harness")) == pytest.approx(1)
 
@@ -103,8 +104,20 @@ def test_the_table_shows_walls_rates_shares_and_the_reference_ratio():
 def test_the_table_says_which_goals_are_not_met():
     text = render(_report(cold_wall=900.0, warm_wall=600.0, harness=25.0))
     assert "| ci run <= 5 min (cold) | 900 s (15.0 min) | NOT met |" in text
+    assert "Floor (" not in text  # a split without workers has no floor to show
     assert "| harness <= 10% (cold (empty cache)) | 25.0% | NOT met |" in text
     assert "| warm >= 2.5x faster than cold | 1.50x | NOT met |" in text
+
+
+def test_the_floor_is_shown_per_run_and_a_goal_below_it_says_so():
+    report = _report(cold_wall=900.0, warm_wall=600.0, harness=25.0)
+    cold = dataclasses.replace(report.cold, split=dataclasses.replace(report.cold.split, workers=2))
+    heavy = Split(subject=700, reference=10, baseline=20, harness=90, lowering=30, workers=2)
+    text = render(dataclasses.replace(report, cold=cold))
+    assert "Floor (cold (empty cache)): 38 s" in text and "wall / floor 24.00x" in text
+    assert "| ci run <= 5 min (cold) | 900 s (15.0 min) | NOT met |" in text  # the floor is under the goal
+    text = render(dataclasses.replace(report, cold=dataclasses.replace(cold, split=heavy)))
+    assert "| ci run <= 5 min (cold) | 900 s (15.0 min) | NOT met (its floor is 380 s) |" in text
 
 
 def test_a_crashed_run_is_flagged_and_a_missing_bench_is_left_out():
