@@ -365,7 +365,7 @@ class ConformancePlugin:
         order = self._case_order()
         check_rank = {c: i for i, c in enumerate(CHECKS)}
         compile_order: dict[str, int] = {}
-        group_of: dict[str, int] = {}  # case id -> its compile group: a key is a case rebuilt, once a case
+        group_of: dict[str, int] = {}  # case id -> its compile group, found once per case
         for case in sorted(self._cases().values(), key=lambda case: order[case.case_id]):
             group_of[case.case_id] = compile_order.setdefault(case.compile_key, len(compile_order))
 

@@ -263,11 +263,12 @@ class SubjectRun:
         run. Within a run, one per program (``lower_shared``). ``seconds`` is what this case spent,
         loading included."""
         start = time.perf_counter()
-        if not built_in(type(self.adapter)):
-            return dataclasses.replace(lower_shared(self.adapter, call), seconds=time.perf_counter() - start)
-        parts = (self.case, direction, type(self.adapter).__qualname__, call.platform, call.device_kind)
         compute = functools.partial(lower_shared, self.adapter, call)
-        lowering = self.oracle.settled.get_or_compute("lowering", parts, compute, LOWERING_TYPES)
+        if built_in(type(self.adapter)):
+            parts = (self.case, direction, type(self.adapter).__qualname__, call.platform, call.device_kind)
+            lowering = self.oracle.settled.get_or_compute("lowering", parts, compute, LOWERING_TYPES)
+        else:
+            lowering = compute()
         return dataclasses.replace(lowering, seconds=time.perf_counter() - start)
 
     def lowering(self, direction: str) -> Lowering:
